@@ -1,0 +1,310 @@
+"""Named LoRA adapters for any Hugging Face causal LM, hand-written at loralib's size.
+
+One base model, several roles: each role wears its own adapter. `add_lora` wraps the target
+`nn.Linear`s in `LoRALinear`; every adapter owns its own `lora_A` (r, in) and `lora_B` (out, r)
+parameters, so each role gets its own optimizer and an update to one adapter leaves the base
+and every other adapter bit-identical.
+
+Three ways to run the model:
+  set_adapter(model, "gen")     every row uses adapter "gen" (training, scoring)
+  set_adapter(model, None)      the bare base model = the reference policy (no weight copy)
+  set_row_adapters(model, [...]) row i uses its own adapter (or None), in ONE forward pass.
+
+Per-row routing concatenates all adapters along the rank dimension, A_cat (R, in) and
+B_cat (out, R) with R = sum of ranks, and multiplies the low-rank activations by a per-row
+mask that holds the adapter's scale on that row's slots and 0 elsewhere:
+  y = x W^T + ((x A_cat^T) * mask) B_cat^T
+Two small matmuls for any mix of adapters, no Python loop over rows, and no gathered
+(B, r, in) copies of the weights. It costs n_adapters x the single-adapter LoRA FLOPs, which
+is small next to the base matmul for the handful of roles a troupe has. Under no_grad the
+concatenated weights are cached and revalidated through the parameters' version counters,
+so an optimizer step is seen at the next forward with no explicit sync.
+
+Adapters may have different ranks (call add_lora once per rank); alpha/r is per adapter.
+Dropout acts only in training mode. Nothing ever merges adapter weights into the base in
+place: `merged_state_dict` returns new tensors for export.
+
+On disk we write PEFT's format (adapter_config.json + adapter_model.safetensors with keys
+`base_model.model.<module>.lora_A.weight`), which peft.PeftModel and vLLM's LoRARequest load.
+
+Deliberately left out: DoRA, rsLoRA, bias adapters, embedding adapters, quantized bases.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoRALinear(nn.Module):
+    """Wraps a frozen `nn.Linear` (kept as `base_layer`, as peft does) with named adapters."""
+
+    def __init__(self, base: nn.Linear):
+        super().__init__()
+        self.base_layer = base
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.lora_A = nn.ParameterDict()  # name -> (r, in)
+        self.lora_B = nn.ParameterDict()  # name -> (out, r)
+        self.scaling: dict[str, float] = {}
+        self.dropout_p: dict[str, float] = {}
+        self.active: str | None = None  # single adapter for every row
+        self.row_mask: torch.Tensor | None = None  # (B, 1, R) per-row routing, overrides active
+        self._cat_cache = None  # (key, A_cat, B_cat) for no-grad routed forwards
+
+    def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None):
+        if name in self.lora_A:
+            raise ValueError(f"adapter {name!r} already exists")
+        w = self.base_layer.weight
+        A = torch.empty(rank, self.in_features, dtype=torch.float32)
+        # peft's init: kaiming-uniform A (a=sqrt(5)), zero B, so a fresh adapter is the identity.
+        bound = 1.0 / math.sqrt(self.in_features)
+        A.uniform_(-bound, bound, generator=generator)
+        self.lora_A[name] = nn.Parameter(A.to(device=w.device, dtype=w.dtype))
+        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=w.dtype))
+        self.scaling[name] = alpha / rank
+        self.dropout_p[name] = dropout
+        self._max_dropout = max(self.dropout_p.values())
+        self._cat_cache = None
+
+    def _drop(self, x, p):
+        return F.dropout(x, p) if (self.training and p > 0) else x
+
+    def _cat_weights(self):
+        """A_cat (R, in), B_cat (out, R) over all adapters in insertion order."""
+        As, Bs = list(self.lora_A.values()), list(self.lora_B.values())
+        if torch.is_grad_enabled():
+            return torch.cat(As, 0), torch.cat(Bs, 1)
+        # Version counters only grow, so their sum changes whenever any adapter is updated in
+        # place (optimizer step, load_adapter); `add` clears the cache when adapters are added.
+        key = sum(p._version for p in As) + sum(p._version for p in Bs)
+        if self._cat_cache is None or self._cat_cache[0] != key:
+            self._cat_cache = (key, torch.cat(As, 0), torch.cat(Bs, 1))
+        return self._cat_cache[1], self._cat_cache[2]
+
+    def forward(self, x):  # x: (B, T, in)
+        y = self.base_layer(x)  # (B, T, out)
+        if self.row_mask is not None:
+            A_cat, B_cat = self._cat_weights()
+            if self.training and self._max_dropout > 0:
+                x = F.dropout(x, self._max_dropout)
+            h = x.to(A_cat.dtype) @ A_cat.t()  # (B, T, R)
+            h = h * self.row_mask  # (B, T, R): the row's adapter scale on its slots, 0 elsewhere
+            return y + (h @ B_cat.t()).to(y.dtype)  # (B, T, out)
+        if self.active is None:
+            return y
+        A, B = self.lora_A[self.active], self.lora_B[self.active]
+        h = F.linear(self._drop(x, self.dropout_p[self.active]).to(A.dtype), A)  # (B, T, r)
+        return y + F.linear(h * self.scaling[self.active], B).to(y.dtype)  # (B, T, out): scale the small side
+
+    def delta_weight(self, name: str) -> torch.Tensor:
+        """scale * B @ A, shaped like the base weight (out, in)."""
+        return (self.lora_B[name] @ self.lora_A[name]) * self.scaling[name]
+
+    def extra_repr(self):
+        ranks = {n: a.shape[0] for n, a in self.lora_A.items()}
+        return f"in={self.in_features}, out={self.out_features}, adapters={ranks}, active={self.active}"
+
+
+# --------------------------------------------------------------------------------------------
+# model-level helpers
+
+
+def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
+    """{module path: LoRALinear}, e.g. 'model.layers.0.self_attn.q_proj'."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def adapter_names(model: nn.Module) -> list[str]:
+    mods = list(lora_modules(model).values())
+    return list(mods[0].lora_A.keys()) if mods else []
+
+
+def add_lora(model, names, rank=8, alpha=16.0, dropout=0.0, targets=ALL_LINEAR, seed=None):
+    """Add adapters `names` to every nn.Linear whose attribute name is in `targets`. In place.
+
+    Freezes every parameter that is not a LoRA parameter. Can be called again to add more
+    adapters (possibly with another rank) to the same modules; targets must then match.
+    `seed` makes the A-matrix init independent of the global RNG.
+    """
+    if isinstance(names, str):
+        names = [names]
+    if rank < 1:
+        raise ValueError(f"add_lora: rank must be >= 1, got {rank}")
+    targets = tuple(targets)
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    existing = lora_modules(model)
+    if not existing:  # first call: wrap the targets
+        for path, mod in list(model.named_modules()):
+            for child_name, child in list(mod.named_children()):
+                if child_name in targets and isinstance(child, nn.Linear):
+                    setattr(mod, child_name, LoRALinear(child))
+        existing = lora_modules(model)
+        if not existing:
+            raise ValueError(f"add_lora: no nn.Linear named any of {targets} in {type(model).__name__}")
+    else:
+        wrapped = {p.rsplit(".", 1)[-1] for p in existing}
+        if wrapped != set(targets):
+            raise ValueError(f"add_lora: the model's LoRA targets are {sorted(wrapped)}; "
+                             f"every adapter must use the same targets, got {sorted(targets)}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for m in existing.values():
+        for n in names:
+            m.add(n, rank, alpha, dropout, generator=gen)
+    for m in existing.values():
+        for p in m.lora_A.values():
+            p.requires_grad_(True)
+        for p in m.lora_B.values():
+            p.requires_grad_(True)
+    model._lora_config = getattr(model, "_lora_config", {})
+    for n in names:
+        model._lora_config[n] = dict(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets))
+    return model
+
+
+def _check_names(model, names):
+    known = adapter_names(model)
+    for n in names:
+        if n is not None and n not in known:
+            raise KeyError(f"unknown adapter {n!r}; the model has {known}")
+
+
+def set_adapter(model, name: str | None):
+    """Every row uses adapter `name`; None switches adapters off (the reference policy)."""
+    _check_names(model, [name])
+    for m in lora_modules(model).values():
+        m.active, m.row_mask = name, None
+
+
+def set_row_adapters(model, names_per_row):
+    """Row i of the next forwards uses adapter names_per_row[i] (None = base)."""
+    _check_names(model, names_per_row)
+    mods = list(lora_modules(model).values())
+    if not mods:
+        return
+    m0 = mods[0]
+    names = list(m0.lora_A.keys())
+    ranks = [m0.lora_A[n].shape[0] for n in names]
+    offsets = [sum(ranks[:i]) for i in range(len(ranks))]
+    mask = torch.zeros(len(names_per_row), 1, sum(ranks))  # (B, 1, R)
+    for i, n in enumerate(names_per_row):
+        if n is not None:
+            j = names.index(n)
+            mask[i, 0, offsets[j]: offsets[j] + ranks[j]] = m0.scaling[n]
+    mask = mask.to(device=m0.lora_A[names[0]].device, dtype=m0.lora_A[names[0]].dtype)
+    for m in mods:
+        m.active, m.row_mask = None, mask
+
+
+def adapter_parameters(model, name: str) -> list[nn.Parameter]:
+    """The parameters of adapter `name`, in a stable order (for its own optimizer)."""
+    _check_names(model, [name])
+    out = []
+    for m in lora_modules(model).values():
+        out += [m.lora_A[name], m.lora_B[name]]
+    return out
+
+
+def adapter_state_dict(model, name: str) -> dict[str, torch.Tensor]:
+    """PEFT key names -> tensors (not copies) of adapter `name`."""
+    _check_names(model, [name])
+    sd = {}
+    for path, m in lora_modules(model).items():
+        sd[f"base_model.model.{path}.lora_A.weight"] = m.lora_A[name]
+        sd[f"base_model.model.{path}.lora_B.weight"] = m.lora_B[name]
+    return sd
+
+
+def save_adapter(model, name: str, directory, base_model_name_or_path: str | None = None):
+    """Write adapter `name` as PEFT does: adapter_config.json + adapter_model.safetensors.
+
+    Written into a temp dir and renamed, so a crash never leaves a half-written adapter.
+    """
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    cfg = model._lora_config[name]
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in adapter_state_dict(model, name).items()}
+    save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
+    targets = sorted({p.rsplit(".", 1)[-1] for p in lora_modules(model)})
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": cfg["r"], "lora_alpha": cfg["lora_alpha"],
+        "lora_dropout": cfg["lora_dropout"], "target_modules": targets, "bias": "none",
+        "fan_in_fan_out": False, "inference_mode": True, "modules_to_save": None, "use_rslora": False,
+        "use_dora": False, "init_lora_weights": True,
+        "base_model_name_or_path": base_model_name_or_path or getattr(model.config, "_name_or_path", None),
+    }
+    (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    shutil.rmtree(directory, ignore_errors=True)
+    os.replace(tmp, directory)
+
+
+def load_adapter(model, name: str, directory):
+    """Load a PEFT-format adapter into `name` (created if missing). Errors name the file and key."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    cfg_path, w_path = directory / "adapter_config.json", directory / "adapter_model.safetensors"
+    for p in (cfg_path, w_path):
+        if not p.exists():
+            raise FileNotFoundError(f"load_adapter: {p} does not exist")
+    cfg = json.loads(cfg_path.read_text())
+    if cfg.get("peft_type", "LORA") != "LORA":
+        raise ValueError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r} is not LORA")
+    if cfg.get("use_dora") or cfg.get("use_rslora"):
+        raise ValueError(f"{cfg_path}: DoRA / rsLoRA adapters are not supported")
+    if name not in adapter_names(model):
+        targets = cfg["target_modules"]
+        targets = [targets] if isinstance(targets, str) else targets
+        add_lora(model, name, cfg["r"], cfg["lora_alpha"], cfg.get("lora_dropout", 0.0), targets)
+    state = load_file(str(w_path))
+    own = adapter_state_dict(model, name)
+    # peft may write the adapter name into keys ("lora_A.default.weight"); accept both spellings.
+    state = {k.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B."): v
+             for k, v in state.items()}
+    missing, unexpected = set(own) - set(state), set(state) - set(own)
+    if missing or unexpected:
+        raise KeyError(f"{w_path}: missing keys {sorted(missing)[:3]}..., unexpected {sorted(unexpected)[:3]}...")
+    with torch.no_grad():
+        for k, p in own.items():
+            if state[k].shape != p.shape:
+                raise ValueError(f"{w_path}: {k} has shape {tuple(state[k].shape)}, model expects {tuple(p.shape)}")
+            p.copy_(state[k])
+    mods = lora_modules(model).values()
+    for m in mods:
+        m.scaling[name] = cfg["lora_alpha"] / cfg["r"]
+    model._lora_config[name] = dict(r=cfg["r"], lora_alpha=cfg["lora_alpha"],
+                                    lora_dropout=cfg.get("lora_dropout", 0.0),
+                                    target_modules=cfg["target_modules"])
+    return model
+
+
+def merged_state_dict(model, name: str | None) -> dict[str, torch.Tensor]:
+    """Full weights with adapter `name` merged, under the base model's own key names.
+
+    New tensors; the model is untouched. For export (save_pretrained) and vLLM full-weight sync.
+    """
+    sd = {}
+    with torch.no_grad():
+        mods = lora_modules(model)
+        for k, v in model.state_dict().items():
+            if ".lora_A." in k or ".lora_B." in k:
+                continue
+            if ".base_layer." in k:
+                path, leaf = k.split(".base_layer.")
+                k = f"{path}.{leaf}"
+                if leaf == "weight" and name is not None:
+                    v = v + mods[path].delta_weight(name).to(v.dtype)
+            sd[k] = v
+    return sd

@@ -1,0 +1,23 @@
+import copy
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+import model as model_mod  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def _tiny_base():
+    return model_mod.load_model("tiny", seed=0)
+
+
+@pytest.fixture
+def tiny(_tiny_base):
+    """A fresh copy of the tiny random Qwen2 and its tokenizer for each test."""
+    m, tok = _tiny_base
+    return copy.deepcopy(m).eval(), tok
