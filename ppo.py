@@ -1,0 +1,418 @@
+"""The math of troupe's updates: advantage estimators, KL estimators and controllers, losses.
+
+Pure functions on tensors, no model code. Shapes: (B, T) over response tokens unless noted;
+`mask` is 1 on tokens the policy generated (0 on prompt, padding, tool output and other roles'
+turns). Conventions follow verl's core_algos.py so numbers can be compared across codebases.
+
+Advantage estimators, and when to use them:
+  grpo_advantages               critic-free; score minus the group mean, divided by the group std
+                                (norm_by_std=False is Dr. GRPO: centering only, no length/difficulty bias)
+  rloo_advantages               critic-free; leave-one-out baseline, unbiased: n/(n-1) (r - mean)
+  reinforce_pp_advantages       token-level rewards (e.g. KL in the reward), discounted return-to-go,
+                                whitened over the batch (REINFORCE++)
+  reinforce_pp_baseline_advantages  group-mean baseline, then batch whitening (REINFORCE++-baseline)
+  remax_advantages              baseline = the score of a greedy rollout of the same prompt (ReMax)
+  gae_advantages                with a learned value model (PPO); skips non-policy tokens in
+                                multi-turn rows, carrying the running value across them
+Groups: all samples of one prompt (and, in a troupe, one role) share a group id.
+
+KL: `kl_penalty` gives the per-token sample estimators (k1 `kl`, `abs`, `mse` = k2, `low_var_kl` = k3;
+a `+` suffix, e.g. `low_var_kl+`, keeps the value but takes the unbiased k1 gradient);
+`full_kl` is the exact KL over the vocabulary, chunked. Either can go in the reward (with a
+Fixed/Adaptive controller) or in the loss.
+
+Losses return (loss, metrics): `policy_loss` (PPO clip with separate low/high epsilon, dual-clip),
+`gspo_loss` (sequence-level ratio), `value_loss` (clipped), `entropy`, all aggregated by `agg_loss`.
+
+Deliberately left out: per-token group baselines (OPO, GPG), covariance-based clipping
+(Clip-Cov / KL-Cov), implicit PRMs (PRIME), off-policy corrections beyond the ratio (TIS/IcePop).
+One difference from verl: in return-to-go and GAE a masked hole inside a row (tool output) is
+skipped with the running return carried across it; verl's REINFORCE++ resets it there, which
+would cut a multi-turn row's early tokens off from the final reward.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+# --------------------------------------------------------------------------------------------
+# masked statistics
+
+
+def masked_sum(x, mask, dim=None):
+    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
+
+
+def masked_mean(x, mask, dim=None):
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def masked_var(x, mask, unbiased=True):
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    n = mask.sum()
+    if unbiased and n > 1:
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(x, mask, shift_mean=True):
+    """(x - mean) * rsqrt(var + 1e-8) over masked entries (unbiased var); mean added back if not shift_mean."""
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    w = (x - mean) * torch.rsqrt(var + 1e-8)
+    return w if shift_mean else w + mean
+
+
+def _group_index(group_ids, device):
+    """Any per-row ids (tensor or list of hashables) -> (dense index (B,), number of groups)."""
+    if not torch.is_tensor(group_ids):
+        table = {}
+        group_ids = torch.tensor([table.setdefault(g, len(table)) for g in group_ids])
+    _, inv = torch.unique(group_ids.to(device), return_inverse=True)
+    return inv, int(inv.max()) + 1 if inv.numel() else 0
+
+
+def group_stats(scores, group_ids):
+    """Per-row (group mean, unbiased group std, group size); a group of one gets mean 0, std 1."""
+    idx, G = _group_index(group_ids, scores.device)
+    s = scores.to(torch.float64)
+    n = torch.zeros(G, dtype=s.dtype, device=s.device).index_add_(0, idx, torch.ones_like(s))
+    mean = torch.zeros_like(n).index_add_(0, idx, s) / n
+    sq = torch.zeros_like(n).index_add_(0, idx, (s - mean[idx]) ** 2)
+    std = torch.sqrt(sq / (n - 1).clamp(min=1))
+    single = n == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[idx].to(scores.dtype), std[idx].to(scores.dtype), n[idx].to(scores.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# advantage estimators
+
+
+def grpo_advantages(scores, group_ids, mask, norm_by_std=True, eps=1e-6):
+    """(r - mean_g) / (std_g + eps), broadcast over the row's masked tokens. -> (B, T)"""
+    mean, std, _ = group_stats(scores, group_ids)  # (B,), (B,)
+    adv = scores - mean
+    if norm_by_std:
+        adv = adv / (std + eps)
+    return adv.unsqueeze(-1) * mask  # (B, T)
+
+
+def rloo_advantages(scores, group_ids, mask):
+    """n/(n-1) (r - mean_g) = r - mean of the others; a group of one keeps r. -> (B, T)"""
+    mean, _, n = group_stats(scores, group_ids)
+    adv = torch.where(n > 1, (scores - mean) * n / (n - 1).clamp(min=1), scores)  # (B,)
+    return adv.unsqueeze(-1) * mask
+
+
+def discounted_returns(token_rewards, mask, gamma=1.0):
+    """Return-to-go over policy tokens: G_t = r_t + gamma G_next; masked tokens carry G unchanged."""
+    B, T = token_rewards.shape
+    out = torch.zeros_like(token_rewards)
+    running = torch.zeros(B, dtype=token_rewards.dtype, device=token_rewards.device)  # (B,)
+    for t in reversed(range(T)):
+        m = mask[:, t].to(token_rewards.dtype)
+        running = m * (token_rewards[:, t] + gamma * running) + (1 - m) * running
+        out[:, t] = running
+    return out  # (B, T)
+
+
+def reinforce_pp_advantages(token_rewards, mask, gamma=1.0):
+    """REINFORCE++: discounted return-to-go, whitened over all masked tokens of the batch."""
+    returns = discounted_returns(token_rewards, mask, gamma)  # (B, T)
+    return masked_whiten(returns, mask) * mask
+
+
+def reinforce_pp_baseline_advantages(scores, group_ids, mask):
+    """REINFORCE++-baseline: r - group mean, broadcast, whitened over the batch's masked tokens."""
+    mean, _, _ = group_stats(scores, group_ids)
+    adv = (scores - mean).unsqueeze(-1) * mask  # (B, T)
+    return masked_whiten(adv, mask) * mask
+
+
+def remax_advantages(token_rewards, baseline_scores, mask):
+    """ReMax: undiscounted return-to-go minus the greedy rollout's score; no normalisation."""
+    returns = discounted_returns(token_rewards, mask, 1.0)  # (B, T)
+    return (returns - baseline_scores.unsqueeze(-1)) * mask
+
+
+def gae_advantages(token_rewards, values, mask, gamma=1.0, lam=1.0):
+    """GAE over policy tokens -> (advantages whitened, returns = raw advantages + values).
+
+    Non-policy tokens (tool output, other roles, padding) are skipped: the next value and the
+    running advantage carry across them, so a multi-turn row is one trajectory of policy tokens.
+    """
+    B, T = token_rewards.shape
+    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,)
+    last_gae = torch.zeros_like(next_value)
+    adv = torch.zeros_like(values)
+    for t in reversed(range(T)):
+        m = mask[:, t].to(values.dtype)
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        gae_t = delta + gamma * lam * last_gae
+        next_value = m * values[:, t] + (1 - m) * next_value
+        last_gae = m * gae_t + (1 - m) * last_gae
+        adv[:, t] = last_gae
+    returns = adv + values  # (B, T)
+    return masked_whiten(adv, mask) * mask, returns
+
+
+# --------------------------------------------------------------------------------------------
+# KL
+
+
+def kl_penalty(logp, ref_logp, kind="low_var_kl"):
+    """Per-token KL(pi || ref) estimate from sampled-token logprobs. -> (B, T)
+
+    kl (k1): logp - ref; abs: |logp - ref|; mse (k2): 1/2 (logp - ref)^2;
+    low_var_kl (k3): exp(ref - logp) - (ref - logp) - 1 with the log-ratio clamped to +-20 and the
+    result to +-10 (>= 0, unbiased, low variance). A trailing '+' keeps the value of the named
+    estimator but takes the gradient of k1 (straight-through), whose gradient is unbiased.
+    """
+    straight = kind.endswith("+")
+    base = kind.rstrip("+")
+    alias = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+    base = alias.get(base, base)
+    d = logp - ref_logp
+    if base == "kl":
+        v = d
+    elif base == "abs":
+        v = d.abs()
+    elif base == "mse":
+        v = 0.5 * d.square()
+    elif base == "low_var_kl":
+        k = torch.clamp(ref_logp - logp, -20, 20)
+        v = torch.clamp(torch.exp(k) - k - 1, -10, 10)
+    elif base == "full":
+        raise ValueError("kl kind 'full' needs the logits: call full_kl(logits, ref_logits)")
+    else:
+        raise ValueError(f"unknown kl kind {kind!r}: use kl, abs, mse, low_var_kl (k1/k2/k3), optionally with '+'")
+    if straight:
+        v = d - d.detach() + v.detach()
+    return v
+
+
+def _full_kl_rows(logits, ref_logits):  # (N, V) -> (N,)
+    logp = F.log_softmax(logits.float(), -1)
+    ref = F.log_softmax(ref_logits.float(), -1)
+    return (logp.exp() * (logp - ref)).sum(-1)
+
+
+def full_kl(logits, ref_logits, chunk_rows=1024):
+    """Exact KL(pi || ref) over the vocabulary for every token. (B, T, V) x2 -> (B, T).
+
+    Works on chunks of rows, so at most one chunk's fp32 softmaxes exist at a time; under
+    autograd each chunk is recomputed in backward (activation checkpointing) instead of stored.
+    """
+    shape = logits.shape[:-1]
+    a, b = logits.reshape(-1, logits.shape[-1]), ref_logits.reshape(-1, ref_logits.shape[-1])
+    outs = []
+    for i in range(0, a.shape[0], chunk_rows):
+        x, y = a[i:i + chunk_rows], b[i:i + chunk_rows]
+        if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+            outs.append(checkpoint(_full_kl_rows, x, y, use_reentrant=False))
+        else:
+            outs.append(_full_kl_rows(x, y))
+    return torch.cat(outs).reshape(shape) if outs else logits.new_zeros(shape)
+
+
+def kl_in_reward(token_rewards, logp, ref_logp, mask, coef, kind="kl"):
+    """token_rewards - coef * KL per token; returns (new rewards, mean KL over masked tokens)."""
+    kl = kl_penalty(logp, ref_logp, kind) * mask  # (B, T)
+    return token_rewards - coef * kl, masked_mean(kl, mask)
+
+
+class FixedKLController:
+    """A constant KL coefficient."""
+
+    def __init__(self, coef):
+        self.value = float(coef)
+
+    def update(self, current_kl, n_steps):
+        pass
+
+    def state_dict(self):
+        return {"value": self.value}
+
+    def load_state_dict(self, d):
+        self.value = d["value"]
+
+
+class AdaptiveKLController:
+    """beta <- beta * (1 + clip(KL/target - 1, +-0.2) * n_steps / horizon)  (Ziegler et al. 2019)."""
+
+    def __init__(self, init, target, horizon):
+        if target <= 0 or horizon <= 0:
+            raise ValueError(f"AdaptiveKLController: target ({target}) and horizon ({horizon}) must be > 0")
+        self.value, self.target, self.horizon = float(init), float(target), float(horizon)
+
+    def update(self, current_kl, n_steps):
+        err = max(-0.2, min(0.2, float(current_kl) / self.target - 1))
+        self.value *= 1 + err * n_steps / self.horizon
+
+    def state_dict(self):
+        return {"value": self.value}
+
+    def load_state_dict(self, d):
+        self.value = d["value"]
+
+
+# --------------------------------------------------------------------------------------------
+# losses
+
+
+def agg_loss(values, mask, mode="token-mean", denom=None):
+    """Aggregate a (B, T) loss matrix over masked tokens. Rows with no masked token are left out.
+
+    token-mean               sum over masked tokens / their count
+    seq-mean-token-sum       mean over rows of each row's masked sum
+    seq-mean-token-mean      mean over rows of each row's masked mean
+    seq-mean-token-sum-norm  mean over rows of each row's masked sum / T (Dr. GRPO's constant)
+    `denom` replaces the local count (tokens for token-mean, rows otherwise): pass the global
+    count when micro-batches or ranks split a batch, so the gradients add up to the full batch's.
+    """
+    mask = mask.to(values.dtype)
+    if mode == "token-mean":
+        n = mask.sum().clamp(min=1) if denom is None else denom
+        return (values * mask).sum() / n
+    row_tokens = mask.sum(-1)  # (B,)
+    has = (row_tokens > 0).to(values.dtype)
+    n_rows = has.sum().clamp(min=1) if denom is None else denom
+    row_sum = (values * mask).sum(-1)  # (B,)
+    if mode == "seq-mean-token-sum":
+        per_row = row_sum
+    elif mode == "seq-mean-token-mean":
+        per_row = row_sum / row_tokens.clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        per_row = row_sum / mask.shape[-1]
+    else:
+        raise ValueError(f"unknown loss aggregation {mode!r}: token-mean, seq-mean-token-sum, "
+                         "seq-mean-token-mean, seq-mean-token-sum-norm")
+    return (per_row * has).sum() / n_rows
+
+
+def _ratio_metrics(ratio, log_ratio, mask):
+    m = mask.bool()
+    r = ratio.detach()[m]
+    lr = log_ratio.detach()
+    return {
+        "approx_kl": masked_mean(-lr, mask).item(),  # k1 estimate of KL(old || new)
+        "approx_kl_k3": masked_mean(torch.expm1(lr) - lr, mask).item(),
+        "ratio_mean": r.mean().item() if r.numel() else 1.0,
+        "ratio_min": r.min().item() if r.numel() else 1.0,
+        "ratio_max": r.max().item() if r.numel() else 1.0,
+    }
+
+
+def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0,
+                agg="token-mean", denom=None):
+    """PPO clipped surrogate with clip-higher (separate low/high epsilon) and dual-clip.
+
+    dual_clip=c caps the loss of a token with A < 0 at -A * c however large its ratio (None = off).
+    The log-ratio is clamped to +-20 before exp.
+    """
+    log_ratio = torch.clamp(logp - old_logp, -20.0, 20.0)  # (B, T)
+    ratio = torch.exp(log_ratio)
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clipped = torch.maximum(pg_loss1, pg_loss2)
+    losses = clipped
+    metrics = _ratio_metrics(ratio, log_ratio, mask)
+    if dual_clip is not None:
+        pg_loss3 = -advantages * dual_clip
+        losses = torch.where(advantages < 0, torch.minimum(pg_loss3, clipped), clipped)
+        metrics["clipfrac_dual"] = masked_mean(((clipped > pg_loss3) & (advantages < 0)).float(), mask).item()
+    clipped_on = (pg_loss2 > pg_loss1).float()
+    metrics["clipfrac"] = masked_mean(clipped_on, mask).item()
+    metrics["clipfrac_high"] = masked_mean(clipped_on * (ratio > 1 + clip_high).float(), mask).item()
+    metrics["clipfrac_low"] = masked_mean(clipped_on * (ratio < 1 - clip_low).float(), mask).item()
+    loss = agg_loss(losses, mask, agg, denom)
+    metrics["pg_loss"] = loss.item()
+    return loss, metrics
+
+
+def gspo_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4,
+              agg="seq-mean-token-mean", denom=None):
+    """GSPO: one importance ratio per sequence, exp(mean over its tokens of logp - old_logp).
+
+    Each token keeps its own gradient path (s_i,t = sg[s_i] * pi_t / sg[pi_t]), as in the paper.
+    `advantages` should be constant along each row (sequence-level, e.g. GRPO's); then, with
+    seq-mean-token-mean, the gradient is exactly that of the sequence objective -A_i s_i.
+    """
+    log_ratio = logp - old_logp  # (B, T)
+    seq_len = mask.sum(-1).clamp(min=1)
+    seq_log_ratio = (log_ratio * mask).sum(-1) / seq_len  # (B,)
+    log_s = logp - logp.detach() + seq_log_ratio.detach().unsqueeze(-1)  # (B, T)
+    s = torch.exp(torch.clamp(log_s, max=10.0))
+    pg_loss1 = -advantages * s
+    pg_loss2 = -advantages * torch.clamp(s, 1 - clip_low, 1 + clip_high)
+    losses = torch.maximum(pg_loss1, pg_loss2)
+    metrics = _ratio_metrics(torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(mask), log_ratio, mask)
+    clipped_on = (pg_loss2 > pg_loss1).float()
+    metrics["clipfrac"] = masked_mean(clipped_on, mask).item()
+    metrics["clipfrac_high"] = masked_mean(clipped_on * (s > 1 + clip_high).float(), mask).item()
+    metrics["clipfrac_low"] = masked_mean(clipped_on * (s < 1 - clip_low).float(), mask).item()
+    loss = agg_loss(losses, mask, agg, denom)
+    metrics["pg_loss"] = loss.item()
+    return loss, metrics
+
+
+def value_loss(values, old_values, returns, mask, clip=0.2, agg="token-mean", denom=None):
+    """1/2 max((v - R)^2, (clip(v, v_old +- clip) - R)^2), aggregated; clip=None is unclipped."""
+    vf_loss1 = (values - returns).square()
+    if clip is None:
+        losses, clipfrac = vf_loss1, 0.0
+    else:
+        v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        vf_loss2 = (v_clipped - returns).square()
+        losses = torch.maximum(vf_loss1, vf_loss2)
+        clipfrac = masked_mean((vf_loss2 > vf_loss1).float(), mask).item()
+    loss = 0.5 * agg_loss(losses, mask, agg, denom)
+    return loss, {"vf_loss": loss.item(), "vf_clipfrac": clipfrac,
+                  "explained_variance": explained_variance(values.detach(), returns, mask)}
+
+
+def _entropy_rows(logits):  # (N, V) -> (N,)
+    logp = F.log_softmax(logits.float(), -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def entropy(logits, mask, chunk_rows=1024):
+    """Per-token entropy of softmax(logits), zero where mask is 0. (B, T, V) -> (B, T).
+
+    Chunked over rows (recomputed in backward under autograd); aggregate with agg_loss.
+    """
+    shape = logits.shape[:-1]
+    flat = logits.reshape(-1, logits.shape[-1])
+    outs = []
+    for i in range(0, flat.shape[0], chunk_rows):
+        x = flat[i:i + chunk_rows]
+        outs.append(checkpoint(_entropy_rows, x, use_reentrant=False)
+                    if torch.is_grad_enabled() and x.requires_grad else _entropy_rows(x))
+    ent = torch.cat(outs).reshape(shape) if outs else logits.new_zeros(shape)
+    return ent * mask
+
+
+def token_logprobs(logits, targets, temperature=1.0, chunk_rows=1024):
+    """log softmax(logits / temperature)[target] per token, chunked. (B, T, V), (B, T) -> (B, T) fp32."""
+    shape = targets.shape
+    flat, tgt = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    outs = []
+    for i in range(0, flat.shape[0], chunk_rows):
+        x = flat[i:i + chunk_rows].float()
+        if temperature != 1.0:
+            x = x / temperature
+        outs.append(torch.gather(x, -1, tgt[i:i + chunk_rows, None]).squeeze(-1) - torch.logsumexp(x, -1))
+    return torch.cat(outs).reshape(shape)
+
+
+def explained_variance(values, returns, mask):
+    """1 - Var(R - v) / Var(R) over masked tokens (1 = perfect critic, <= 0 = useless)."""
+    var_r = masked_var(returns, mask)
+    if var_r.item() == 0:
+        return float("nan")
+    return (1 - masked_var(returns - values, mask) / var_r).item()

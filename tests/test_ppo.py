@@ -1,0 +1,326 @@
+"""ppo.py against small examples computed by hand (the arithmetic is in the comments)."""
+import math
+
+import pytest
+import torch
+
+import ppo
+
+M3 = torch.tensor([[1., 1., 1., 0.],    # length 3
+                   [1., 1., 0., 0.],    # length 2
+                   [1., 0., 1., 1.]])   # a masked hole at t=1 (tool output inside the response)
+
+
+def close(a, b, tol=1e-5):
+    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64),
+                               atol=tol, rtol=0)
+
+
+# ---------------------------------------------------------------------------------- GRPO / RLOO
+
+
+def test_grpo_by_hand():
+    # group 0 = [2, 0, 1]: mean 1, unbiased std sqrt((1+1+0)/2) = 1 -> [1, -1, 0] / (1 + eps)
+    # group 1 = [0.7] alone: mean 0, std 1 -> 0.7 / (1 + eps)
+    # group 2 = [1, 1]: zero variance -> 0
+    scores = torch.tensor([2., 0., 1., 0.7, 1., 1.])
+    ids = torch.tensor([5, 5, 5, 9, 3, 3])
+    mask = torch.ones(6, 2)
+    mask[1, 1] = 0
+    adv = ppo.grpo_advantages(scores, ids, mask)
+    e = 1 / (1 + 1e-6)
+    close(adv[:, 0], [e, -e, 0, 0.7 * e, 0, 0])
+    assert adv[1, 1] == 0  # broadcast over masked tokens only
+    dr = ppo.grpo_advantages(scores, ids, mask, norm_by_std=False)  # Dr. GRPO: centering only
+    close(dr[:, 0], [1, -1, 0, 0.7, 0, 0])
+    # string ids work too
+    close(ppo.grpo_advantages(scores, ["a", "a", "a", "b", "c", "c"], mask), adv)
+
+
+def test_grpo_zero_mean_per_group():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.rand(40, generator=g)
+    ids = torch.randint(0, 5, (40,), generator=g)
+    adv = ppo.grpo_advantages(scores, ids, torch.ones(40, 3))[:, 0]
+    for k in ids.unique():
+        if (ids == k).sum() > 1:
+            assert abs(adv[ids == k].mean().item()) < 1e-5
+
+
+def test_rloo_by_hand_and_leave_one_out():
+    # group [2, 0, 1], n = 3: 3/2 * (r - 1) = [1.5, -1.5, 0]; group of one keeps r
+    scores = torch.tensor([2., 0., 1., 0.7])
+    adv = ppo.rloo_advantages(scores, torch.tensor([0, 0, 0, 1]), torch.ones(4, 1))[:, 0]
+    close(adv, [1.5, -1.5, 0, 0.7])
+    g = torch.Generator().manual_seed(1)
+    s = torch.rand(6, generator=g)
+    a = ppo.rloo_advantages(s, torch.zeros(6, dtype=torch.long), torch.ones(6, 1))[:, 0]
+    for i in range(6):
+        others = torch.cat([s[:i], s[i + 1:]])
+        assert abs(a[i] - (s[i] - others.mean())) < 1e-6
+
+
+# ---------------------------------------------------------------------------------- REINFORCE++ / ReMax
+
+
+def _whiten_by_hand(vals):
+    mean = sum(vals) / len(vals)
+    var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)
+    return [(v - mean) / math.sqrt(var + 1e-8) for v in vals]
+
+
+def test_reinforce_pp_discounted_with_hole_and_padding():
+    gamma = 0.5
+    rewards = torch.tensor([[0., 0., 1., 0.],
+                            [0., 0., 0., 2.]])
+    mask = torch.tensor([[1., 1., 1., 0.], [1., 0., 1., 1.]])
+    # row 0: G = [0.25, 0.5, 1, -]; row 1 (hole at t=1 carried, not a discount step): [0.5, -, 1, 2]
+    returns = ppo.discounted_returns(rewards, mask, gamma)
+    close(returns[0, :3], [0.25, 0.5, 1.0])
+    close(returns[1, [0, 2, 3]], [0.5, 1.0, 2.0])
+    adv = ppo.reinforce_pp_advantages(rewards, mask, gamma)
+    w = _whiten_by_hand([0.25, 0.5, 1.0, 0.5, 1.0, 2.0])
+    close(adv[0, :3], w[:3])
+    close(adv[1, [0, 2, 3]], w[3:])
+    assert adv[0, 3] == 0 and adv[1, 1] == 0
+
+
+def test_reinforce_pp_baseline():
+    # scores [1, 0 | 3], groups {0,1} and {2}: centred [0.5, -0.5 | 3 (group of one: mean 0)]
+    scores = torch.tensor([1., 0., 3.])
+    mask = torch.tensor([[1., 1.], [1., 0.], [1., 1.]])
+    adv = ppo.reinforce_pp_baseline_advantages(scores, torch.tensor([0, 0, 1]), mask)
+    w = _whiten_by_hand([0.5, 0.5, -0.5, 3.0, 3.0])
+    close(adv[mask.bool()], w)
+
+
+def test_remax():
+    rewards = torch.tensor([[0., 0., 1., 0.], [0., 0., 0., 2.]])
+    mask = torch.tensor([[1., 1., 1., 0.], [1., 0., 1., 1.]])
+    adv = ppo.remax_advantages(rewards, torch.tensor([0.4, 1.0]), mask)
+    close(adv, [[0.6, 0.6, 0.6, 0.0], [1.0, 0.0, 1.0, 1.0]])
+
+
+# ---------------------------------------------------------------------------------- GAE
+
+
+def test_gae_by_hand_gamma_lambda():
+    # gamma .9, lam .8, values [.5, .4, .3], reward 1 at the end:
+    # t2: d = 1 - .3 = .7 ; t1: d = .9*.3 - .4 = -.13, A = -.13 + .72*.7 = .374
+    # t0: d = .9*.4 - .5 = -.14, A = -.14 + .72*.374 = .12928 ; returns = A + V
+    rewards = torch.tensor([[0., 0., 1.]])
+    values = torch.tensor([[0.5, 0.4, 0.3]])
+    adv, ret = ppo.gae_advantages(rewards, values, torch.ones(1, 3), gamma=0.9, lam=0.8)
+    close(ret, [[0.62928, 0.774, 1.0]])
+    close(adv, [_whiten_by_hand([0.12928, 0.374, 0.7])])
+
+
+def test_gae_skips_masked_tokens():
+    # hole at t1 (value 9.9 must be ignored): t2 A = .7 ; t0: d = .9*.3 - .5 = -.23, A = -.23 + .72*.7 = .274
+    rewards = torch.tensor([[0., 0., 1.]])
+    values = torch.tensor([[0.5, 9.9, 0.3]])
+    _, ret = ppo.gae_advantages(rewards, values, torch.tensor([[1., 0., 1.]]), gamma=0.9, lam=0.8)
+    close(ret[0, [0, 2]], [0.774, 1.0])
+
+
+def test_gae_gamma_lambda_one_zero_values_is_reward_to_go():
+    g = torch.Generator().manual_seed(2)
+    r = torch.rand(3, 5, generator=g)
+    _, ret = ppo.gae_advantages(r, torch.zeros(3, 5), M3[:, [0, 1, 2, 3, 3]].clone(), 1.0, 1.0)
+    mask = M3[:, [0, 1, 2, 3, 3]]
+    for b in range(3):
+        for t in range(5):
+            if mask[b, t]:
+                want = sum(r[b, u].item() for u in range(t, 5) if mask[b, u])
+                assert abs(ret[b, t].item() - want) < 1e-5
+
+
+# ---------------------------------------------------------------------------------- KL
+
+
+def test_kl_kinds_by_hand():
+    logp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
+    close(ppo.kl_penalty(logp, ref, "kl"), [1.0])
+    close(ppo.kl_penalty(logp, ref, "abs"), [1.0])
+    close(ppo.kl_penalty(logp, ref, "mse"), [0.5])
+    close(ppo.kl_penalty(logp, ref, "low_var_kl"), [math.exp(-1) + 1 - 1])  # e^k - k - 1, k = ref - logp = -1
+    # clamps: k = -50 -> -20 gives 19 -> 10; k = +50 -> 20 gives e^20 - 21 -> 10
+    close(ppo.kl_penalty(torch.tensor([0., -50.]), torch.tensor([-50., 0.]), "low_var_kl"), [10.0, 10.0])
+    with pytest.raises(ValueError, match="unknown kl kind"):
+        ppo.kl_penalty(logp, ref, "k9")
+
+
+@pytest.mark.parametrize("kind", ["kl", "abs", "mse", "low_var_kl", "k3+"])
+def test_kl_zero_when_equal_and_k3_nonnegative(kind):
+    g = torch.Generator().manual_seed(3)
+    lp = -torch.rand(4, 7, generator=g) * 5
+    assert torch.all(ppo.kl_penalty(lp, lp, kind) == 0)
+    ref = -torch.rand(4, 7, generator=g) * 5
+    assert torch.all(ppo.kl_penalty(lp, ref, "low_var_kl") >= 0)
+
+
+def test_straight_through_kl_gradient_is_k1():
+    logp = torch.tensor([-1.0, -3.0], requires_grad=True)
+    ref = torch.tensor([-2.0, -1.0])
+    v = ppo.kl_penalty(logp, ref, "low_var_kl+")
+    close(v.detach(), ppo.kl_penalty(logp.detach(), ref, "low_var_kl"))
+    v.sum().backward()
+    close(logp.grad, [1.0, 1.0])
+
+
+def test_full_kl_equals_torch_distributions():
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(3, 5, 11, generator=g, dtype=torch.float64)
+    b = torch.randn(3, 5, 11, generator=g, dtype=torch.float64)
+    want = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=a),
+                                             torch.distributions.Categorical(logits=b))
+    close(ppo.full_kl(a, b), want)
+    close(ppo.full_kl(a, b, chunk_rows=4), want)  # chunked over rows
+    a.requires_grad_(True)
+    ppo.full_kl(a, b, chunk_rows=4).sum().backward()  # checkpointed chunks still give gradients
+    a2 = a.detach().clone().requires_grad_(True)
+    torch.distributions.kl_divergence(torch.distributions.Categorical(logits=a2),
+                                      torch.distributions.Categorical(logits=b)).sum().backward()
+    close(a.grad, a2.grad)
+    close(ppo.full_kl(a.detach(), a.detach()), torch.zeros(3, 5))
+
+
+def test_kl_in_reward():
+    r = torch.tensor([[0., 1.]])
+    new, kl = ppo.kl_in_reward(r, torch.tensor([[-1., -1.]]), torch.tensor([[-2., -1.5]]), torch.ones(1, 2), 0.1, "kl")
+    close(new, [[-0.1, 0.95]])
+    close(kl, 0.75)
+
+
+def test_adaptive_kl_controller():
+    c = ppo.AdaptiveKLController(init=0.1, target=6.0, horizon=10000)
+    c.update(9.0, 64)   # 9/6 - 1 = .5 -> clipped to .2
+    close(c.value, 0.1 * (1 + 0.2 * 64 / 10000))
+    v = c.value
+    c.update(6.6, 64)   # 6.6/6 - 1 = .1
+    close(c.value, v * (1 + 0.1 * 64 / 10000), tol=1e-12)
+    v = c.value
+    c.update(0.0, 10)   # -1 -> -.2
+    close(c.value, v * (1 - 0.2 * 10 / 10000), tol=1e-12)
+    f = ppo.FixedKLController(0.05)
+    f.update(100, 10)
+    assert f.value == 0.05
+    c2 = ppo.AdaptiveKLController(1, 1, 1)
+    c2.load_state_dict(c.state_dict())
+    assert c2.value == c.value
+
+
+# ---------------------------------------------------------------------------------- losses
+
+
+def test_agg_loss_modes_on_ragged_mask():
+    v = torch.tensor([[1., 2., 3., 4.], [5., 6., 7., 8.], [9., 9., 9., 9.]])
+    m = torch.tensor([[1., 1., 0., 0.], [1., 1., 1., 1.], [0., 0., 0., 0.]])  # last row has no token
+    close(ppo.agg_loss(v, m, "token-mean"), 29 / 6)
+    close(ppo.agg_loss(v, m, "seq-mean-token-sum"), (3 + 26) / 2)
+    close(ppo.agg_loss(v, m, "seq-mean-token-mean"), (1.5 + 6.5) / 2)
+    close(ppo.agg_loss(v, m, "seq-mean-token-sum-norm"), (3 / 4 + 26 / 4) / 2)
+    close(ppo.agg_loss(v, m, "token-mean", denom=12), 29 / 12)  # global token count
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        ppo.agg_loss(v, m, "mean")
+
+
+def test_policy_loss_by_hand_clip_higher():
+    # eps_low .2, eps_high .28
+    # A=+1, r=1.25 -> unclipped: -1.25 ; A=+1, r=1.3 -> clipped at 1.28: -1.28
+    # A=-1, r=.75 -> clipped at .8: +.8 ; A=-1, r=.85 -> unclipped: +.85 ; A=+1, r=.5 -> unclipped (min side): -.5
+    ratios = torch.tensor([[1.25, 1.3, 0.75, 0.85, 0.5]])
+    adv = torch.tensor([[1., 1., -1., -1., 1.]])
+    old = torch.zeros(1, 5)
+    loss, m = ppo.policy_loss(ratios.log(), old, adv, torch.ones(1, 5), clip_low=0.2, clip_high=0.28)
+    close(loss, (-1.25 - 1.28 + 0.8 + 0.85 - 0.5) / 5)
+    close(m["clipfrac"], 2 / 5)
+    close(m["clipfrac_high"], 1 / 5)
+    close(m["clipfrac_low"], 1 / 5)
+    close(m["ratio_max"], 1.3)
+    close(m["ratio_min"], 0.5)
+    close(m["approx_kl"], -sum(math.log(r) for r in [1.25, 1.3, 0.75, 0.85, 0.5]) / 5)
+
+
+def test_dual_clip_caps_negative_advantage_loss():
+    # A=-2, r=e^5 ~ 148: the clipped loss would be 2*148; dual-clip caps it at -A*c = 6
+    loss, m = ppo.policy_loss(torch.tensor([[5.0]]), torch.zeros(1, 1), torch.tensor([[-2.0]]), torch.ones(1, 1),
+                              dual_clip=3.0)
+    close(loss, 6.0)
+    close(m["clipfrac_dual"], 1.0)
+    loss, _ = ppo.policy_loss(torch.tensor([[5.0]]), torch.zeros(1, 1), torch.tensor([[-2.0]]), torch.ones(1, 1),
+                              dual_clip=None)
+    close(loss, 2 * math.exp(5), tol=1e-3)
+
+
+def test_policy_gradient_direction():
+    logp = torch.tensor([[-1.0, -1.0, -2.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, -1.0, 0.5]])
+    loss, _ = ppo.policy_loss(logp, logp.detach() + 0.01, adv, torch.ones(1, 3))
+    loss.backward()
+    assert logp.grad[0, 0] < 0 and logp.grad[0, 2] < 0  # descent raises logp where A > 0
+    assert logp.grad[0, 1] > 0
+
+
+def test_masked_tokens_get_no_gradient():
+    logp = torch.randn(2, 4, requires_grad=True)
+    loss, _ = ppo.policy_loss(logp, logp.detach(), torch.ones(2, 4), M3[:2])
+    loss.backward()
+    assert torch.all(logp.grad[M3[:2] == 0] == 0) and torch.all(logp.grad[M3[:2] == 1] != 0)
+
+
+def test_gradcheck_policy_and_gspo():
+    g = torch.Generator().manual_seed(5)
+    old = -torch.rand(3, 4, generator=g, dtype=torch.float64) * 3
+    logp = (old + (torch.rand(3, 4, generator=g, dtype=torch.float64) - 0.5) * 0.1).requires_grad_(True)
+    adv = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    mask = M3.double()
+    for agg in ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]:
+        assert torch.autograd.gradcheck(lambda lp: ppo.policy_loss(lp, old, adv, mask, agg=agg)[0], (logp,))
+    # GSPO's advantages are per sequence (constant along a row); with them the token-path
+    # gradient equals the gradient of the sequence-level objective, which gradcheck verifies
+    seq_adv = adv[:, :1].expand_as(adv)
+    assert torch.autograd.gradcheck(lambda lp: ppo.gspo_loss(lp, old, seq_adv, mask, clip_low=0.2, clip_high=0.2)[0],
+                                    (logp,))
+
+
+def test_gspo_sequence_ratio_by_hand():
+    # one row, log-ratios [.1, .3] -> s = exp(.2); A = 1, clip_high .1 -> min(s, 1.1) = 1.1 (clipped)
+    old = torch.zeros(1, 2)
+    loss, m = ppo.gspo_loss(torch.tensor([[0.1, 0.3]]), old, torch.ones(1, 2), torch.ones(1, 2),
+                            clip_low=0.1, clip_high=0.1)
+    close(loss, -1.1)
+    close(m["ratio_mean"], math.exp(0.2))
+    close(m["clipfrac_high"], 1.0)
+    loss, _ = ppo.gspo_loss(torch.tensor([[0.01, 0.03]]), old, torch.ones(1, 2), torch.ones(1, 2), 0.1, 0.1)
+    close(loss, -math.exp(0.02))
+
+
+def test_value_loss_by_hand():
+    # v=1, v_old=.5, R=2, clip .2: clipped v = .7; max((1-2)^2, (.7-2)^2) = 1.69; loss = .845
+    loss, m = ppo.value_loss(torch.tensor([[1.0]]), torch.tensor([[0.5]]), torch.tensor([[2.0]]), torch.ones(1, 1), 0.2)
+    close(loss, 0.845)
+    close(m["vf_clipfrac"], 1.0)
+    loss, _ = ppo.value_loss(torch.tensor([[1.0]]), torch.tensor([[0.5]]), torch.tensor([[2.0]]), torch.ones(1, 1), None)
+    close(loss, 0.5)
+
+
+def test_entropy_and_token_logprobs():
+    V = 8
+    ent = ppo.entropy(torch.zeros(2, 3, V), M3[:2, :3])
+    close(ent, M3[:2, :3] * math.log(V))
+    g = torch.Generator().manual_seed(6)
+    logits = torch.randn(2, 3, V, generator=g, requires_grad=True)
+    p = torch.softmax(logits, -1)
+    close(ppo.entropy(logits, torch.ones(2, 3), chunk_rows=2), -(p * p.log()).sum(-1))
+    ppo.entropy(logits, torch.ones(2, 3), chunk_rows=2).sum().backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all()
+    tgt = torch.randint(0, V, (2, 3), generator=g)
+    want = torch.log_softmax(logits.detach() / 0.7, -1).gather(-1, tgt[..., None])[..., 0]
+    close(ppo.token_logprobs(logits.detach(), tgt, temperature=0.7, chunk_rows=4), want)
+
+
+def test_explained_variance():
+    r = torch.tensor([[1., 2., 3., 4.]])
+    assert ppo.explained_variance(r, r, torch.ones(1, 4)) == 1.0
+    assert abs(ppo.explained_variance(torch.zeros(1, 4), r, torch.ones(1, 4))) < 1e-6
