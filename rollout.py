@@ -1,0 +1,399 @@
+"""Inference engines and the episode driver.
+
+Engines share one tiny interface, `generate(requests) -> results`:
+  Request(prompt_ids, adapter, sampling)       adapter = the role's LoRA name, None = base model
+  Result(completion_ids, logprobs, finish_reason, stop_reason, text)
+
+TorchEngine: the embedded default, pure PyTorch, CPU or CUDA, and it shares the trainer's model
+object, so a weight update is visible at the next call with nothing to copy. It runs its own
+decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
+  - left-padded prompts, per-row position ids, one preallocated KV cache per layer (B, Hkv, L, D);
+  - rows with different adapters in ONE forward (lora.set_row_adapters);
+  - per-row stopping (EOS / stop ids / stop strings / length); finished rows are dropped from
+    the batch (cache compaction), so they stop costing compute;
+  - every row has its own torch.Generator (seeded from the request, else from the engine's
+    seed), so a row's sample does not depend on what else is in the batch;
+  - logits only for the last position, sampling in fp32.
+Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
+decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
+
+VLLMEngine: vLLM's `LLM` in this process (see its docstring), imported lazily.
+
+run_episodes: the driver. Many episodes at once (tasks x num_chains); each round every pending
+model turn, whatever its role, goes into ONE engine call. The env interface it drives:
+  env.reset(task) -> Turn | None          Turn(role, messages): whose turn and what it sees
+  env.step(reply_text) -> Turn | None     the next turn, or None when the episode is done
+  env.turn_rewards() -> list[float]       after done: one reward per model turn, in order
+  env.metrics() -> dict                   after done: episode-level numbers (team reward, ...)
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+import lora
+
+# --------------------------------------------------------------------------------------------
+# the interface
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    greedy: bool = False
+    stop_token_ids: list[int] | None = None  # None = the tokenizer's EOS
+    stop: list[str] = field(default_factory=list)  # stop strings; the completing token is kept
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.greedy and self.temperature <= 0:
+            raise ValueError(f"SamplingParams.temperature must be > 0 (or greedy=True), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    adapter: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class Result:
+    completion_ids: list[int]
+    logprobs: list[float]  # of each sampled token under the distribution it was sampled from
+    finish_reason: str  # "stop" | "length"
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it
+    text: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# sampling
+
+
+def _filter_logits(logits, temp, top_k, top_p):
+    """Temperature, then top-k, then top-p (nucleus), per row. (B, V) -> (B, V) with -inf outside."""
+    logits = logits / temp  # temp (B, 1)
+    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
+        sorted_l, idx = logits.sort(-1, descending=True)  # (B, V)
+        rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_l)
+        drop = (top_k > 0) & (rank >= top_k)  # top_k (B, 1)
+        probs = sorted_l.softmax(-1)
+        drop |= (probs.cumsum(-1) - probs) >= top_p  # keep the smallest prefix with mass >= top_p
+        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
+        logits = torch.empty_like(logits).scatter_(-1, idx, sorted_l)
+    return logits
+
+
+def sample(logits, sp: list[SamplingParams], gens: list[torch.Generator]):
+    """One token per row -> (tokens (B,), logprobs (B,)).
+
+    Logprobs are under the distribution actually sampled from (temperature, top-k, top-p
+    applied); greedy rows report the plain model logprob (temperature 1) instead of 0.
+    """
+    B = logits.shape[0]
+    dev = logits.device
+    greedy = torch.tensor([s.greedy for s in sp], device=dev)
+    temp = torch.tensor([[1.0 if s.greedy else s.temperature] for s in sp], device=dev)
+    top_k = torch.tensor([[0 if s.greedy else s.top_k] for s in sp], device=dev)
+    top_p = torch.tensor([[1.0 if s.greedy else s.top_p] for s in sp], device=dev)
+    filt = _filter_logits(logits, temp, top_k, top_p)
+    logp = filt.log_softmax(-1)  # (B, V)
+    # exponential race: argmax p_i / E_i with E_i ~ Exp(1) is a sample from p, and per-row noise
+    # keeps each row reproducible from its own generator whatever else is in the batch
+    noise = torch.empty_like(logp)
+    for i in range(B):
+        if not sp[i].greedy:
+            noise[i].exponential_(generator=gens[i])
+    sampled = (logp - noise.log()).argmax(-1)
+    tok = torch.where(greedy, logits.argmax(-1), sampled)  # (B,)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# TorchEngine
+
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
+
+
+class TorchEngine:
+    """Batched generation with a static KV cache on the trainer's own model object."""
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False):
+        mt = getattr(model.config, "model_type", None)
+        if mt not in SUPPORTED:
+            raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
+        self.model, self.tok = model, tokenizer
+        self.max_batch_size = max_batch_size
+        self.gen = torch.Generator().manual_seed(seed)  # seeds per-row generators when a request has none
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        self._rope = apply_rotary_pos_emb
+        self._step = torch.compile(self._forward, dynamic=False) if compile else self._forward
+
+    def state_dict(self):
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, d):
+        self.gen.set_state(d["gen"])
+
+    def sync(self, *_, **__):
+        """Nothing to do: the engine runs the trainer's model object itself."""
+        return 0.0
+
+    @torch.no_grad()
+    def generate(self, requests: list[Request]) -> list[Result]:
+        out = []
+        for i in range(0, len(requests), self.max_batch_size):
+            out += self._generate_batch(requests[i:i + self.max_batch_size])
+        return out
+
+    # one forward over new tokens x (B, q) written at cache columns [col, col+q) ------------------
+    def _forward(self, x, pos, col, kv, key_ok):
+        m = self.model.model
+        h = m.embed_tokens(x)  # (B, q, d)
+        cos, sin = m.rotary_emb(h, pos)
+        B, q = x.shape
+        L = col + q
+        causal = torch.arange(L, device=x.device)[None, :] <= (col + torch.arange(q, device=x.device))[:, None]
+        mask = causal[None, None] & key_ok[:, None, None, :L]  # (B, 1, q, L)
+        mask[..., col:L] |= torch.eye(q, dtype=torch.bool, device=x.device)  # pad queries see themselves: no NaN
+        for li, layer in enumerate(m.layers):
+            a = layer.self_attn
+            r = h
+            h = layer.input_layernorm(h)
+            hs = (B, q, -1, a.head_dim)
+            qs, ks, vs = a.q_proj(h).view(hs), a.k_proj(h).view(hs), a.v_proj(h).view(hs)
+            if hasattr(a, "q_norm"):  # qwen3
+                qs, ks = a.q_norm(qs), a.k_norm(ks)
+            qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)  # (B, H, q, D)
+            qs, ks = self._rope(qs, ks, cos, sin)
+            K, V = kv[li]
+            K[:, :, col:L] = ks
+            V[:, :, col:L] = vs
+            o = F.scaled_dot_product_attention(qs, K[:, :, :L], V[:, :, :L], attn_mask=mask, scale=a.scaling,
+                                               enable_gqa=True)  # (B, H, q, D)
+            h = r + a.o_proj(o.transpose(1, 2).reshape(B, q, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only
+
+    def _generate_batch(self, reqs: list[Request]) -> list[Result]:
+        model, dev = self.model, self.model.device
+        cfg = model.config
+        B = len(reqs)
+        P = max(len(r.prompt_ids) for r in reqs)
+        if min(len(r.prompt_ids) for r in reqs) == 0:
+            raise ValueError("TorchEngine: empty prompt")
+        N = max(r.sampling.max_new_tokens for r in reqs)
+        L = P + N
+        eos = self.tok.eos_token_id
+        stop_ids = [set(r.sampling.stop_token_ids if r.sampling.stop_token_ids is not None else [eos]) for r in reqs]
+        gens = []
+        for r in reqs:
+            g = torch.Generator(device=dev)
+            seed = r.sampling.seed if r.sampling.seed is not None else int(torch.randint(2**62, (1,), generator=self.gen))
+            gens.append(g.manual_seed(seed))
+        pad = torch.tensor([P - len(r.prompt_ids) for r in reqs], device=dev)  # (B,)
+        ids = torch.full((B, P), self.tok.pad_token_id or 0, dtype=torch.long, device=dev)
+        for i, r in enumerate(reqs):
+            ids[i, P - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, device=dev)
+        a0 = model.model.layers[0].self_attn
+        n_kv = cfg.num_key_value_heads
+        dtype = model.lm_head.weight.dtype
+        kv = [(torch.zeros(B, n_kv, L, a0.head_dim, dtype=dtype, device=dev),
+               torch.zeros(B, n_kv, L, a0.head_dim, dtype=dtype, device=dev)) for _ in model.model.layers]
+        key_ok = torch.arange(L, device=dev)[None, :] >= pad[:, None]  # (B, L) real tokens (future cols fill in)
+        was_training = model.training
+        model.eval()
+        alive = list(range(B))  # original row index of each live batch row
+        names = [r.adapter for r in reqs]
+        self._route(names)
+        pos = (torch.arange(P, device=dev)[None, :] - pad[:, None]).clamp(min=0)  # (B, P)
+        logits = self._step(ids, pos, 0, kv, key_ok)
+        toks = [[] for _ in reqs]
+        lps = [[] for _ in reqs]
+        results: list[Result | None] = [None] * B
+        try:
+            for s in range(N):
+                sp = [reqs[i].sampling for i in alive]
+                tok, lp = sample(logits, sp, [gens[i] for i in alive])
+                tl, ll = tok.tolist(), lp.tolist()
+                keep = []
+                for j, i in enumerate(alive):
+                    toks[i].append(tl[j])
+                    lps[i].append(ll[j])
+                    done = self._stop_check(reqs[i], toks[i], stop_ids[i])
+                    if done is not None:
+                        results[i] = Result(toks[i], lps[i], done[0], done[1])
+                    else:
+                        keep.append(j)
+                if not keep:
+                    break
+                if len(keep) < len(alive):  # compact: finished rows leave the batch and the cache
+                    kidx = torch.tensor(keep, device=dev)
+                    kv = [(K.index_select(0, kidx), V.index_select(0, kidx)) for K, V in kv]
+                    key_ok, pad, tok = key_ok[kidx], pad[kidx], tok[kidx]
+                    alive = [alive[j] for j in keep]
+                    self._route([names[i] for i in alive])
+                col = P + s
+                logits = self._step(tok[:, None], (col - pad)[:, None], col, kv, key_ok)
+        finally:
+            model.train(was_training)
+            lora.set_adapter(model, None) if lora.lora_modules(model) else None
+        for i, r in enumerate(results):
+            if r is None:
+                results[i] = r = Result(toks[i], lps[i], "length")
+            r.text = self.tok.decode(r.completion_ids, skip_special_tokens=True)
+        return results
+
+    def _route(self, names):
+        if not lora.lora_modules(self.model):
+            if any(n is not None for n in names):
+                raise KeyError(f"request asks for adapter(s) {set(names) - {None}} but the model has no LoRA")
+            return
+        if len(set(names)) == 1:
+            lora.set_adapter(self.model, names[0])  # one adapter: the cheaper single path
+        else:
+            lora.set_row_adapters(self.model, names)
+
+    def _stop_check(self, req, toks, stop_ids):
+        sp = req.sampling
+        if toks[-1] in stop_ids:
+            return "stop", toks[-1]
+        if sp.stop:
+            # a stop string must end inside the newest token: compare a short decoded tail with and
+            # without it, so the completion is cut at exactly the token that completed the string
+            w = max(len(s) for s in sp.stop) + 2
+            tail = self.tok.decode(toks[-w:])
+            prev = self.tok.decode(toks[-w:-1])
+            for s in sp.stop:
+                if tail.count(s) > prev.count(s):
+                    return "stop", s
+        if len(toks) >= sp.max_new_tokens:
+            return "length", None
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# the episode driver
+
+
+@dataclass
+class Turn:
+    role: str
+    messages: list[dict]
+
+
+@dataclass
+class RoleSpec:
+    adapter: str | None
+    sampling: SamplingParams
+
+
+@dataclass
+class Step:
+    episode_id: int
+    task_id: int
+    role: str
+    turn: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    reward: float = 0.0
+    finish_reason: str = ""
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Episode:
+    episode_id: int
+    task_id: int
+    env: object
+    steps: list[Step] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    truncated: bool = False
+
+
+def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
+                 max_turns: int = 8, max_model_len: int | None = None, progress: bool = False):
+    """Roll out len(tasks) x num_chains episodes; returns (steps, episodes).
+
+    Each round: every live episode's pending turn becomes one request (its role's adapter and
+    sampling), all in ONE engine.generate call; replies go back through env.step. An episode
+    ends when the env says so, after max_turns model turns, or when a prompt would not fit in
+    max_model_len (then it is marked truncated). Rewards come from env.turn_rewards() at the end.
+    """
+    episodes, pending = [], {}
+    for t, task in enumerate(tasks):
+        for c in range(num_chains):
+            env = make_env()
+            ep = Episode(len(episodes), t, env)
+            episodes.append(ep)
+            turn = env.reset(task)
+            if turn is not None:
+                pending[ep.episode_id] = turn
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(episodes), desc="episodes", leave=False)
+        bar.update(len(episodes) - len(pending))
+    for _ in range(max_turns):
+        if not pending:
+            break
+        ids, reqs = [], []
+        for eid, turn in list(pending.items()):
+            if turn.role not in roles:
+                raise KeyError(f"env asked for role {turn.role!r}; configured roles are {sorted(roles)}")
+            spec = roles[turn.role]
+            p = _chat_ids(tokenizer, turn.messages)
+            if max_model_len is not None and len(p) + spec.sampling.max_new_tokens > max_model_len:
+                episodes[eid].truncated = True
+                del pending[eid]
+                continue
+            sp = spec.sampling
+            if sp.seed is not None:  # distinct but reproducible stream per episode and turn
+                sp = dataclasses.replace(sp, seed=sp.seed + 1000003 * eid + len(episodes[eid].steps))
+            ids.append(eid)
+            reqs.append(Request(p, spec.adapter, sp))
+        results = engine.generate(reqs) if reqs else []
+        for eid, req, res in zip(ids, reqs, results):
+            ep = episodes[eid]
+            role = pending[eid].role
+            ep.steps.append(Step(eid, ep.task_id, role, len(ep.steps), req.prompt_ids, res.completion_ids,
+                                 res.logprobs, finish_reason=res.finish_reason, info={"text": res.text}))
+            nxt = ep.env.step(res.text)
+            if nxt is None:
+                del pending[eid]
+            else:
+                pending[eid] = nxt
+        if bar is not None:
+            bar.n = len(episodes) - len(pending)
+            bar.refresh()
+    for eid in list(pending):
+        episodes[eid].truncated = True  # max_turns reached with a turn still pending
+    if bar is not None:
+        bar.close()
+    steps = []
+    for ep in episodes:
+        rewards = ep.env.turn_rewards()
+        if len(rewards) != len(ep.steps):
+            raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
+                             f"{len(ep.steps)} turns (episode {ep.episode_id})")
+        for st, r in zip(ep.steps, rewards):
+            st.reward = float(r)
+        ep.metrics = dict(ep.env.metrics())
+        steps += ep.steps
+    return steps, episodes
+
+
+def _chat_ids(tokenizer, messages) -> list[int]:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
