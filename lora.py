@@ -223,10 +223,11 @@ def adapter_state_dict(model, name: str) -> dict[str, torch.Tensor]:
     return sd
 
 
-def save_adapter(model, name: str, directory, base_model_name_or_path: str | None = None):
+def save_adapter(model, name: str, directory, base_model_name_or_path: str | None = None, zeros: bool = False):
     """Write adapter `name` as PEFT does: adapter_config.json + adapter_model.safetensors.
 
     Written into a temp dir and renamed, so a crash never leaves a half-written adapter.
+    zeros=True writes an identity adapter of the same shape (all zeros: adds exactly nothing).
     """
     from safetensors.torch import save_file
 
@@ -235,7 +236,8 @@ def save_adapter(model, name: str, directory, base_model_name_or_path: str | Non
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in adapter_state_dict(model, name).items()}
+    tensors = {k: (torch.zeros_like(v) if zeros else v).detach().to("cpu").contiguous()
+               for k, v in adapter_state_dict(model, name).items()}
     save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
     targets = sorted({p.rsplit(".", 1)[-1] for p in lora_modules(model)})
     config = {

