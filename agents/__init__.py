@@ -1,1 +1,1 @@
-"""Role prompts and reply parsing, one file per role set. Arrives with issue #5."""
+"""Role prompts and reply parsing, one file per role set."""

@@ -37,7 +37,7 @@ def prompts_for(tok, n, seed=0):
     return out
 
 
-def hf_generate(m, tok, prompts, adapters, n_new):
+def hf_generate(m, tok, prompts, adapters, n_new, useful=None):
     """model.generate on a left-padded batch; per-row adapters through lora.set_row_adapters."""
     P = max(len(p) for p in prompts)
     ids = torch.tensor([[tok.pad_token_id] * (P - len(p)) + p for p in prompts])
@@ -50,7 +50,7 @@ def hf_generate(m, tok, prompts, adapters, n_new):
         out = m.generate(input_ids=ids, attention_mask=am, max_new_tokens=n_new, min_new_tokens=n_new,
                          do_sample=True, top_k=0, top_p=1.0, temperature=1.0, pad_token_id=tok.pad_token_id)
     lora.set_adapter(m, None)
-    return (out.shape[1] - P) * len(prompts)
+    return (out.shape[1] - P) * len(prompts) if useful is None else useful
 
 
 def timed(fn, repeats):
@@ -95,6 +95,19 @@ def bench(spec, batches, engines, n_new, repeats):
             print(f"[{spec}] B={B:3d} {label:8s} " + "  ".join(f"{k} {v:7.1f} tok/s" for k, v in r.items())
                   + ("" if "hf" not in r else f"  | torch/hf {r['torch'] / r['hf']:.2f}x")
                   + ("" if "vllm" not in r else f"  torch/vllm {r['torch'] / r['vllm']:.2f}x"), flush=True)
+        # ragged lengths, as in RL: row i needs its own number of tokens (16..128). HF generate runs
+        # every row to the longest; useful tokens only are counted for every engine.
+        caps = [16 + (i * 37) % (n_new - 15) for i in range(B)]
+        reqs = [Request(p, a, SamplingParams(max_new_tokens=c, temperature=1.0, stop_token_ids=[], seed=0))
+                for p, a, c in zip(ps, mixed, caps)]
+        r = {"torch": timed(lambda: sum(len(x.completion_ids) for x in te.generate(reqs)), repeats)}
+        if "hf" in engines:
+            r["hf"] = timed(lambda: hf_generate(m, tok, ps, mixed, max(caps), useful=sum(caps)), repeats)
+        if ve is not None:
+            r["vllm"] = timed(lambda: sum(len(x.completion_ids) for x in ve.generate(reqs)), repeats)
+        print(f"[{spec}] B={B:3d} ragged+3-mixed (useful tok/s) " + "  ".join(f"{k} {v:7.1f}" for k, v in r.items())
+              + ("" if "hf" not in r else f"  | torch/hf {r['torch'] / r['hf']:.2f}x")
+              + ("" if "vllm" not in r else f"  torch/vllm {r['torch'] / r['vllm']:.2f}x"), flush=True)
         # mixed batch vs three single-adapter batches, TorchEngine
         groups = [[Request(p, ROLES[k], sp) for i, p in enumerate(ps) if i % 3 == k] for k in range(3)]
         sep = timed(lambda: sum(len(x.completion_ids) for grp in groups for x in te.generate(grp)), repeats)

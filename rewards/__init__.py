@@ -1,1 +1,1 @@
-"""Scoring functions (math equivalence, QA F1, sandboxed code tests). Arrive with issues #5 and #7."""
+"""Scoring functions: math answer equivalence (math.py); QA F1 and sandboxed code tests come with issue #7."""

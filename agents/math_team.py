@@ -1,0 +1,63 @@
+"""Prompts and reply parsing for the math roles (the 3-agent team and the single-agent baseline).
+
+A role turns the shared history into chat messages: a system prompt of its own and one user
+message holding the problem and everything said so far (one user message keeps every chat
+template happy, including those that forbid two assistant turns in a row). Replies are read
+tolerantly: `parse_verdict` accepts "Verdict: Correct", "**INCORRECT**", "The solution is not
+correct.", ...; answers are read by rewards.math.extract_answer.
+"""
+from __future__ import annotations
+
+import re
+
+SYSTEM = {
+    "solver": "You are a careful math solver. Think step by step, then give the final answer as \\boxed{answer}.",
+    "generator_initial": "You are a careful math solver. Think step by step, then give the final answer as "
+                         "\\boxed{answer}.",
+    "evaluator_critique": "You check math solutions. Point out any error briefly, then end with exactly one line: "
+                          "'Verdict: Correct' or 'Verdict: Incorrect'.",
+    "generator_refinement": "You fix math solutions. Use the critique, correct the mistakes, and give the final "
+                            "answer as \\boxed{answer}.",
+}
+LABEL = {"generator_initial": "Solution", "generator_refinement": "Refined solution",
+         "evaluator_critique": "Critique"}
+TASK = {
+    "solver": "Solve the problem.",
+    "generator_initial": "Solve the problem.",
+    "evaluator_critique": "Is the latest solution correct? Critique it and end with 'Verdict: Correct' or "
+                          "'Verdict: Incorrect'.",
+    "generator_refinement": "The latest solution was judged incorrect. Write a corrected solution ending with "
+                            "\\boxed{answer}.",
+}
+
+
+def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:
+    """Chat messages for `role`, who sees the problem and every (role, text) said so far."""
+    if role not in SYSTEM:
+        raise KeyError(f"no prompt for role {role!r}; known: {sorted(SYSTEM)}")
+    parts = [f"Problem: {problem}"]
+    for who, text in history:
+        parts.append(f"{LABEL.get(who, who)}:\n{text.strip()}")
+    parts.append(TASK[role])
+    return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+_NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"
+_POS = r"(correct|right|true|valid|yes)"
+
+
+def parse_verdict(text: str) -> bool | None:
+    """True (Correct), False (Incorrect) or None (no verdict found). Never raises.
+
+    The last explicit 'verdict' line wins; failing that, the last verdict word in the reply.
+    """
+    if not isinstance(text, str):
+        return None
+    t = re.sub(r"[*_`#>\[\]()]", " ", text.lower())
+    m = list(re.finditer(rf"verdict\s*(?:is)?\s*[:\-=]?\s*(?:the\s+solution\s+is\s+)?(?:{_NEG}|{_POS})\b", t))
+    if m:
+        return m[-1].group(1) is None
+    words = list(re.finditer(r"\b(incorrect|not\s+correct|wrong|correct)\b", t))
+    if words:
+        return words[-1].group(1) == "correct"
+    return None

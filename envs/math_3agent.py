@@ -1,0 +1,124 @@
+"""The 3-agent math team: generator -> evaluator -> (refiner -> evaluator)* on one shared history.
+
+    problem -> generator_initial    proposes a solution ending in \\boxed{answer}
+            -> evaluator_critique   critique ending in "Verdict: Correct" / "Verdict: Incorrect"
+            -> if Incorrect: generator_refinement (sees everything so far) -> evaluator_critique
+            ... until the evaluator says Correct or max_refinement_iterations refinements were made.
+
+The env interface (what rollout.run_episodes drives; every workflow implements the same four):
+    reset(task) -> Turn            task = {"question": str, "answer": str}; the first turn
+    step(reply_text) -> Turn|None  record the reply; the next turn, or None when the episode ends
+    turn_rewards() -> list[float]  after the end: the reward of each model turn, in order
+    metrics() -> dict              after the end: episode-level counts (aggregate with `aggregate`)
+
+Rewards, per turn of each role:
+    generator_initial     1 if its answer is correct, else 0 (no \\boxed answer = 0)
+    evaluator_critique    1 if its verdict matches the truth of the solution it judged, else 0;
+                          an unparseable verdict scores 0 and counts as "Incorrect" for the flow
+                          (the team never accepts an unverified solution)
+    generator_refinement  1 if its refined answer is correct, else 0, plus optional shaping:
+                          + fix_bonus when the previous answer was wrong and this one is right,
+                          - break_penalty when the previous answer was right and this one is wrong
+                          (both 0 by default, so every reward is plain correctness in [0, 1])
+The team reward (metrics()["team_reward"]) is the correctness of the final answer.
+"""
+from __future__ import annotations
+
+from agents.math_team import build_messages, parse_verdict
+from rewards.math import extract_answer, math_reward
+from rollout import Turn
+
+ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
+
+
+class MathTeamEnv:
+    roles = ROLES
+
+    def __init__(self, max_refinement_iterations: int = 3, fix_bonus: float = 0.0, break_penalty: float = 0.0):
+        self.max_refinements = max_refinement_iterations
+        self.fix_bonus, self.break_penalty = fix_bonus, break_penalty
+
+    def reset(self, task: dict) -> Turn:
+        self.problem, self.answer = task["question"], str(task["answer"])
+        self.history: list[tuple[str, str]] = []  # (role, text), everything said so far
+        self.rewards: list[float] = []
+        self.solution_correct: list[bool] = []  # correctness of each generator turn
+        self.verdicts: list[bool | None] = []
+        self.judged: list[bool] = []  # truth of the solution each verdict judged
+        self.refinements = 0
+        self.done = False
+        return self._turn("generator_initial")
+
+    def _turn(self, role):
+        self.role = role
+        return Turn(role, build_messages(role, self.problem, self.history))
+
+    def step(self, reply: str) -> Turn | None:
+        if self.done:
+            raise RuntimeError("step() after the episode ended")
+        role = self.role
+        self.history.append((role, reply))
+        if role in ("generator_initial", "generator_refinement"):
+            ok = math_reward(reply, self.answer) == 1.0
+            r = float(ok)
+            if role == "generator_refinement":
+                prev = self.solution_correct[-1]
+                r += self.fix_bonus * (ok and not prev) - self.break_penalty * (prev and not ok)
+                self.refinements += 1
+            self.solution_correct.append(ok)
+            self.rewards.append(r)
+            return self._turn("evaluator_critique")
+        # evaluator
+        verdict = parse_verdict(reply)
+        truth = self.solution_correct[-1]
+        self.verdicts.append(verdict)
+        self.judged.append(truth)
+        self.rewards.append(float(verdict is not None and verdict == truth))
+        if verdict is True or self.refinements >= self.max_refinements:
+            self.done = True
+            return None
+        return self._turn("generator_refinement")
+
+    def turn_rewards(self) -> list[float]:
+        return list(self.rewards)
+
+    def metrics(self) -> dict:
+        sc = self.solution_correct
+        v = [(vd, t) for vd, t in zip(self.verdicts, self.judged)]
+        return {
+            "initial_correct": float(bool(sc) and sc[0]),
+            "final_correct": float(bool(sc) and sc[-1]),
+            "team_reward": float(bool(sc) and sc[-1]),
+            # evaluator confusion counts; positive = verdict "Correct"
+            "eval_tp": sum(vd is True and t for vd, t in v), "eval_fp": sum(vd is True and not t for vd, t in v),
+            "eval_tn": sum(vd is False and not t for vd, t in v), "eval_fn": sum(vd is False and t for vd, t in v),
+            "eval_unparsed": sum(vd is None for vd, _ in v),
+            "refinements": self.refinements,
+            "refine_fixed": sum((not a) and b for a, b in zip(sc, sc[1:])),
+            "refine_broken": sum(a and not b for a, b in zip(sc, sc[1:])),
+            "refine_from_wrong": sum(not a for a in sc[:-1]),
+            "no_answer": sum(extract_answer(t) is None for r, t in self.history if r != "evaluator_critique"),
+        }
+
+
+def aggregate(episodes) -> dict:
+    """Per-agent metrics over rollout.Episode objects (their .metrics and .steps)."""
+    ms = [e.metrics for e in episodes if e.metrics]
+    n = max(1, len(ms))
+    tot = {k: sum(m.get(k, 0) for m in ms) for k in ms[0]} if ms else {}
+    tp, fp, tn, fn = (tot.get(k, 0) for k in ("eval_tp", "eval_fp", "eval_tn", "eval_fn"))
+    judged = tp + fp + tn + fn + tot.get("eval_unparsed", 0)
+    out = {
+        "initial_acc": tot.get("initial_correct", 0) / n,
+        "final_acc": tot.get("final_correct", 0) / n,
+        "evaluator_precision": tp / max(1, tp + fp),  # of "Correct" verdicts, how many were right
+        "evaluator_recall": tp / max(1, tp + fn),  # of correct solutions, how many were approved
+        "evaluator_acc": (tp + tn) / max(1, judged),
+        "refine_success": tot.get("refine_fixed", 0) / max(1, tot.get("refine_from_wrong", 0)),
+        "regressions": tot.get("refine_broken", 0) / n,
+        "mean_iterations": tot.get("refinements", 0) / n,
+    }
+    for role in ROLES:
+        steps = [s for e in episodes for s in e.steps if s.role == role]
+        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
+    return out

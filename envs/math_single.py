@@ -1,0 +1,40 @@
+"""Single-agent math baseline: one role ("solver") answers once; reward = math_reward.
+
+The same data and the same reward as the 3-agent team (envs/math_3agent.py), so the two can be
+compared at equal budget: the team must beat this.
+"""
+from __future__ import annotations
+
+from agents.math_team import build_messages
+from rewards.math import extract_answer, math_reward
+from rollout import Turn
+
+ROLES = ("solver",)
+
+
+class MathSingleEnv:
+    roles = ROLES
+
+    def reset(self, task: dict) -> Turn:
+        self.problem, self.answer, self.reward, self.reply = task["question"], str(task["answer"]), None, None
+        return Turn("solver", build_messages("solver", self.problem, []))
+
+    def step(self, reply: str):
+        self.reply, self.reward = reply, math_reward(reply, self.answer)
+        return None
+
+    def turn_rewards(self):
+        return [] if self.reward is None else [self.reward]
+
+    def metrics(self):
+        ok = float(self.reward or 0.0)
+        return {"initial_correct": ok, "final_correct": ok, "team_reward": ok,
+                "no_answer": float(self.reply is not None and extract_answer(self.reply) is None)}
+
+
+def aggregate(episodes) -> dict:
+    ms = [e.metrics for e in episodes if e.metrics]
+    n = max(1, len(ms))
+    steps = [s for e in episodes for s in e.steps]
+    return {"final_acc": sum(m["final_correct"] for m in ms) / n, "no_answer": sum(m["no_answer"] for m in ms) / n,
+            "tokens/solver": sum(len(s.completion_ids) for s in steps) / max(1, len(steps))}

@@ -1,0 +1,226 @@
+import json
+import random
+import time
+
+import pytest
+
+from agents.math_team import build_messages, parse_verdict
+from data.math_data import DataError, generate, load_math
+from envs.math_3agent import ROLES, MathTeamEnv, aggregate
+from envs.math_single import MathSingleEnv
+from rewards.math import TIMEOUT_S, extract_answer, math_reward
+from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
+
+# ---------------------------------------------------------------------------------- rewards
+
+EQUIV = [
+    ("so \\boxed{\\frac{1}{2}}", "0.5"), ("\\boxed{\\dfrac{1}{2}}", "1/2"), ("\\boxed{50\\%}", "50"),
+    ("\\boxed{1,000}", "1000"), ("\\boxed{\\$12}", "12"), ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}"),
+    ("\\boxed{(1, 2)}", "(1,2)"), ("Thus the answer is 42.", "42"), ("blah\n#### 72", "72"),
+    ("\\boxed{\\text{Monday}}", "monday"), ("\\boxed{x^2+2x+1}", "(x+1)^2"),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt 3}{2}"), ("first \\boxed{1} then \\boxed{2}", "2"),
+    ("\\boxed{-3}", "-3.0"), ("\\boxed{ 7 }.", "7"), ("$\\boxed{\\left( 3, 4 \\right)}$", "(3,4)"),
+]
+NOT_EQUIV = [
+    ("\\boxed{3}", "4"), ("\\boxed{\\frac{1}{3}}", "0.33"), ("no answer here", "5"), ("\\boxed{2\\sqrt{3}}", "\\sqrt{8}"),
+    ("\\boxed{(2, 1)}", "(1,2)"), ("\\boxed{1} and finally \\boxed{3}", "1"), ("\\boxed{}", "0"), ("", "1"),
+]
+
+
+@pytest.mark.parametrize("resp,gold", EQUIV)
+def test_equivalent(resp, gold):
+    assert math_reward(resp, gold) == 1.0
+
+
+@pytest.mark.parametrize("resp,gold", NOT_EQUIV)
+def test_not_equivalent(resp, gold):
+    assert math_reward(resp, gold) == 0.0
+
+
+def test_extract_answer():
+    assert extract_answer("x \\boxed{\\frac{a}{b^{2}}} y") == "\\frac{a}{b^{2}}"
+    assert extract_answer("\\boxed{unbalanced") is None
+    assert extract_answer("#### 1,234") == "1,234"
+    assert extract_answer("The answer is: $12$.") == "12"
+    assert extract_answer(None) is None and extract_answer("") is None
+
+
+@pytest.mark.parametrize("resp", ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{" + "(" * 5000 + "}", "\\boxed{10^{10^{10^{10}}}!}",
+                                  "\\boxed{" + "x+" * 2000 + "1}"])
+def test_pathological_inputs_return_in_bounded_time(resp):
+    t = time.perf_counter()
+    assert math_reward(resp, "1") == 0.0
+    assert time.perf_counter() - t < TIMEOUT_S + 10  # a hang guard, not a speed target
+    assert math_reward("\\boxed{2}", "2") == 1.0  # the worker came back after a kill
+
+
+def test_garbage_never_raises():
+    rng = random.Random(0)
+    alphabet = list("0123456789abcxyz+-*/^{}()[]$\\,. %#") + ["\\boxed{", "\\frac", "\\sqrt", "####", "answer is "]
+    for _ in range(2000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert math_reward(s, rng.choice(["1", "\\frac{1}{2}", "(1,2)", "x"])) in (0.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize("text,want", [
+    ("Verdict: Correct", True), ("verdict: incorrect", False), ("**Verdict:** **INCORRECT**", False),
+    ("The work looks fine.\nVerdict - correct.", True), ("The solution is not correct.", False),
+    ("I think it's correct... wait, it is wrong", False), ("Verdict: The solution is correct", True),
+    ("`Verdict`: Incorrect!", False), ("no idea", None), ("", None), (None, None),
+    ("It says correct at first. Verdict: Incorrect", False),
+])
+def test_parse_verdict(text, want):
+    assert parse_verdict(text) is want
+
+
+def test_messages_through_a_chat_template(tiny):
+    _, tok = tiny
+    msgs = build_messages("generator_refinement", "What is 2+2?", [("generator_initial", "\\boxed{5}"),
+                                                                   ("evaluator_critique", "Verdict: Incorrect")])
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert "What is 2+2?" in text and "\\boxed{5}" in text and "Critique:" in text
+    with pytest.raises(KeyError):
+        build_messages("nobody", "x", [])
+
+
+# ---------------------------------------------------------------------------------- scripted episodes
+
+TASK = {"question": "What is 3 + 4?", "answer": "7"}
+
+
+def play(env, replies):
+    turn = env.reset(TASK)
+    roles = []
+    for r in replies:
+        assert turn is not None, "episode ended before the script"
+        roles.append(turn.role)
+        turn = env.step(r)
+    assert turn is None, "episode did not end with the script"
+    return roles, env.turn_rewards(), env.metrics()
+
+
+def test_correct_first_try():
+    roles, rew, m = play(MathTeamEnv(), ["3+4=7 \\boxed{7}", "Verdict: Correct"])
+    assert roles == ["generator_initial", "evaluator_critique"]
+    assert rew == [1.0, 1.0]
+    assert m["initial_correct"] == m["final_correct"] == m["team_reward"] == 1.0 and m["eval_tp"] == 1
+    assert m["refinements"] == 0
+
+
+def test_wrong_then_incorrect_then_fixed():
+    roles, rew, m = play(MathTeamEnv(), ["\\boxed{6}", "Verdict: Incorrect", "oops \\boxed{7}", "**Verdict: correct**"])
+    assert roles == ["generator_initial", "evaluator_critique", "generator_refinement", "evaluator_critique"]
+    assert rew == [0.0, 1.0, 1.0, 1.0]
+    assert (m["initial_correct"], m["final_correct"], m["refine_fixed"], m["refine_broken"]) == (0.0, 1.0, 1, 0)
+    assert (m["eval_tn"], m["eval_tp"], m["refinements"]) == (1, 1, 1)
+
+
+def test_wrong_but_critic_says_correct_is_punished():
+    roles, rew, m = play(MathTeamEnv(), ["\\boxed{6}", "Looks right. Verdict: Correct"])
+    assert rew == [0.0, 0.0] and m["final_correct"] == 0.0 and m["eval_fp"] == 1
+
+
+def test_max_iterations_reached():
+    roles, rew, m = play(MathTeamEnv(max_refinement_iterations=2),
+                         ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{5}", "Verdict: Incorrect", "\\boxed{8}", "Verdict: Incorrect"])
+    assert roles == ["generator_initial", "evaluator_critique", "generator_refinement", "evaluator_critique",
+                     "generator_refinement", "evaluator_critique"]
+    assert rew == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    assert m["refinements"] == 2 and m["final_correct"] == 0.0 and m["eval_tn"] == 3
+
+
+def test_unparseable_replies():
+    roles, rew, m = play(MathTeamEnv(), ["I don't know", "hmm, hard to say", "fine: \\boxed{7}", "Correct."])
+    assert roles[2] == "generator_refinement"  # no verdict counts as Incorrect for the flow
+    assert rew == [0.0, 0.0, 1.0, 1.0]
+    assert m["eval_unparsed"] == 1 and m["no_answer"] == 1 and m["final_correct"] == 1.0
+
+
+def test_shaping_bonus_and_penalty():
+    _, rew, _ = play(MathTeamEnv(fix_bonus=0.5, break_penalty=0.25), ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{7}", "Verdict: Correct"])
+    assert rew == [0.0, 1.0, 1.5, 1.0]
+    # right -> critic wrongly says Incorrect (0) -> broken to wrong (-0.25) -> critic says Incorrect (1)
+    _, rew, m = play(MathTeamEnv(fix_bonus=0.5, break_penalty=0.25, max_refinement_iterations=1),
+                     ["\\boxed{7}", "Verdict: Incorrect", "\\boxed{9}", "Verdict: Incorrect"])
+    assert rew == [1.0, 0.0, -0.25, 1.0] and m["refine_broken"] == 1 and m["eval_fn"] == 1
+
+
+def test_aggregate_metrics():
+    eps = []
+    for replies in (["\\boxed{7}", "Verdict: Correct"], ["\\boxed{6}", "Verdict: Correct"],
+                    ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{7}", "Verdict: Correct"]):
+        env = MathTeamEnv()
+        roles, _, m = play(env, replies)
+        steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
+        eps.append(Episode(0, 0, env, steps, m))
+    a = aggregate(eps)
+    assert a["initial_acc"] == pytest.approx(1 / 3) and a["final_acc"] == pytest.approx(2 / 3)
+    assert a["evaluator_precision"] == pytest.approx(2 / 3)  # 3 "Correct" verdicts, 2 right
+    assert a["evaluator_recall"] == 1.0 and a["evaluator_acc"] == pytest.approx(3 / 4)
+    assert a["refine_success"] == 1.0 and a["mean_iterations"] == pytest.approx(1 / 3)
+    assert a["tokens/generator_refinement"] == 3.0
+
+
+def test_single_agent_env():
+    env = MathSingleEnv()
+    t = env.reset(TASK)
+    assert t.role == "solver" and env.step("\\boxed{7}") is None
+    assert env.turn_rewards() == [1.0] and env.metrics()["final_correct"] == 1.0
+
+
+# ---------------------------------------------------------------------------------- data
+
+
+def test_loader_formats_and_errors(tmp_path):
+    p = tmp_path / "d.jsonl"
+    rows = [{"question": "q1", "answer": "1"}, {"question": "q2", "answer": "Natalia... #### 1,072"},
+            {"problem": "p3", "solution": "so \\boxed{\\frac{1}{2}}"}, {"problem": "p4", "answer": 4},
+            {"question": "q5", "final_answer": "x^2"}]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    assert [t["answer"] for t in load_math(str(p))] == ["1", "1072", "\\frac{1}{2}", "4", "x^2"]
+    (tmp_path / "l.json").write_text(json.dumps(rows[:2]))
+    assert len(load_math(str(tmp_path / "l.json"))) == 2
+    for bad, msg in [('{"question": "q"}', "missing field 'answer'"), ('{"question": 3, "answer": "1"}', "must be a string"),
+                     ('{"question": " ", "answer": "1"}', "empty question"), ("{not json", "not valid JSON"),
+                     ('{"problem": "p", "solution": "no box"}', "no \\\\boxed")]:
+        f = tmp_path / "bad.jsonl"
+        f.write_text('{"question": "ok", "answer": "1"}\n' + bad + "\n")
+        with pytest.raises(DataError, match=f"bad.jsonl:2: .*{msg}"):
+            load_math(str(f))
+    with pytest.raises(FileNotFoundError):
+        load_math(str(tmp_path / "none.jsonl"))
+
+
+def test_shipped_data_is_valid_and_disjoint():
+    train, val = load_math("data/arith_train.jsonl"), load_math("data/arith_val.jsonl")
+    assert len(train) == 2000 and len(val) == 200
+    assert not {t["question"] for t in train} & {t["question"] for t in val}
+    for t in val[:50]:
+        assert math_reward(f"\\boxed{{{t['answer']}}}", t["answer"]) == 1.0
+    assert generate(20, seed=5) == generate(20, seed=5)
+
+
+# ---------------------------------------------------------------------------------- under the driver
+
+
+def test_team_env_under_driver_with_tiny_model(tiny):
+    import lora
+    m, tok = tiny
+    lora.add_lora(m, list(ROLES), rank=4, alpha=8)
+    roles = {r: RoleSpec(r, SamplingParams(max_new_tokens=12, seed=0)) for r in ROLES}
+    tasks = load_math("data/arith_val.jsonl")[:3]
+    steps, eps = run_episodes(TorchEngine(m, tok), tok, lambda: MathTeamEnv(max_refinement_iterations=1), tasks,
+                              roles, num_chains=2, max_turns=8)
+    assert len(eps) == 6 and steps
+    for e in eps:
+        seq = [s.role for s in e.steps]
+        assert seq[:2] == ["generator_initial", "evaluator_critique"]
+        assert all(a != b for a, b in zip(seq, seq[1:]))  # roles alternate generator / evaluator
+        assert len(seq) in (2, 4) and not e.truncated
+    assert all(s.reward in (0.0, 1.0) for s in steps)
+    a = aggregate(eps)
+    assert 0 <= a["final_acc"] <= 1 and a["tokens/generator_initial"] > 0
