@@ -21,6 +21,7 @@ concatenated weights are cached and revalidated through the parameters' version 
 so an optimizer step is seen at the next forward with no explicit sync.
 
 Adapters may have different ranks (call add_lora once per rank); alpha/r is per adapter.
+Adapter weights are fp32 whatever the base dtype; the forward casts at the boundary.
 Dropout acts only in training mode. Nothing ever merges adapter weights into the base in
 place: `merged_state_dict` returns new tensors for export.
 
@@ -67,8 +68,9 @@ class LoRALinear(nn.Module):
         # peft's init: kaiming-uniform A (a=sqrt(5)), zero B, so a fresh adapter is the identity.
         bound = 1.0 / math.sqrt(self.in_features)
         A.uniform_(-bound, bound, generator=generator)
-        self.lora_A[name] = nn.Parameter(A.to(device=w.device, dtype=w.dtype))
-        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=w.dtype))
+        # adapters are always fp32, even on a bf16 base: AdamW on bf16 params loses small updates
+        self.lora_A[name] = nn.Parameter(A.to(device=w.device))
+        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=torch.float32))
         self.scaling[name] = alpha / rank
         self.dropout_p[name] = dropout
         self._max_dropout = max(self.dropout_p.values())
@@ -231,13 +233,19 @@ def save_adapter(model, name: str, directory, base_model_name_or_path: str | Non
     """
     from safetensors.torch import save_file
 
+    import torch.distributed as dist
+
+    # under FSDP the adapter tensors are sharded DTensors: gathering them is a collective that
+    # every rank must join; only rank 0 writes
+    tensors = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in adapter_state_dict(model, name).items()}
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
     directory = Path(directory)
     cfg = model._lora_config[name]
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tensors = {k: (torch.zeros_like(v) if zeros else v).detach().to("cpu").contiguous()
-               for k, v in adapter_state_dict(model, name).items()}
+    tensors = {k: (torch.zeros_like(v) if zeros else v).detach().to("cpu").contiguous() for k, v in tensors.items()}
     save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
     targets = sorted({p.rsplit(".", 1)[-1] for p in lora_modules(model)})
     config = {

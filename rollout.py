@@ -152,9 +152,21 @@ class TorchEngine:
 
     @torch.no_grad()
     def generate(self, requests: list[Request]) -> list[Result]:
-        out = []
-        for i in range(0, len(requests), self.max_batch_size):
-            out += self._generate_batch(requests[i:i + self.max_batch_size])
+        # Under FSDP2 the decode loop calls submodules directly, which bypasses FSDP's forward
+        # hooks: gather every shard once for the whole call (what a rollout engine does anyway).
+        from torch.distributed.fsdp import FSDPModule
+        fsdp = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        for m in fsdp:
+            m.unshard()
+        for m in lora.lora_modules(self.model).values():
+            m._cat_cache = None  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        try:
+            out = []
+            for i in range(0, len(requests), self.max_batch_size):
+                out += self._generate_batch(requests[i:i + self.max_batch_size])
+        finally:
+            for m in fsdp:
+                m.reshard()
         return out
 
     # one forward over new tokens x (B, q) written at cache columns [col, col+q) ------------------
@@ -460,19 +472,24 @@ class Episode:
 
 
 def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
-                 max_turns: int = 8, max_model_len: int | None = None, progress: bool = False):
+                 max_turns: int = 8, max_model_len: int | None = None, progress: bool = False,
+                 seed_ids: list[int] | None = None):
     """Roll out len(tasks) x num_chains episodes; returns (steps, episodes).
 
     Each round: every live episode's pending turn becomes one request (its role's adapter and
     sampling), all in ONE engine.generate call; replies go back through env.step. An episode
     ends when the env says so, after max_turns model turns, or when a prompt would not fit in
     max_model_len (then it is marked truncated). Rewards come from env.turn_rewards() at the end.
+    Seeded sampling gives episode (task t, chain c) the stream seed + f(seed_ids[t] * num_chains + c,
+    turn): pass global task ids as seed_ids and a task samples the same on any rank and in any batch.
     """
-    episodes, pending = [], {}
+    episodes, pending, seed_of = [], {}, {}
+    seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
     for t, task in enumerate(tasks):
         for c in range(num_chains):
             env = make_env()
             ep = Episode(len(episodes), t, env)
+            seed_of[ep.episode_id] = seed_ids[t] * num_chains + c
             episodes.append(ep)
             turn = env.reset(task)
             if turn is not None:
@@ -497,7 +514,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
                 continue
             sp = spec.sampling
             if sp.seed is not None:  # distinct but reproducible stream per episode and turn
-                sp = dataclasses.replace(sp, seed=sp.seed + 1000003 * eid + len(episodes[eid].steps))
+                sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(episodes[eid].steps)) % 2**63)
             ids.append(eid)
             reqs.append(Request(p, spec.adapter, sp))
         results = engine.generate(reqs) if reqs else []

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import re
 
-SYSTEM = {
-    "solver": "You are a careful math solver. Think step by step, then give the final answer as \\boxed{answer}.",
-    "generator_initial": "You are a careful math solver. Think step by step, then give the final answer as "
-                         "\\boxed{answer}.",
-    "evaluator_critique": "You check math solutions. Point out any error briefly, then end with exactly one line: "
-                          "'Verdict: Correct' or 'Verdict: Incorrect'.",
-    "generator_refinement": "You fix math solutions. Use the critique, correct the mistakes, and give the final "
-                            "answer as \\boxed{answer}.",
+EXAMPLE = "for example: 2 + 3 = 5, so the answer is \\boxed{5}."
+SYSTEM = {  # a one-line worked example: small models copy the format, large ones lose nothing
+    "solver": f"You are a careful math solver. Solve the problem in short steps and end with the final answer in "
+              f"\\boxed{{}}, {EXAMPLE}",
+    "generator_initial": f"You are a careful math solver. Solve the problem in short steps and end with the final "
+                         f"answer in \\boxed{{}}, {EXAMPLE}",
+    "evaluator_critique": "You check math solutions. Say briefly whether the solution is right, then end with exactly "
+                          "one line: 'Verdict: Correct' or 'Verdict: Incorrect'.",
+    "generator_refinement": f"You fix math solutions. Use the critique, correct the mistakes in short steps and end "
+                            f"with the final answer in \\boxed{{}}, {EXAMPLE}",
 }
 LABEL = {"generator_initial": "Solution", "generator_refinement": "Refined solution",
          "evaluator_critique": "Critique"}
 TASK = {
-    "solver": "Solve the problem.",
-    "generator_initial": "Solve the problem.",
+    "solver": "Solve the problem. End with \\boxed{answer}.",
+    "generator_initial": "Solve the problem. End with \\boxed{answer}.",
     "evaluator_critique": "Is the latest solution correct? Critique it and end with 'Verdict: Correct' or "
                           "'Verdict: Incorrect'.",
     "generator_refinement": "The latest solution was judged incorrect. Write a corrected solution ending with "

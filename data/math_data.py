@@ -1,6 +1,7 @@
 """Math tasks: loaders for the common formats and a seeded generator of school math.
 
-Every loader returns a list of {"question": str, "answer": str}. Accepted row formats:
+Every loader returns a list of {"question": str, "answer": str, ...} (other scalar fields, e.g.
+"level", are kept as metadata). Accepted row formats:
     {"question", "answer"}                the common format
     {"question", "answer": "... #### 42"} GSM8K (the number after ####)
     {"problem", "solution"}               MATH (the last \\boxed{} of the solution)
@@ -54,7 +55,9 @@ def _row_to_task(row, where: str) -> dict:
         raise DataError(f"{where}: field 'answer' must be a string or number, got {type(a).__name__}")
     if not q.strip() or not a.strip():
         raise DataError(f"{where}: empty {'question' if not q.strip() else 'answer'}")
-    return {"question": q.strip(), "answer": a.strip()}
+    extra = {k: v for k, v in row.items()
+             if k not in ("question", "problem", "answer", "final_answer", "solution") and isinstance(v, (int, float, str))}
+    return {**extra, "question": q.strip(), "answer": a.strip()}  # extra fields (e.g. level) kept as metadata
 
 
 def load_math(spec: str, split: str = "train", limit: int | None = None) -> list[dict]:
