@@ -139,12 +139,15 @@ class RolloutConfig:
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     progress: bool = True
     """progress bar during rollouts"""
+    merge_turns: bool = False
+    """train a role's consecutive turns of one episode as one sequence when each prompt extends the
+    last (tool agents); observations and other roles' tokens are masked out"""
 
 
 @dataclass
 class DataConfig:
-    env: Literal["math_3agent", "math_single"] = "math_3agent"
-    """workflow (envs/)"""
+    env: Literal["math_3agent", "math_single", "math_tool", "code", "search", "react"] = "math_3agent"
+    """workflow (envs/): math_3agent, math_single, math_tool, code (HumanEval), search, react (one tool agent)"""
     train_files: str = "data/arith_train.jsonl"
     """training tasks: a .jsonl/.json file or a HF dataset name"""
     val_files: str = "data/arith_val.jsonl"
@@ -156,7 +159,15 @@ class DataConfig:
     levels: tuple[int, ...] | None = None
     """keep only tasks whose 'level' field is listed (the shipped arithmetic data has levels 1-5)"""
     max_refinement_iterations: int = 3
-    """math_3agent: refinements before the episode ends"""
+    """refinement cycles before an episode ends (math_3agent, math_tool, code, search)"""
+    agent_style: Literal["chat", "react", "code"] = "react"
+    """react env: plain chat, ReAct (Thought/Action/Observation) or code-acting"""
+    tools: tuple[str, ...] = ("calculator",)
+    """react env: tools offered (calculator, python)"""
+    corpus: str = "data/search_corpus.jsonl"
+    """search env: the documents BM25 searches"""
+    search_k: int = 3
+    """search env: passages per query"""
 
 
 @dataclass

@@ -548,5 +548,32 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     return steps, episodes
 
 
+def merge_turns(steps: list[Step]) -> list[Step]:
+    """Merge consecutive turns of one role in one episode into a single training sequence.
+
+    Turn k+1 is merged into turn k when its prompt starts with turn k's prompt + completion (the
+    chat template re-renders the history token for token). The tokens in between (tool
+    observations, other roles' turns, template tokens) join the completion with loss mask 0 and
+    logprob 0; the merged step keeps the later turn's reward. Turns that do not extend (a template
+    that rewrites history, a reply that re-tokenises differently) stay separate steps.
+    """
+    out: list[Step] = []
+    for s in steps:
+        cur = out[-1] if out else None
+        full = cur.prompt_ids + cur.completion_ids if cur else None
+        if (cur is not None and s.episode_id == cur.episode_id and s.role == cur.role
+                and len(s.prompt_ids) >= len(full) and s.prompt_ids[:len(full)] == full):
+            gap = s.prompt_ids[len(full):]
+            cur.info = {**cur.info, "loss_mask": cur.info.get("loss_mask", [1] * len(cur.completion_ids))
+                        + [0] * len(gap) + s.info.get("loss_mask", [1] * len(s.completion_ids)),
+                        "merged_turns": cur.info.get("merged_turns", 1) + 1}
+            cur.completion_ids = cur.completion_ids + gap + s.completion_ids
+            cur.logprobs = cur.logprobs + [0.0] * len(gap) + s.logprobs
+            cur.reward = s.reward
+            continue
+        out.append(dataclasses.replace(s, info=dict(s.info)))
+    return out
+
+
 def _chat_ids(tokenizer, messages) -> list[int]:
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)

@@ -43,7 +43,7 @@ import ppo
 from config import Config, load_config_file, to_dict
 from data.math_data import load_math
 from model import load_model
-from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
+from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
 
 RANK, WORLD = 0, 1
 
@@ -54,13 +54,22 @@ def print0(*a, **k):
 
 
 def make_env_factory(cfg: Config):
-    """The workflows: a plain dict, no registry."""
-    from envs import math_3agent, math_single
+    """The workflows: a plain dict of (make_env, aggregate, load_tasks), no registry."""
+    from envs import code_team, math_3agent, math_single, math_tool, react, search_team
+    from rewards.code import load_code_tasks, load_humaneval
+    d = cfg.data
     envs = {
-        "math_3agent": (lambda: math_3agent.MathTeamEnv(cfg.data.max_refinement_iterations), math_3agent.aggregate),
-        "math_single": (math_single.MathSingleEnv, math_single.aggregate),
+        "math_3agent": (lambda: math_3agent.MathTeamEnv(d.max_refinement_iterations), math_3agent.aggregate, load_math),
+        "math_single": (math_single.MathSingleEnv, math_single.aggregate, load_math),
+        "math_tool": (lambda: math_tool.MathToolEnv(d.max_refinement_iterations), math_tool.aggregate, load_math),
+        "code": (lambda: code_team.CodeTeamEnv(d.max_refinement_iterations), code_team.aggregate,
+                 lambda spec: load_humaneval() if spec == "humaneval" else load_code_tasks(spec)),
+        "search": (lambda: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations),
+                   search_team.aggregate, load_math),
+        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations), react.aggregate,
+                  load_math),
     }
-    return envs[cfg.data.env]
+    return envs[d.env]
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,7 +420,7 @@ def role_specs(cfg: Config, step_seed: int | None, greedy=False):
 
 
 def rollout(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress):
-    make_env, _ = make_env_factory(cfg)
+    make_env = make_env_factory(cfg)[0]
     steps, eps = run_episodes(engine, tok, make_env, tasks, roles, num_chains=num_chains,
                               max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
                               progress=progress and RANK == 0, seed_ids=task_ids)
@@ -424,7 +433,7 @@ def rollout(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress):
 
 def summarize(cfg, steps, eps, prefix):
     """Per-role mean reward and the env's per-agent metrics, reduced over ranks."""
-    _, aggregate = make_env_factory(cfg)
+    aggregate = make_env_factory(cfg)[1]
     sums = {r.name: [0.0, 0.0] for r in cfg.roles}
     for s in steps:
         sums[s.role][0] += s.reward
@@ -518,8 +527,10 @@ def main(cfg: Config):
     else:
         engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed)
 
+    load_tasks = make_env_factory(cfg)[2]
+
     def tasks_of(files):
-        ts = load_math(files)
+        ts = load_tasks(files)
         if cfg.data.levels is not None:
             ts = [x for x in ts if x.get("level") in cfg.data.levels]
             if not ts:
@@ -578,6 +589,8 @@ def main(cfg: Config):
                              role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress)
         n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
         t_roll = time.perf_counter() - t0
+        if cfg.rollout.merge_turns:
+            steps = merge_turns(steps)
 
         greedy_scores = {}
         if a.adv_estimator == "remax":  # ReMax's baseline: one greedy episode per task

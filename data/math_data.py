@@ -56,7 +56,8 @@ def _row_to_task(row, where: str) -> dict:
     if not q.strip() or not a.strip():
         raise DataError(f"{where}: empty {'question' if not q.strip() else 'answer'}")
     extra = {k: v for k, v in row.items()
-             if k not in ("question", "problem", "answer", "final_answer", "solution") and isinstance(v, (int, float, str))}
+             if k not in ("question", "problem", "answer", "final_answer", "solution")
+             and (isinstance(v, (int, float, str)) or isinstance(v, list) and all(isinstance(x, (int, float, str)) for x in v))}
     return {**extra, "question": q.strip(), "answer": a.strip()}  # extra fields (e.g. level) kept as metadata
 
 

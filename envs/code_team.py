@@ -1,0 +1,80 @@
+"""The code team: generator -> test runner (the env, in the sandbox) -> refiner, up to N cycles.
+
+    generator  writes the function (HumanEval prompt: signature + docstring)
+    tests      the env runs the task's tests on it in rewards.sandbox; all pass -> the episode ends,
+               else a summary of the failures (at most 3 asserts) is appended to the history
+    refiner    rewrites the function from the failures; tests run again ... until all pass or
+               max_refinement_iterations refinements were made
+Rewards: each generator / refiner turn gets the fraction of tests its code passes (0 when the
+code does not run, with the sandbox's reason in the summary). Team reward = final all-pass.
+"""
+from __future__ import annotations
+
+from agents.code_team import build_messages
+from rewards.code import extract_code, run_tests
+from rollout import Turn
+
+ROLES = ("generator", "refiner")
+
+
+def complete_code(reply: str, task: dict) -> str:
+    code = extract_code(reply)
+    if f"def {task['entry_point']}" not in code:  # a body only: put it under the prompt's signature
+        code = task["prompt"] + code
+    return code
+
+
+class CodeTeamEnv:
+    roles = ROLES
+
+    def __init__(self, max_refinement_iterations: int = 2, timeout: float = 10.0):
+        self.max_refinements, self.timeout = max_refinement_iterations, timeout
+
+    def reset(self, task):
+        self.task, self.history, self.rewards, self.passed_all, self.refinements = task, [], [], [], 0
+        return self._turn("generator")
+
+    def _turn(self, role):
+        self.role = role
+        return Turn(role, build_messages(role, self.task["prompt"], self.history))
+
+    def step(self, reply):
+        if self.role == "refiner":
+            self.refinements += 1
+        res = run_tests(complete_code(reply, self.task), self.task, self.timeout)
+        self.rewards.append(res.reward)
+        self.passed_all.append(res.all_passed)
+        self.history.append((self.role, reply))
+        if res.all_passed or self.refinements >= self.max_refinements:
+            return None
+        summary = f"{res.passed}/{res.total} tests passed ({res.reason})."
+        if res.failures:
+            summary += "\nFailures:\n" + "\n".join(f"- {f}" for f in res.failures[:3])
+        self.history.append(("tests", summary))
+        return self._turn("refiner")
+
+    def turn_rewards(self):
+        return list(self.rewards)
+
+    def metrics(self):
+        final = float(bool(self.passed_all) and self.passed_all[-1])
+        return {"generator_success": float(bool(self.passed_all) and self.passed_all[0]), "final_success": final,
+                "team_reward": final, "refiner_attempts": self.refinements,
+                "refiner_fixed": float(self.refinements > 0 and final == 1.0),
+                "final_pass_frac": self.rewards[-1] if self.rewards else 0.0, "iterations": len(self.rewards)}
+
+
+def aggregate(episodes) -> dict:
+    ms = [e.metrics for e in episodes if e.metrics]
+    n = max(1, len(ms))
+    tried = [m for m in ms if m["refiner_attempts"] > 0]
+    out = {"generator_success": sum(m["generator_success"] for m in ms) / n,
+           "final_success": sum(m["final_success"] for m in ms) / n,
+           "final_pass_frac": sum(m["final_pass_frac"] for m in ms) / n,
+           "refiner_attempts": sum(m["refiner_attempts"] for m in ms) / n,
+           "refiner_success": sum(m["refiner_fixed"] for m in tried) / max(1, len(tried)),
+           "iterations": sum(m["iterations"] for m in ms) / n}
+    for role in ROLES:
+        steps = [s for e in episodes for s in e.steps if s.role == role]
+        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
+    return out
