@@ -145,12 +145,14 @@ def micro_chunks(rows: list[int], size: int) -> list[list[int]]:
     return chunks + [[] for _ in range(n - len(chunks))]
 
 
-def forward_logp(model, rb: RoleBatch, rows, device, with_entropy=False):
+def forward_logp(model, rb: RoleBatch, rows, device, with_entropy=False, entropy_grad=False):
     ids, attn, T = rb.micro(rows)
     logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits[:, :-1]  # (b, T, V)
     logits = logits.float() / rb.temps[rows].to(device)[:, None, None]
     logp = ppo.token_logprobs(logits, ids[:, 1:].to(device))  # (b, T)
-    ent = ppo.entropy(logits, rb.mask[rows, :T].to(device)) if with_entropy else None
+    ent = None
+    if with_entropy:  # a metric always; differentiable only for the entropy bonus
+        ent = ppo.entropy(logits if entropy_grad else logits.detach(), rb.mask[rows, :T].to(device))
     return logp, ent, T
 
 
@@ -237,7 +239,7 @@ def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, 
             for rows in micro_chunks(mb, a.micro_batch_size):
                 w = 1.0 if rows else 0.0
                 rows = rows or [0]
-                logp, ent, T = forward_logp(model, rb, rows, device, with_entropy=a.entropy_coef > 0)
+                logp, ent, T = forward_logp(model, rb, rows, device, with_entropy=True, entropy_grad=a.entropy_coef > 0)
                 m = rb.mask[rows, :T].to(device) * w
                 A, old = adv[rows, :T].to(device), old_logp[rows, :T].to(device)
                 lossf = ppo.gspo_loss if a.policy_loss == "gspo" else ppo.policy_loss
@@ -248,9 +250,9 @@ def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, 
                     kl = ppo.agg_loss(ppo.kl_penalty(logp, ref_logp[rows, :T].to(device), a.kl_kind), m, a.loss_agg, denom)
                     loss = loss + kl_coef * kl
                     stats["kl_loss"].append(kl.item())
-                if ent is not None:
-                    e = ppo.agg_loss(ent, m, a.loss_agg, denom)
-                    loss = loss - a.entropy_coef * e
+                if a.entropy_coef > 0:
+                    loss = loss - a.entropy_coef * ppo.agg_loss(ent, m, a.loss_agg, denom)
+                if w:
                     stats["entropy"].append(float(ppo.masked_mean(ent.detach(), m)))
                 if not torch.isfinite(loss):
                     bad = True
@@ -676,12 +678,13 @@ def main(cfg: Config):
 
 def fmt(m: dict, prefix: str) -> str:
     parts = [f"{k.split('/')[-1]} {v:.3f}" for k, v in m.items() if k.startswith(f"{prefix}/reward/")]
-    for k in ("team_reward", "final_acc", "kl", "clipfrac", "entropy"):
+    for k in ("team_reward", "final_acc", "kl"):
         if f"{prefix}/{k}" in m:
             parts.append(f"{k} {m[f'{prefix}/{k}']:.3f}")
-    cf = [v for k, v in m.items() if k.startswith(f"{prefix}/clipfrac/")]
-    if cf:
-        parts.append(f"clipfrac {np.mean(cf):.3f}")
+    for key in ("clipfrac", "entropy"):
+        vals = [v for k, v in m.items() if k.startswith(f"{prefix}/{key}/")]
+        if vals:
+            parts.append(f"{key} {np.mean(vals):.3f}")
     skipped = sum(v for k, v in m.items() if k.startswith(f"{prefix}/skipped/"))
     if skipped:
         parts.append(f"SKIPPED {int(skipped)} non-finite steps")
