@@ -118,7 +118,7 @@ class RoleBatch:
         self.last = torch.zeros(N, dtype=torch.long)  # target column of each row's last token
         for i, s in enumerate(steps):
             P, C = len(s.prompt_ids), len(s.completion_ids)
-            if s.logprobs and len(s.logprobs) != C or P == 0:
+            if (s.logprobs and len(s.logprobs) != C) or P == 0:
                 raise ValueError(f"step of episode {s.episode_id} turn {s.turn} ({s.role}): {P} prompt tokens, "
                                  f"{C} completion tokens but {len(s.logprobs)} logprobs")
             self.ids[i, :P + C] = torch.tensor(s.prompt_ids + s.completion_ids)
