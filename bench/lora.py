@@ -128,7 +128,7 @@ def main():
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, rank {args.rank}, targets {args.targets}")
     for spec in args.models.split(","):
         try:
-            res = bench_model(spec, args.rank, tuple(args.targets.split(",")), args.repeats if spec == "tiny" else 3)
+            res = bench_model(spec, args.rank, tuple(args.targets.split(",")), args.repeats if spec == "tiny" else max(3, args.repeats // 2))
         except ImportError as e:
             print(f"[{spec}] skipped: {e}")
             continue
