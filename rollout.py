@@ -14,6 +14,9 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
   - every row has its own torch.Generator (seeded from the request, else from the engine's
     seed), so a row's sample does not depend on what else is in the batch;
   - logits only for the last position, sampling in fp32.
+`compile=True` wraps the step in torch.compile; the growing cache slice and batch compaction make
+it recompile, so a static-shape CUDA-graph decode path like gpt-fast's is NOT built yet (off by
+default everywhere).
 Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
 decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
 
