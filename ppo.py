@@ -308,6 +308,14 @@ def _ratio_metrics(ratio, log_ratio, mask):
     }
 
 
+def _clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask):
+    """Fraction of tokens whose loss the clip changed, overall and by side."""
+    clipped_on = (pg_loss2 > pg_loss1).float()
+    return {"clipfrac": masked_mean(clipped_on, mask).item(),
+            "clipfrac_high": masked_mean(clipped_on * (ratio > 1 + clip_high).float(), mask).item(),
+            "clipfrac_low": masked_mean(clipped_on * (ratio < 1 - clip_low).float(), mask).item()}
+
+
 def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0,
                 agg="token-mean", denom=None):
     """PPO clipped surrogate with clip-higher (separate low/high epsilon) and dual-clip.
@@ -326,10 +334,7 @@ def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, d
         pg_loss3 = -advantages * dual_clip
         losses = torch.where(advantages < 0, torch.minimum(pg_loss3, clipped), clipped)
         metrics["clipfrac_dual"] = masked_mean(((clipped > pg_loss3) & (advantages < 0)).float(), mask).item()
-    clipped_on = (pg_loss2 > pg_loss1).float()
-    metrics["clipfrac"] = masked_mean(clipped_on, mask).item()
-    metrics["clipfrac_high"] = masked_mean(clipped_on * (ratio > 1 + clip_high).float(), mask).item()
-    metrics["clipfrac_low"] = masked_mean(clipped_on * (ratio < 1 - clip_low).float(), mask).item()
+    metrics.update(_clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask))
     loss = agg_loss(losses, mask, agg, denom)
     metrics["pg_loss"] = loss.item()
     return loss, metrics
@@ -352,10 +357,7 @@ def gspo_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4,
     pg_loss2 = -advantages * torch.clamp(s, 1 - clip_low, 1 + clip_high)
     losses = torch.maximum(pg_loss1, pg_loss2)
     metrics = _ratio_metrics(torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(mask), log_ratio, mask)
-    clipped_on = (pg_loss2 > pg_loss1).float()
-    metrics["clipfrac"] = masked_mean(clipped_on, mask).item()
-    metrics["clipfrac_high"] = masked_mean(clipped_on * (s > 1 + clip_high).float(), mask).item()
-    metrics["clipfrac_low"] = masked_mean(clipped_on * (s < 1 - clip_low).float(), mask).item()
+    metrics.update(_clip_metrics(pg_loss1, pg_loss2, s, clip_low, clip_high, mask))
     loss = agg_loss(losses, mask, agg, denom)
     metrics["pg_loss"] = loss.item()
     return loss, metrics

@@ -263,7 +263,8 @@ class TorchEngine:
                 logits = self._step(tok[:, None], (col - pad)[:, None], col, kv, key_ok)
         finally:
             model.train(was_training)
-            lora.set_adapter(model, None) if lora.lora_modules(model) else None
+            if lora.lora_modules(model):
+                lora.set_adapter(model, None)
         for i, r in enumerate(results):
             if r is None:
                 results[i] = r = Result(toks[i], lps[i], "length")

@@ -280,7 +280,7 @@ def critic_update(model, value_head, opt, rb, returns, old_values, cfg, device):
     lora.set_adapter(model, "critic")
     model.train()
     rows_all = list(range(len(rb.steps)))
-    losses, evs = [], []
+    losses = []
     for _ in range(a.ppo_epochs):
         denom = max(all_sum(float(rb.mask.sum())), 1.0)
         for rows in micro_chunks(rows_all, a.micro_batch_size):

@@ -111,9 +111,12 @@ def run_tests(solution: str, task: dict, timeout: float = 10.0) -> CodeResult:
             passed += 1
         else:
             failures.append(f"{d['src']} -> {d['msg'] or 'setup failed'}")
-    reason = error or (r.reason if r.reason != "ok" else ("all passed" if passed == total else "tests failed"))
-    if r.reason.startswith("blocked") or (r.reason not in ("ok",) and not error):
-        reason = r.reason
+    if r.reason.startswith("blocked") or (r.reason != "ok" and not error):
+        reason = r.reason  # the sandbox's own verdict (timeout, memory, blocked, ...)
+    elif error:
+        reason = error  # the solution did not even load
+    else:
+        reason = "all passed" if passed == total else "tests failed"
     return CodeResult(passed, total, reason, failures)
 
 

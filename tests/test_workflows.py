@@ -8,7 +8,6 @@ import os
 import socket
 
 import pytest
-import torch
 
 import train
 from config import load_config_file
