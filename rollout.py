@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import lora
+from envs import Turn  # noqa: F401  (re-exported: the driver's unit of work)
 
 # --------------------------------------------------------------------------------------------
 # the interface
@@ -437,12 +438,6 @@ class VLLMEngine:
 
 # --------------------------------------------------------------------------------------------
 # the episode driver
-
-
-@dataclass
-class Turn:
-    role: str
-    messages: list[dict]
 
 
 @dataclass

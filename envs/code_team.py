@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from agents.code_team import build_messages
 from rewards.code import extract_code, run_tests
-from rollout import Turn
+from envs import Turn
 
 ROLES = ("generator", "refiner")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from agents.math_team import build_messages, parse_verdict
 from rewards.math import extract_answer, math_reward
-from rollout import Turn
+from envs import Turn
 
 ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
 

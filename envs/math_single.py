@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agents.math_team import build_messages
 from rewards.math import extract_answer, math_reward
-from rollout import Turn
+from envs import Turn
 
 ROLES = ("solver",)
 

@@ -18,7 +18,7 @@ from agents.math_team import parse_verdict
 from envs.tools import run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
-from rollout import Turn
+from envs import Turn
 
 ROLES = ("analyzer", "executor", "verifier")
 

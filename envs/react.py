@@ -15,7 +15,7 @@ from agents.tool_agent import observation_message, system_prompt
 from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, call_tool, parse_tool_call
 from rewards.code import extract_code
 from rewards.math import extract_answer, math_reward
-from rollout import Turn
+from envs import Turn
 
 ROLES = ("agent",)
 TOOLS = {"calculator": CALCULATOR, "python": PYTHON, "answer": ANSWER}

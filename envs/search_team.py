@@ -16,7 +16,7 @@ from functools import lru_cache
 from agents.search_team import build_messages, parse_answer, parse_query
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
-from rollout import Turn
+from envs import Turn
 
 ROLES = ("query_writer", "answerer")
 
