@@ -28,13 +28,15 @@ class RoleConfig:
     name: str = "solver"
     """role name, as the env calls it"""
     adapter: str | None = None
-    """LoRA adapter this role wears; None = its own adapter named after the role"""
+    """LoRA adapter this role wears; None = its own adapter named after the role. Roles that name
+    the same adapter share it (every role naming one adapter = the parameter-sharing baseline)"""
     max_tokens: int = 256
     """max new tokens per turn of this role"""
     temperature: float = 1.0
     """sampling temperature in training rollouts (eval is greedy)"""
     trainable: bool = True
-    """False freezes this role's adapter (the 'separate' training mode)"""
+    """False freezes this role's adapter: it acts in rollouts but is never updated (roles sharing
+    an adapter must agree)"""
 
 
 @dataclass
@@ -45,7 +47,9 @@ class LoRAConfig:
     alpha: float = 16.0
     """LoRA alpha; the update is scaled by alpha / rank"""
     dropout: float = 0.05
-    """dropout on the adapter input, training only"""
+    """dropout on the CRITIC adapter's input (GAE's value model, a regression). Policy adapters
+    never use dropout: old and new logprobs must come from the same network, or the PPO ratio is
+    not 1 on policy (it reached 1.107 at dropout 0.05 when they did)"""
     targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """projection names to adapt. The 3-agent design uses attention only; RL evidence favours all
     linear layers (add gate_proj, up_proj, down_proj) with a ~10x higher LR than full fine-tuning"""
@@ -64,21 +68,25 @@ class AlgoConfig:
     group_by_turn: bool = False
     """group samples by (task, role, turn) instead of (task, role)"""
     policy_loss: Literal["ppo", "gspo"] = "ppo"
-    """token-level PPO clip, or GSPO's sequence-level ratio"""
-    clip_low: float = 0.2
-    """PPO epsilon below 1 (GSPO: use ~3e-4)"""
-    clip_high: float = 0.28
-    """PPO epsilon above 1 ('clip-higher', DAPO; GSPO: ~4e-4)"""
+    """token-level PPO clip, or GSPO's sequence-level ratio (which brings GSPO's own defaults for
+    the clip range, 3e-4 / 4e-4, and loss_agg seq-mean-token-mean, unless you set them)"""
+    clip_low: float | None = None
+    """epsilon below 1 (None: 0.2 for ppo, 3e-4 for gspo)"""
+    clip_high: float | None = None
+    """epsilon above 1, 'clip-higher' (DAPO) (None: 0.28 for ppo, 4e-4 for gspo)"""
     dual_clip: float | None = 3.0
     """dual-clip constant c for negative advantages (None = off)"""
-    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    """how per-token losses are aggregated"""
+    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] | None = None
+    """how per-token losses are aggregated (None: token-mean for ppo, seq-mean-token-mean for gspo).
+    seq-mean-token-sum-norm divides by a constant, the role's max_tokens (Dr. GRPO)"""
     kl_kind: str = "low_var_kl"
-    """kl (k1), abs, mse (k2), low_var_kl (k3), optionally with '+' (straight-through k1 gradient)"""
+    """kl (k1), abs, mse (k2), low_var_kl (k3), optionally with '+' (straight-through k1 gradient),
+    or full (exact KL over the vocabulary: one more no-grad forward per micro-batch)"""
     kl_coef: float = 0.0
     """KL coefficient (0 = no KL, and no reference forward at all)"""
     kl_in_reward: bool = False
-    """put the KL penalty in the token rewards (PPO-style) instead of the loss (GRPO-style)"""
+    """put the KL penalty in the token rewards (PPO-style) instead of the loss (GRPO-style); every
+    estimator sees it (outcome estimators score a turn by the sum of its token rewards)"""
     kl_adaptive: bool = False
     """adapt the KL coefficient towards kl_target (Ziegler et al.)"""
     kl_target: float = 0.1
@@ -101,11 +109,12 @@ class AlgoConfig:
     """AdamW weight decay"""
     warmup_steps: int = 0
     """linear LR warm-up steps"""
-    training_mode: Literal["joint", "separate", "shared"] = "joint"
-    """joint: every trainable role trains its own adapter; separate: roles with trainable=False stay
-    frozen; shared: all roles wear ONE adapter (the parameter-sharing baseline)"""
     dynamic_sampling: bool = False
-    """drop groups whose rewards have zero variance from the update (DAPO)"""
+    """DAPO's filter: groups (task, role) whose rewards all agree teach nothing and leave the batch
+    (their tokens leave every denominator); singleton groups stay unless the estimator is grouped"""
+    dynamic_sampling_max_rounds: int = 0
+    """with dynamic_sampling: roll out up to this many extra batches of new tasks while fewer than
+    data.batch_size tasks kept an informative group (DAPO's refill); 0 = filter only"""
     vf_coef: float = 0.5
     """GAE: value loss coefficient"""
     vf_clip: float | None = 0.2
@@ -117,6 +126,16 @@ class AlgoConfig:
     recompute_old_logprobs: Literal["auto", "always", "never"] = "auto"
     """auto: use the engine's sampling logprobs as the old policy when they equal the trainer's
     (TorchEngine, fp32, no top-k/top-p), else recompute; the gap is logged when recomputed"""
+
+    # the loss's settings with the defaults of the chosen loss filled in (None = that default)
+    @property
+    def clip(self) -> tuple[float, float]:
+        lo, hi = (3e-4, 4e-4) if self.policy_loss == "gspo" else (0.2, 0.28)
+        return (lo if self.clip_low is None else self.clip_low, hi if self.clip_high is None else self.clip_high)
+
+    @property
+    def agg(self) -> str:
+        return self.loss_agg or ("seq-mean-token-mean" if self.policy_loss == "gspo" else "token-mean")
 
 
 @dataclass
@@ -146,8 +165,9 @@ class RolloutConfig:
 
 @dataclass
 class DataConfig:
-    env: Literal["math_3agent", "math_single", "math_tool", "code", "search", "react"] = "math_3agent"
-    """workflow (envs/): math_3agent, math_single, math_tool, code (HumanEval), search, react (one tool agent)"""
+    env: Literal["math_3agent", "math_single", "math_tool", "code", "search", "react", "toy"] = "math_3agent"
+    """workflow (envs/): math_3agent, math_single, math_tool, code (HumanEval), search, react (one tool
+    agent), toy (one speaker rewarded for digits: what a random model can learn, for tests)"""
     train_files: str = "data/arith_train.jsonl"
     """training tasks: a .jsonl/.json file or a HF dataset name"""
     val_files: str = "data/arith_val.jsonl"
@@ -192,6 +212,9 @@ class TrainerConfig:
     """run directory: metrics.jsonl, checkpoints, rewards.png"""
     seed: int = 0
     """seed of everything: model init (tiny), data order, sampling, dropout"""
+    max_empty_steps: int = 3
+    """stop with an error after this many steps in a row that train on nothing (every episode
+    truncated, or no role produced a token): each such step is logged with its reason"""
     logger: tuple[str, ...] = ("console",)
     """console and/or wandb (set WANDB_MODE=offline without network)"""
     wandb_project: str = "troupe"
@@ -212,7 +235,7 @@ class Config:
 
     # derived ---------------------------------------------------------------------------------
     def adapter_of(self, role: RoleConfig) -> str:
-        return "shared" if self.algo.training_mode == "shared" else (role.adapter or role.name)
+        return role.adapter or role.name
 
     @property
     def adapters(self) -> list[str]:
@@ -220,12 +243,13 @@ class Config:
 
     @property
     def trainable_adapters(self) -> list[str]:
-        if self.algo.training_mode == "shared":
-            return ["shared"]
-        frozen = {self.adapter_of(r) for r in self.roles if not r.trainable} if self.algo.training_mode == "separate" else set()
-        return [a for a in self.adapters if a not in frozen]
+        return sorted({self.adapter_of(r) for r in self.roles if r.trainable})
 
     def validate(self) -> "Config":
+        """Check every field before anything expensive happens; errors name the field."""
+        import math
+        from pathlib import Path
+
         def bad(name, msg):
             raise ValueError(f"config field {name}: {msg}")
         if not self.roles:
@@ -235,25 +259,72 @@ class Config:
         for i, r in enumerate(self.roles):
             if r.max_tokens < 1:
                 bad(f"roles[{i}].max_tokens", f"must be >= 1, got {r.max_tokens}")
-            if r.temperature <= 0:
-                bad(f"roles[{i}].temperature", f"must be > 0, got {r.temperature}")
-        a = self.algo
+            if not (r.temperature > 0 and math.isfinite(r.temperature)):
+                bad(f"roles[{i}].temperature", f"must be a finite number > 0, got {r.temperature}")
+            same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
+            if any(o.trainable != r.trainable for o in same):
+                bad(f"roles[{i}].trainable", f"roles sharing adapter {self.adapter_of(r)!r} disagree on trainable")
+        if not self.trainable_adapters:
+            bad("roles", "every role has trainable=False: nothing would train")
+        a, ro, t = self.algo, self.rollout, self.trainer
         for name, v, lo in [("algo.mini_batch_size", a.mini_batch_size, 1), ("algo.micro_batch_size", a.micro_batch_size, 1),
                             ("algo.ppo_epochs", a.ppo_epochs, 1), ("lora.rank", self.lora.rank, 1),
-                            ("rollout.num_chains", self.rollout.num_chains, 1), ("data.batch_size", self.data.batch_size, 1),
-                            ("rollout.max_turns", self.rollout.max_turns, 1)]:
+                            ("rollout.num_chains", ro.num_chains, 1), ("data.batch_size", self.data.batch_size, 1),
+                            ("rollout.max_turns", ro.max_turns, 1), ("rollout.max_batch_size", ro.max_batch_size, 1),
+                            ("rollout.max_model_len", ro.max_model_len, 2), ("trainer.total_steps", t.total_steps, 1),
+                            ("trainer.keep_checkpoints", t.keep_checkpoints, 1), ("trainer.save_freq", t.save_freq, 0),
+                            ("trainer.test_freq", t.test_freq, 0), ("trainer.max_empty_steps", t.max_empty_steps, 1),
+                            ("algo.dynamic_sampling_max_rounds", a.dynamic_sampling_max_rounds, 0),
+                            ("algo.warmup_steps", a.warmup_steps, 0), ("data.search_k", self.data.search_k, 1)]:
             if v < lo:
                 bad(name, f"must be >= {lo}, got {v}")
-        if a.lr <= 0:
-            bad("algo.lr", f"must be > 0, got {a.lr}")
-        if a.kl_kind.rstrip("+") not in ("kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"):
-            bad("algo.kl_kind", f"unknown kind {a.kl_kind!r}")
-        if a.adv_estimator in ("grpo", "rloo", "reinforce++_baseline") and self.rollout.num_chains < 2:
+        for name, v in [("algo.lr", a.lr), ("algo.critic_lr", a.critic_lr), ("algo.grad_clip", a.grad_clip),
+                        ("lora.alpha", self.lora.alpha)]:
+            if not (math.isfinite(v) and v > 0):
+                bad(name, f"must be a finite number > 0, got {v}")
+        for name, v in [("algo.kl_coef", a.kl_coef), ("algo.entropy_coef", a.entropy_coef), ("algo.vf_coef", a.vf_coef),
+                        ("algo.weight_decay", a.weight_decay)]:
+            if not (math.isfinite(v) and v >= 0):
+                bad(name, f"must be a finite number >= 0, got {v}")
+        for name, v in [("algo.gamma", a.gamma), ("algo.lam", a.lam)]:
+            if not 0 <= v <= 1:
+                bad(name, f"must be in [0, 1], got {v}")
+        if not 0 <= self.lora.dropout < 1:
+            bad("lora.dropout", f"must be in [0, 1), got {self.lora.dropout}")
+        if not 0 < ro.top_p <= 1:
+            bad("rollout.top_p", f"must be in (0, 1], got {ro.top_p}")
+        if ro.top_k < 0:
+            bad("rollout.top_k", f"must be >= 0 (0 = off), got {ro.top_k}")
+        if not 0 < ro.vllm_gpu_memory_utilization <= 1:
+            bad("rollout.vllm_gpu_memory_utilization", f"must be in (0, 1], got {ro.vllm_gpu_memory_utilization}")
+        lo, hi = a.clip
+        if not (0 < lo < 1 and hi > 0):
+            bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
+        if a.dual_clip is not None and a.dual_clip <= 1:
+            bad("algo.dual_clip", f"must be > 1 (or None), got {a.dual_clip}")
+        if a.kl_kind != "full" and a.kl_kind.rstrip("+") not in ("kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"):
+            bad("algo.kl_kind", f"unknown kind {a.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
+        if a.kl_adaptive and (a.kl_target <= 0 or a.kl_horizon <= 0):
+            bad("algo.kl_target/kl_horizon", "the adaptive KL controller needs both > 0")
+        if a.adv_estimator in ("grpo", "rloo", "reinforce++_baseline") and ro.num_chains < 2:
             bad("rollout.num_chains", f"{a.adv_estimator} needs groups: num_chains >= 2")
-        if a.training_mode == "separate" and not any(r.trainable for r in self.roles):
-            bad("roles", "separate mode with every role frozen trains nothing")
-        if self.trainer.logger and not set(self.trainer.logger) <= {"console", "wandb"}:
-            bad("trainer.logger", f"use console and/or wandb, got {self.trainer.logger}")
+        if t.logger and not set(t.logger) <= {"console", "wandb"}:
+            bad("trainer.logger", f"use console and/or wandb, got {t.logger}")
+        if self.data.val_size is not None and self.data.val_size < 1:
+            bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
+        known_tools = ("calculator", "python")  # what envs/react.py offers
+        if unknown := [x for x in self.data.tools if x not in known_tools]:
+            bad("data.tools", f"unknown tool(s) {unknown}: choose from {known_tools}")
+        for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)] + (
+                [("data.corpus", self.data.corpus)] if self.data.env == "search" else []):
+            looks_local = path.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")) or path.startswith((".", "/"))
+            if looks_local and not Path(path).is_file():
+                bad(name, f"{path} is not a file" + (" (a directory)" if Path(path).is_dir() else " (does not exist)"))
+        if t.resume not in ("auto", "none") and not (Path(t.resume) / "trainer_state.pt").is_file():
+            bad("trainer.resume", f"{t.resume} is not a checkpoint directory (no trainer_state.pt); "
+                "use auto, none, or a runs/X/checkpoints/step_N directory")
+        if t.eval_only and t.resume == "none":
+            bad("trainer.eval_only", "needs a checkpoint: set trainer.resume to auto or a checkpoint path")
         return self
 
 
@@ -275,17 +346,3 @@ def load_config_file(path: str) -> Config:
 
 def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
-
-
-def from_dict(d: dict) -> Config:
-    """Inverse of to_dict (for checkpoints)."""
-    kw = dict(d)
-    kw["roles"] = tuple(RoleConfig(**r) for r in d["roles"])
-    for name, cls in [("model", ModelConfig), ("lora", LoRAConfig), ("algo", AlgoConfig), ("rollout", RolloutConfig),
-                      ("data", DataConfig), ("trainer", TrainerConfig)]:
-        sub = dict(d[name])
-        for k, v in sub.items():
-            if isinstance(v, list):
-                sub[k] = tuple(v)
-        kw[name] = cls(**sub)
-    return Config(**kw)

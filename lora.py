@@ -206,6 +206,20 @@ def set_row_adapters(model, names_per_row):
         m.active, m.row_mask = None, mask
 
 
+def adapter_config(model, name: str) -> dict:
+    """{r, lora_alpha, lora_dropout, target_modules} of adapter `name` (what save_adapter writes)."""
+    _check_names(model, [name])
+    return dict(model._lora_config[name])
+
+
+def clear_cache(model):
+    """Drop the cached concatenated weights of per-row routing. Needed only when the adapter
+    tensors were replaced by new objects behind our back (FSDP gathering shards); in-place
+    updates are seen through the version counters."""
+    for m in lora_modules(model).values():
+        m._cat_cache = None
+
+
 def adapter_parameters(model, name: str) -> list[nn.Parameter]:
     """The parameters of adapter `name`, in a stable order (for its own optimizer)."""
     _check_names(model, [name])
@@ -225,11 +239,14 @@ def adapter_state_dict(model, name: str) -> dict[str, torch.Tensor]:
     return sd
 
 
-def save_adapter(model, name: str, directory, base_model_name_or_path: str | None = None, zeros: bool = False):
+def save_adapter(model, name: str, directory, base_model_name_or_path: str | None = None, zeros: bool = False,
+                 every_rank: bool = False):
     """Write adapter `name` as PEFT does: adapter_config.json + adapter_model.safetensors.
 
     Written into a temp dir and renamed, so a crash never leaves a half-written adapter.
     zeros=True writes an identity adapter of the same shape (all zeros: adds exactly nothing).
+    Under torch.distributed every rank must call it (gathering FSDP shards is a collective); rank 0
+    writes, or every rank when every_rank=True (each rank's own engine reads its own copy).
     """
     from safetensors.torch import save_file
 
@@ -238,7 +255,7 @@ def save_adapter(model, name: str, directory, base_model_name_or_path: str | Non
     # under FSDP the adapter tensors are sharded DTensors: gathering them is a collective that
     # every rank must join; only rank 0 writes
     tensors = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in adapter_state_dict(model, name).items()}
-    if dist.is_initialized() and dist.get_rank() != 0:
+    if dist.is_initialized() and dist.get_rank() != 0 and not every_rank:
         return
     directory = Path(directory)
     cfg = model._lora_config[name]

@@ -86,11 +86,14 @@ def _tiny(seed: int, dtype, device):
     tok.chat_template = CHATML
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(cfg)
+        # An untied output layer with a larger init: tied std-0.02 embeddings behind the final
+        # RMSNorm cap every logit near +-5 nats, so a random tiny model could hardly learn anything.
+        torch.nn.init.normal_(model.lm_head.weight, std=0.1)
     model.config._name_or_path = "tiny"
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id

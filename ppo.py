@@ -162,6 +162,60 @@ def gae_advantages(token_rewards, values, mask, gamma=1.0, lam=1.0):
 
 
 # --------------------------------------------------------------------------------------------
+# ALGO LOGIC: the estimators behind ONE signature, so the trainer picks one by name, once:
+#   advantages, returns = ADVANTAGES[name](token_rewards, mask, group_ids=..., values=..., ...)
+# token_rewards (B, T) hold each row's outcome score on its last policy token, minus coef * KL on
+# every policy token when the KL is in the reward. Outcome estimators (grpo, rloo,
+# reinforce++_baseline) score a row by the SUM of its token rewards (verl's convention), so a KL in
+# the reward reaches them too. For critic-free estimators `returns` = the advantages (unused).
+# A new estimator = one function here + one dict entry.
+
+
+def _outcome(token_rewards):
+    return token_rewards.sum(-1)  # (B,) score incl. any KL term
+
+
+def _adv_grpo(token_rewards, mask, group_ids, norm_by_std=True, **_):
+    adv = grpo_advantages(_outcome(token_rewards), group_ids, mask, norm_by_std)
+    return adv, adv
+
+
+def _adv_rloo(token_rewards, mask, group_ids, **_):
+    adv = rloo_advantages(_outcome(token_rewards), group_ids, mask)
+    return adv, adv
+
+
+def _adv_reinforce_pp(token_rewards, mask, gamma=1.0, **_):
+    adv = reinforce_pp_advantages(token_rewards, mask, gamma)
+    return adv, adv
+
+
+def _adv_reinforce_pp_baseline(token_rewards, mask, group_ids, **_):
+    adv = reinforce_pp_baseline_advantages(_outcome(token_rewards), group_ids, mask)
+    return adv, adv
+
+
+def _adv_remax(token_rewards, mask, baseline, **_):
+    adv = remax_advantages(token_rewards, baseline, mask)
+    return adv, adv
+
+
+def _adv_gae(token_rewards, mask, values, gamma=1.0, lam=1.0, **_):
+    return gae_advantages(token_rewards, values, mask, gamma, lam)
+
+
+ADVANTAGES = {
+    "grpo": _adv_grpo,                               # needs group_ids (norm_by_std=False: Dr. GRPO)
+    "rloo": _adv_rloo,                               # needs group_ids
+    "reinforce++": _adv_reinforce_pp,                # gamma
+    "reinforce++_baseline": _adv_reinforce_pp_baseline,  # needs group_ids
+    "remax": _adv_remax,                             # needs baseline (B,): the greedy reply's reward
+    "gae": _adv_gae,                                 # needs values (B, T) from the critic; gamma, lam
+}
+GROUPED = ("grpo", "rloo", "reinforce++_baseline")  # estimators whose baseline is the group of a prompt
+
+
+# --------------------------------------------------------------------------------------------
 # KL
 
 
@@ -265,13 +319,16 @@ class AdaptiveKLController:
 # losses
 
 
-def agg_loss(values, mask, mode="token-mean", denom=None):
+def agg_loss(values, mask, mode="token-mean", denom=None, norm_len=None):
     """Aggregate a (B, T) loss matrix over masked tokens. Rows with no masked token are left out.
 
     token-mean               sum over masked tokens / their count
     seq-mean-token-sum       mean over rows of each row's masked sum
     seq-mean-token-mean      mean over rows of each row's masked mean
-    seq-mean-token-sum-norm  mean over rows of each row's masked sum / T (Dr. GRPO's constant)
+    seq-mean-token-sum-norm  mean over rows of each row's masked sum / norm_len (Dr. GRPO): a
+                             CONSTANT, the role's generation budget; never a batch's padded width,
+                             or the loss would depend on how rows were padded and chunked. None
+                             falls back to T (only sensible for a single unpadded batch).
     `denom` replaces the local count (tokens for token-mean, rows otherwise): pass the global
     count when micro-batches or ranks split a batch, so the gradients add up to the full batch's.
     """
@@ -288,7 +345,7 @@ def agg_loss(values, mask, mode="token-mean", denom=None):
     elif mode == "seq-mean-token-mean":
         per_row = row_sum / row_tokens.clamp(min=1)
     elif mode == "seq-mean-token-sum-norm":
-        per_row = row_sum / mask.shape[-1]
+        per_row = row_sum / (mask.shape[-1] if norm_len is None else norm_len)
     else:
         raise ValueError(f"unknown loss aggregation {mode!r}: token-mean, seq-mean-token-sum, "
                          "seq-mean-token-mean, seq-mean-token-sum-norm")
@@ -317,7 +374,7 @@ def _clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask):
 
 
 def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0,
-                agg="token-mean", denom=None):
+                agg="token-mean", denom=None, norm_len=None):
     """PPO clipped surrogate with clip-higher (separate low/high epsilon) and dual-clip.
 
     dual_clip=c caps the loss of a token with A < 0 at -A * c however large its ratio (None = off).
@@ -335,18 +392,20 @@ def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, d
         losses = torch.where(advantages < 0, torch.minimum(pg_loss3, clipped), clipped)
         metrics["clipfrac_dual"] = masked_mean(((clipped > pg_loss3) & (advantages < 0)).float(), mask).item()
     metrics.update(_clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask))
-    loss = agg_loss(losses, mask, agg, denom)
+    loss = agg_loss(losses, mask, agg, denom, norm_len)
     metrics["pg_loss"] = loss.item()
     return loss, metrics
 
 
-def gspo_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4,
-              agg="seq-mean-token-mean", denom=None):
+def gspo_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4, dual_clip=None,
+              agg="seq-mean-token-mean", denom=None, norm_len=None):
     """GSPO: one importance ratio per sequence, exp(mean over its tokens of logp - old_logp).
 
     Each token keeps its own gradient path (s_i,t = sg[s_i] * pi_t / sg[pi_t]), as in the paper.
     `advantages` should be constant along each row (sequence-level, e.g. GRPO's); then, with
     seq-mean-token-mean, the gradient is exactly that of the sequence objective -A_i s_i.
+    dual_clip=c caps a negative-advantage sequence's loss at -A * c, as in policy_loss (None = off;
+    the paper has none, and its clip range of ~1e-4 rarely lets a ratio get there).
     """
     log_ratio = logp - old_logp  # (B, T)
     seq_len = mask.sum(-1).clamp(min=1)
@@ -357,8 +416,12 @@ def gspo_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4,
     pg_loss2 = -advantages * torch.clamp(s, 1 - clip_low, 1 + clip_high)
     losses = torch.maximum(pg_loss1, pg_loss2)
     metrics = _ratio_metrics(torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(mask), log_ratio, mask)
+    if dual_clip is not None:
+        pg_loss3 = -advantages * dual_clip
+        metrics["clipfrac_dual"] = masked_mean(((losses > pg_loss3) & (advantages < 0)).float(), mask).item()
+        losses = torch.where(advantages < 0, torch.minimum(pg_loss3, losses), losses)
     metrics.update(_clip_metrics(pg_loss1, pg_loss2, s, clip_low, clip_high, mask))
-    loss = agg_loss(losses, mask, agg, denom)
+    loss = agg_loss(losses, mask, agg, denom, norm_len)
     metrics["pg_loss"] = loss.item()
     return loss, metrics
 
@@ -418,3 +481,8 @@ def explained_variance(values, returns, mask):
     if var_r.item() == 0:
         return float("nan")
     return (1 - masked_var(returns - values, mask) / var_r).item()
+
+
+# the policy losses behind one signature:
+#   loss, metrics = LOSSES[name](logp, old_logp, advantages, mask, clip_low, clip_high, dual_clip, agg, denom, norm_len)
+LOSSES = {"ppo": policy_loss, "gspo": gspo_loss}

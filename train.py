@@ -5,21 +5,20 @@
     torchrun --nproc_per_node 8 train.py --config configs/math_3agent.py # GPUs, FSDP2 + vLLM
     python train.py --config configs/X.py --algo.adv-estimator rloo --trainer.total-steps 10
 
-One step reads top to bottom in `main`:
-  rollout (episode driver + engine) -> rewards per turn -> old logprobs (or the sampling ones) ->
-  reference logprobs with adapters off (only if KL is used) -> advantages per role, groups =
-  (task, role[, turn]) across the num_chains episodes of a task -> for each trainable adapter:
-  ppo_epochs x mini-batches x micro-batches, grad clip, its own AdamW step -> engine sync ->
-  metrics -> greedy eval -> checkpoint.
+One step, as `main` reads:
+  next tasks -> rollout (every role's turns, one engine) -> per adapter: score (old logprobs,
+  reference logprobs with adapters off, critic values) -> advantages (groups = (task, role[, turn])
+  across the num_chains episodes of a task) -> update (ppo_epochs x mini-batches x micro-batches,
+  its own AdamW) -> sync the engine -> log -> eval -> save.
+The algorithm lives in ppo.py (ADVANTAGES, LOSSES); this file only feeds it tensors.
 
 Distributed (torchrun): each rank rolls out its share of the tasks (all chains of a task on one
 rank, so groups are local), the model is FSDP2-sharded per decoder layer then at the root, the
-loss is normalised by the global token count, metrics are reduced, and rank 0 logs and writes
-checkpoints. Multi-node is torchrun's job (`--nnodes N --node-rank i --rdzv-endpoint host:port`).
-Batch-whitened estimators (reinforce++, gae) whiten per rank.
+loss is normalised by the global token count, metrics are reduced, rank 0 logs and writes
+checkpoints. Batch-whitened estimators (reinforce++, gae) whiten per rank.
 
-Deliberately left out: sequence packing, Ulysses/context parallelism, async rollouts, a reward
-model; the value head of GAE is a linear head on the shared base with its own "critic" adapter.
+Deliberately left out: sequence packing, context parallelism, async rollouts, a reward model;
+GAE's value model is a linear head on the shared base wearing its own "critic" adapter.
 """
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ import torch.distributed as dist
 import lora
 import ppo
 from config import Config, load_config_file, to_dict
-from data.math_data import load_math
 from model import load_model
-from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
+from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
 
 RANK, WORLD = 0, 1
 
@@ -53,27 +51,27 @@ def print0(*a, **k):
         print(*a, **k, flush=True)
 
 
-def make_env_factory(cfg: Config):
-    """The workflows: a plain dict of (make_env, aggregate, load_tasks), no registry."""
-    from envs import code_team, math_3agent, math_single, math_tool, react, search_team
+def workflow(cfg: Config):
+    """The workflows: a plain dict of (make_env, env module, load_tasks), no registry."""
+    from data.math_data import load_math
+    from envs import code_team, math_3agent, math_single, math_tool, react, search_team, toy
     from rewards.code import load_code_tasks, load_humaneval
     d = cfg.data
-    envs = {
-        "math_3agent": (lambda: math_3agent.MathTeamEnv(d.max_refinement_iterations), math_3agent.aggregate, load_math),
-        "math_single": (math_single.MathSingleEnv, math_single.aggregate, load_math),
-        "math_tool": (lambda: math_tool.MathToolEnv(d.max_refinement_iterations), math_tool.aggregate, load_math),
-        "code": (lambda: code_team.CodeTeamEnv(d.max_refinement_iterations), code_team.aggregate,
+    return {
+        "math_3agent": (lambda: math_3agent.MathTeamEnv(d.max_refinement_iterations), math_3agent, load_math),
+        "math_single": (math_single.MathSingleEnv, math_single, load_math),
+        "math_tool": (lambda: math_tool.MathToolEnv(d.max_refinement_iterations), math_tool, load_math),
+        "code": (lambda: code_team.CodeTeamEnv(d.max_refinement_iterations), code_team,
                  lambda spec: load_humaneval() if spec == "humaneval" else load_code_tasks(spec)),
-        "search": (lambda: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations),
-                   search_team.aggregate, load_math),
-        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations), react.aggregate,
-                  load_math),
-    }
-    return envs[d.env]
-
+        "search": (lambda: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations), search_team,
+                   load_math),
+        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations), react, load_math),
+        "toy": (toy.ToyEnv, toy, toy.load_tasks),
+    }[d.env]
 
 # --------------------------------------------------------------------------------------------
-# distributed helpers (all no-ops in a single process)
+# lockstep: FSDP's forward and backward are collectives, so every rank must run the same number
+# of micro-batches; a rank with fewer rows runs zero-weight dummies. All no-ops in one process.
 
 
 def all_sum(x: float | list) -> float | list:
@@ -84,14 +82,6 @@ def all_sum(x: float | list) -> float | list:
     return t.tolist()
 
 
-def all_max(x: int) -> int:
-    if WORLD == 1:
-        return x
-    t = torch.tensor([x])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
-
-
 def gather_objects(obj) -> list:
     if WORLD == 1:
         return [obj]
@@ -100,21 +90,39 @@ def gather_objects(obj) -> list:
     return out
 
 
+def lockstep_chunks(rows: list[int], size: int) -> list[tuple[list[int], float]]:
+    """Micro-batches of `rows` as (rows, weight); every rank gets as many as the busiest rank, the
+    extra ones are (row 0, weight 0) dummies."""
+    chunks = [(rows[i:i + size], 1.0) for i in range(0, len(rows), size)]
+    n = len(chunks) if WORLD == 1 else int(max(gather_objects(len(chunks))))
+    return chunks + [([0], 0.0)] * (n - len(chunks))
+
+
+def backward(loss):
+    (loss * WORLD).backward()  # FSDP averages gradients over ranks; our losses are global sums
+
+
+def clip_grad(params, max_norm) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
 # --------------------------------------------------------------------------------------------
 # turning Steps into padded tensors; everything lives in "target space": column t predicts token t+1
 
 
 class RoleBatch:
-    """All turns of one adapter in this step, right-padded. Rows may include zero-weight dummies."""
+    """All turns of one adapter in this step, right-padded. A dummy step (info dummy) has mask 0."""
 
-    def __init__(self, steps: list[Step], temps: list[float], pad_id: int):
-        self.steps = steps
+    def __init__(self, steps: list[Step], temps: list[float], pad_id: int, norm_len: int):
+        self.steps, self.norm_len = steps, norm_len  # norm_len: Dr. GRPO's constant (the role's budget)
         L = max(len(s.prompt_ids) + len(s.completion_ids) for s in steps)
         N = len(steps)
         self.ids = torch.full((N, L), pad_id, dtype=torch.long)
         self.attn = torch.zeros(N, L, dtype=torch.long)
         self.mask = torch.zeros(N, L - 1)  # 1 on targets the role generated
         self.sample_logp = torch.zeros(N, L - 1)
+        self.scores = torch.tensor([s.reward for s in steps])  # (N,)
         self.last = torch.zeros(N, dtype=torch.long)  # target column of each row's last token
         for i, s in enumerate(steps):
             P, C = len(s.prompt_ids), len(s.completion_ids)
@@ -132,179 +140,359 @@ class RoleBatch:
         self.rows_len = self.attn.sum(1)
 
     def micro(self, rows):
-        """(ids, attn, slice of target columns) for a list of row indices, trimmed to their length."""
+        """(ids, attn, number of target columns) for a list of row indices, trimmed to their length."""
         L = int(self.rows_len[rows].max())
         return self.ids[rows, :L], self.attn[rows, :L], L - 1
 
 
-def micro_chunks(rows: list[int], size: int) -> list[list[int]]:
-    """Split rows into micro-batches; every rank runs the same number (FSDP collectives), padding
-    with empty chunks that callers run as zero-weight dummies."""
-    chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
-    n = all_max(len(chunks))
-    return chunks + [[] for _ in range(n - len(chunks))]
-
-
-def forward_logp(model, rb: RoleBatch, rows, device, with_entropy=False, entropy_grad=False):
+def forward_logits(model, rb: RoleBatch, rows, device):
     ids, attn, T = rb.micro(rows)
     logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits[:, :-1]  # (b, T, V)
-    logits = logits.float() / rb.temps[rows].to(device)[:, None, None]
-    logp = ppo.token_logprobs(logits, ids[:, 1:].to(device))  # (b, T)
-    ent = None
-    if with_entropy:  # a metric always; differentiable only for the entropy bonus
-        ent = ppo.entropy(logits if entropy_grad else logits.detach(), rb.mask[rows, :T].to(device))
-    return logp, ent, T
-
-
-def forward_values(model, value_head, rb: RoleBatch, rows, device):
-    ids, attn, T = rb.micro(rows)
-    out = model(input_ids=ids.to(device), attention_mask=attn.to(device), output_hidden_states=True, logits_to_keep=1)
-    return value_head(out.hidden_states[-1][:, :-1].float()).squeeze(-1), T  # (b, T)
+    return logits.float() / rb.temps[rows].to(device)[:, None, None], ids[:, 1:].to(device), T
 
 
 @torch.no_grad()
-def batch_logp(model, rb: RoleBatch, adapter, cfg, device):
-    """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches."""
-    lora.set_adapter(model, adapter)
-    model.eval()  # no dropout when scoring
+def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
+    """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
+    full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
     out = torch.zeros_like(rb.sample_logp)
-    for rows in micro_chunks(list(range(len(rb.steps))), cfg.algo.micro_batch_size):
-        lp, _, T = forward_logp(model, rb, rows or [0], device)
-        if rows:
-            out[rows, :T] = lp.cpu()
+    for rows, w in lockstep_chunks(list(range(len(rb.steps))), cfg.algo.micro_batch_size):
+        lora.set_adapter(model, adapter)
+        logits, tgt, T = forward_logits(model, rb, rows, device)
+        if full_kl_to_ref:
+            lora.set_adapter(model, None)
+            val = ppo.full_kl(logits, forward_logits(model, rb, rows, device)[0])
+        else:
+            val = ppo.token_logprobs(logits, tgt)
+        if w:
+            out[rows, :T] = val.cpu()
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# advantages
+# GAE's critic: a value head on the shared base, wearing its own adapter, with its own optimizer
 
 
-def compute_advantages(cfg: Config, rb: RoleBatch, old_logp, ref_logp, values, greedy_baseline, kl_coef):
-    a = cfg.algo
-    steps, mask = rb.steps, rb.mask
-    scores = torch.tensor([s.reward for s in steps])
-    gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.info.get("dummy") else ("dummy", i)
-            for i, s in enumerate(steps)]
-    token_rewards = torch.zeros_like(mask)
-    token_rewards[torch.arange(len(steps)), rb.last] = scores
-    kl_mean = 0.0
-    if a.kl_coef > 0 and a.kl_in_reward:
-        token_rewards, kl = ppo.kl_in_reward(token_rewards, old_logp, ref_logp, mask, kl_coef, a.kl_kind)
-        kl_mean = float(kl)
-    returns = None
-    if a.adv_estimator == "grpo":
-        adv = ppo.grpo_advantages(scores, gids, mask, a.norm_by_std)
-    elif a.adv_estimator == "rloo":
-        adv = ppo.rloo_advantages(scores, gids, mask)
-    elif a.adv_estimator == "reinforce++_baseline":
-        adv = ppo.reinforce_pp_baseline_advantages(scores, gids, mask)
-    elif a.adv_estimator == "reinforce++":
-        adv = ppo.reinforce_pp_advantages(token_rewards, mask, a.gamma)
-    elif a.adv_estimator == "remax":
-        adv = ppo.remax_advantages(token_rewards, greedy_baseline, mask)
-    else:  # gae
-        adv, returns = ppo.gae_advantages(token_rewards, values, mask, a.gamma, a.lam)
-    keep = torch.ones(len(steps))
-    if a.dynamic_sampling:  # DAPO: a group whose rewards are all equal teaches nothing
-        _, std, n = ppo.group_stats(scores, gids)
-        keep = ((std > 0) | (n == 1)).float() * (n > 1).float()
-    return adv * keep[:, None], returns, keep, kl_mean
+class Critic:
+    def __init__(self, model, cfg: Config, device):
+        L = cfg.lora  # the critic is a regression: the one adapter that uses lora.dropout
+        lora.add_lora(model, ["critic"], L.rank, L.alpha, L.dropout, L.targets, seed=cfg.trainer.seed + 1)
+        self.head = torch.nn.Linear(model.config.hidden_size, 1).to(device)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.cfg, self.device, self.opt = cfg, device, None
+
+    def make_optimizer(self, model):  # after sharding: the adapter's parameters become DTensors
+        self.params = lora.adapter_parameters(model, "critic") + list(self.head.parameters())
+        self.opt = torch.optim.AdamW(self.params, lr=self.cfg.algo.critic_lr)
+
+    def forward(self, model, rb: RoleBatch, rows):
+        ids, attn, T = rb.micro(rows)
+        lora.set_adapter(model, "critic")
+        out = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), output_hidden_states=True,
+                    logits_to_keep=1)
+        return self.head(out.hidden_states[-1][:, :-1].float()).squeeze(-1), T  # (b, T)
+
+    @torch.no_grad()
+    def values(self, model, rb: RoleBatch):
+        model.eval()
+        values = torch.zeros_like(rb.mask)
+        for rows, w in lockstep_chunks(list(range(len(rb.steps))), self.cfg.algo.micro_batch_size):
+            v, T = self.forward(model, rb, rows)
+            if w:
+                values[rows, :T] = v.cpu()
+        return values
+
+    def update(self, model, rb: RoleBatch, returns, old_values):
+        a = self.cfg.algo
+        model.train()
+        stats = defaultdict(list)
+        for _ in range(a.ppo_epochs):
+            denom = max(all_sum(float(rb.mask.sum())), 1.0)
+            for rows, w in lockstep_chunks(list(range(len(rb.steps))), a.micro_batch_size):
+                v, T = self.forward(model, rb, rows)
+                loss, m = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
+                                         rb.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
+                backward(a.vf_coef * loss)
+                if w:
+                    stats["vf_loss"].append(m["vf_loss"])
+            if WORLD > 1:  # the head is replicated, not sharded: average its gradients by hand
+                for p in self.head.parameters():
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+            if math.isfinite(clip_grad(self.params, a.grad_clip)):
+                self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        new_values = self.values(model, rb)
+        return {"vf_loss": float(np.mean(stats["vf_loss"])) if stats["vf_loss"] else 0.0,
+                "explained_variance": ppo.explained_variance(old_values, returns, rb.mask)}, new_values
+
+    def state_dict(self):
+        return {"head": self.head.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, d):
+        self.head.load_state_dict(d["head"])
+        self.opt.load_state_dict(d["opt"])
 
 
 # --------------------------------------------------------------------------------------------
-# one adapter's update
+# ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
+
+
+def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef):
+    """Token rewards (outcome score on the last token, minus the KL when it is in the reward) ->
+    the chosen estimator's (advantages, returns)."""
+    a = cfg.algo
+    token_rewards = torch.zeros_like(rb.mask)  # (N, T)
+    token_rewards[torch.arange(len(rb.steps)), rb.last] = rb.scores
+    if kl_tok is not None and a.kl_in_reward:
+        token_rewards = token_rewards - kl_coef * kl_tok * rb.mask
+    gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.info.get("dummy") else ("dummy", i)
+            for i, s in enumerate(rb.steps)]
+    baseline = torch.tensor([float(s.info.get("baseline", 0.0)) for s in rb.steps])  # ReMax's greedy reward
+    return ppo.ADVANTAGES[a.adv_estimator](token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline,
+                                           gamma=a.gamma, lam=a.lam, norm_by_std=a.norm_by_std)
 
 
 def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, device, kl_coef, gen):
     """ppo_epochs x mini-batches x micro-batches on one adapter. A non-finite loss or gradient skips
     that optimizer step (grads dropped, weights untouched) and is counted in `skipped`."""
     a = cfg.algo
+    loss_fn, (clip_low, clip_high), agg = ppo.LOSSES[a.policy_loss], a.clip, a.agg
+    kl_in_loss = a.kl_coef > 0 and not a.kl_in_reward
     lora.set_adapter(model, adapter)
-    model.train()
+    model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
     params = lora.adapter_parameters(model, adapter)
     N = len(rb.steps)
-    stats = defaultdict(list)
-    skipped = 0
+    sums, ratio_max, grad_norms, skipped = defaultdict(float), [], [], 0  # token-weighted sums, reduced over ranks
     n_mb = max(1, math.ceil(all_sum(float(N)) / a.mini_batch_size))
     for _ in range(a.ppo_epochs):
         perm = torch.randperm(N, generator=gen).tolist()
         for k in range(n_mb):
             mb = perm[k * N // n_mb:(k + 1) * N // n_mb]
-            if a.loss_agg == "token-mean":
-                denom = all_sum(float(rb.mask[mb].sum())) if mb else all_sum(0.0)
-            else:
-                denom = all_sum(float((rb.mask[mb].sum(1) > 0).sum())) if mb else all_sum(0.0)
-            denom = max(denom, 1.0)
-            bad = False
-            for rows in micro_chunks(mb, a.micro_batch_size):
-                w = 1.0 if rows else 0.0
-                rows = rows or [0]
-                logp, ent, T = forward_logp(model, rb, rows, device, with_entropy=True, entropy_grad=a.entropy_coef > 0)
+            count = rb.mask[mb].sum() if agg == "token-mean" else (rb.mask[mb].sum(1) > 0).sum()
+            denom = max(all_sum(float(count)), 1.0)  # global, so chunking and ranks do not change the loss
+            bad, mb_ratio_max = False, 0.0
+            for rows, w in lockstep_chunks(mb, a.micro_batch_size):
+                logits, tgt, T = forward_logits(model, rb, rows, device)
+                logp = ppo.token_logprobs(logits, tgt)  # (b, T)
                 m = rb.mask[rows, :T].to(device) * w
-                A, old = adv[rows, :T].to(device), old_logp[rows, :T].to(device)
-                lossf = ppo.gspo_loss if a.policy_loss == "gspo" else ppo.policy_loss
-                kw = {} if a.policy_loss == "gspo" else {"dual_clip": a.dual_clip}
-                pg_loss, pm = lossf(logp, old, A, m, a.clip_low, a.clip_high, agg=a.loss_agg, denom=denom, **kw)
-                loss = pg_loss
-                if a.kl_coef > 0 and not a.kl_in_reward:
-                    kl = ppo.agg_loss(ppo.kl_penalty(logp, ref_logp[rows, :T].to(device), a.kl_kind), m, a.loss_agg, denom)
-                    loss = loss + kl_coef * kl
-                    stats["kl_loss"].append(kl.item())
-                if a.entropy_coef > 0:
-                    loss = loss - a.entropy_coef * ppo.agg_loss(ent, m, a.loss_agg, denom)
-                if w:
-                    stats["entropy"].append(float(ppo.masked_mean(ent.detach(), m)))
-                if not torch.isfinite(loss):
-                    bad = True
-                (loss * WORLD).backward()  # FSDP averages gradients over ranks; we want the sum
-                if w:
-                    for key in ("clipfrac", "clipfrac_high", "clipfrac_low", "approx_kl", "ratio_max"):
-                        stats[key].append(pm[key])
-            norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
-            norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-            if bad or not math.isfinite(norm):
+                pg_loss, pm = loss_fn(logp, old_logp[rows, :T].to(device), adv[rows, :T].to(device), m, clip_low,
+                                      clip_high, a.dual_clip, agg, denom, rb.norm_len)
+                ent = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), m)  # a metric always
+                loss = pg_loss - a.entropy_coef * ppo.agg_loss(ent, m, agg, denom, rb.norm_len)
+                if kl_in_loss:
+                    if a.kl_kind == "full":
+                        with torch.no_grad():
+                            lora.set_adapter(model, None)
+                            ref_logits = forward_logits(model, rb, rows, device)[0]
+                            lora.set_adapter(model, adapter)
+                        kl = ppo.full_kl(logits, ref_logits)
+                    else:
+                        kl = ppo.kl_penalty(logp, ref_logp[rows, :T].to(device), a.kl_kind)
+                    kl_loss = ppo.agg_loss(kl, m, agg, denom, rb.norm_len)
+                    loss = loss + kl_coef * kl_loss
+                    sums["kl_loss"] += kl_loss.item()
+                bad |= not bool(torch.isfinite(loss))
+                backward(loss)
+                n = float(m.sum())
+                sums["pg_loss"] += pg_loss.item()
+                sums["tokens"] += n
+                sums["entropy"] += float((ent.detach() * m).sum())
+                for key in ("clipfrac", "approx_kl"):
+                    sums[key] += pm[key] * n
+                if n:
+                    mb_ratio_max = max(mb_ratio_max, pm["ratio_max"])
+            ratio_max.append(mb_ratio_max)
+            norm = clip_grad(params, a.grad_clip)
+            if all_sum(float(bad)) or not math.isfinite(norm):  # every rank skips together
                 skipped += 1
                 opt.zero_grad(set_to_none=True)
                 continue
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            stats["grad_norm"].append(norm)
-    out = {k: float(np.mean(v)) for k, v in stats.items() if v}
-    out["skipped"] = skipped
+            grad_norms.append(norm)
+    keys = sorted(sums)
+    tot = dict(zip(keys, all_sum([sums[k] for k in keys])))
+    ratio_max = np.max(gather_objects(ratio_max), axis=0)  # (epochs x mini-batches,) max over ranks
+    out = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
+    out["pg_loss"] = tot["pg_loss"] / (a.ppo_epochs * n_mb)  # mean over mini-batches of the loss stepped on
+    if "kl_loss" in tot:
+        out["kl_loss"] = tot["kl_loss"] / (a.ppo_epochs * n_mb)
+    out.update(ratio_max=float(ratio_max.max()), ratio_max_first=float(ratio_max[0]), skipped=skipped,
+               lr=sched.get_last_lr()[0])
+    if grad_norms:
+        out["grad_norm"] = float(np.mean(grad_norms))
     return out
 
 
-def critic_update(model, value_head, opt, rb, returns, old_values, cfg, device):
-    a = cfg.algo
-    lora.set_adapter(model, "critic")
-    model.train()
-    rows_all = list(range(len(rb.steps)))
-    losses = []
-    for _ in range(a.ppo_epochs):
-        denom = max(all_sum(float(rb.mask.sum())), 1.0)
-        for rows in micro_chunks(rows_all, a.micro_batch_size):
-            w = 1.0 if rows else 0.0
-            rows = rows or [0]
-            v, T = forward_values(model, value_head, rb, rows, device)
-            loss, m = ppo.value_loss(v, old_values[rows, :T].to(device), returns[rows, :T].to(device),
-                                     rb.mask[rows, :T].to(device) * w, a.vf_clip, "token-mean", denom)
-            (a.vf_coef * loss * WORLD).backward()
-            losses.append(m["vf_loss"])
-        params = lora.adapter_parameters(model, "critic") + list(value_head.parameters())
-        if WORLD > 1:  # the value head is replicated, not sharded: average its gradients by hand
-            for p in value_head.parameters():
-                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-        norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
-        norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        if math.isfinite(norm):
-            opt.step()
-        opt.zero_grad(set_to_none=True)
-    return {"vf_loss": float(np.mean(losses))}
+# --------------------------------------------------------------------------------------------
+# one adapter's share of a step: score -> advantages -> (critic) -> policy update
+
+
+def update_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> dict:
+    """Everything one adapter does in a step; returns its metrics (keys without the adapter name)."""
+    cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
+    roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
+    if not steps:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
+        pad = run.tok.pad_token_id
+        steps = [Step(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], info={"dummy": True})]
+    temp = {r.name: r.temperature for r in roles}
+    rb = RoleBatch(steps, [temp[s.role] for s in steps], run.tok.pad_token_id, max(r.max_tokens for r in roles))
+    out = {}
+    model.eval()
+    old_logp = rb.sample_logp if run.old_from_sampling else score(model, rb, adapter, cfg, device)
+    if not run.old_from_sampling:
+        gap, n = all_sum([float((old_logp - rb.sample_logp).abs().mul(rb.mask).sum()), float(rb.mask.sum())])
+        out["logprob_gap"] = gap / max(n, 1.0)  # engine vs trainer, mean |delta logp| per token
+    ref_logp = kl_tok = None
+    if a.kl_coef > 0:
+        if a.kl_kind == "full":
+            kl_tok = score(model, rb, adapter, cfg, device, full_kl_to_ref=True)
+        else:
+            ref_logp = score(model, rb, None, cfg, device)
+            kl_tok = ppo.kl_penalty(old_logp, ref_logp, a.kl_kind)
+        kl_sum, n = all_sum([float((kl_tok * rb.mask).sum()), float(rb.mask.sum())])
+        out["kl"] = kl_sum / max(n, 1.0)
+    values = run.critic.values(model, rb) if run.critic else None
+    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value)
+    if run.critic:
+        cm, _ = run.critic.update(model, rb, returns, values)
+        out.update(cm)
+    if adapter in run.opts and not (run.critic and step <= a.critic_warmup_steps):
+        gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
+        out.update(policy_update(model, run.opts[adapter], run.scheds[adapter], adapter, rb, adv, old_logp, ref_logp,
+                                 cfg, device, run.kl_ctrl.value, gen))
+    lora.set_adapter(model, None)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# rollouts: the task stream, DAPO's dynamic sampling, metrics, eval
+
+
+def role_specs(cfg: Config, step_seed: int | None, greedy=False) -> dict[str, RoleSpec]:
+    r = cfg.rollout
+    return {ro.name: RoleSpec(cfg.adapter_of(ro), SamplingParams(
+        max_new_tokens=ro.max_tokens, temperature=ro.temperature, top_p=r.top_p, top_k=r.top_k, greedy=greedy,
+        seed=step_seed)) for ro in cfg.roles}
+
+
+def rollout(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress=False, baseline_roles=None):
+    """run_episodes on this rank's tasks, with global task ids (groups and seeds do not depend on
+    how tasks were split over ranks)."""
+    steps, eps = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
+                              max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
+                              progress=progress and RANK == 0, seed_ids=task_ids, baseline_roles=baseline_roles)
+    for e in eps:
+        e.task_id = task_ids[e.task_id]
+        for s in e.steps:
+            s.task_id = e.task_id
+    return steps, eps
+
+
+def group_key(cfg: Config, s: Step):
+    return s.task_id, s.role, s.turn if cfg.algo.group_by_turn else 0
+
+
+def informative(cfg: Config, steps: list[Step]) -> list[Step]:
+    """DAPO's filter: drop groups whose rewards all agree (they carry no signal); a group of one
+    stays unless the estimator needs groups."""
+    groups = defaultdict(list)
+    for s in steps:
+        groups[group_key(cfg, s)].append(s.reward)
+    keep = {k for k, r in groups.items() if (len(r) == 1 and cfg.algo.adv_estimator not in ppo.GROUPED)
+            or (len(r) > 1 and max(r) > min(r))}
+    return [s for s in steps if group_key(cfg, s) in keep]
+
+
+def collect(run, train_tasks, step_seed):
+    """This step's episodes: batch_size new tasks from the seeded stream, plus, under dynamic
+    sampling with refill, more batches while fewer than batch_size tasks kept an informative group."""
+    cfg, B = run.cfg, run.cfg.data.batch_size
+    steps, eps, rounds = [], [], 0
+    baseline = role_specs(cfg, None, greedy=True) if cfg.algo.adv_estimator == "remax" else None
+    while True:
+        ids = []  # global task ids = positions in the stream: a seeded permutation per epoch
+        for _ in range(B):
+            epoch, pos = divmod(run.cursor, len(train_tasks))
+            ids.append((run.cursor, int(np.random.RandomState(cfg.trainer.seed + epoch).permutation(len(train_tasks))[pos])))
+            run.cursor += 1
+        mine = ids[RANK::WORLD]
+        s, e = rollout(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
+                       role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
+        steps, eps = steps + s, eps + e
+        if not cfg.algo.dynamic_sampling or rounds == cfg.algo.dynamic_sampling_max_rounds:
+            return steps, eps, rounds
+        if all_sum(float(len({x.task_id for x in informative(cfg, steps)}))) >= B:
+            return steps, eps, rounds
+        rounds += 1
+
+
+def summarize(cfg: Config, steps: list[Step], eps, prefix: str) -> dict:
+    """Per-role reward (mean, std, min, max) and response length, the mean of every episode metric,
+    and the workflow's own aggregate; reduced over ranks."""
+    out = {}
+    every = [x for part in gather_objects([(e.metrics, [(s.role, s.reward, len(s.completion_ids)) for s in e.steps],
+                                            e.truncated) for e in eps]) for x in part]
+    for r in cfg.roles:
+        rew = np.array([w for _, st, _ in every for role, w, _ in st if role == r.name])
+        lens = [n for _, st, _ in every for role, _, n in st if role == r.name]
+        if len(rew):
+            out.update({f"{prefix}/reward/{r.name}": float(rew.mean()), f"{prefix}/reward_std/{r.name}": float(rew.std()),
+                        f"{prefix}/reward_min/{r.name}": float(rew.min()), f"{prefix}/reward_max/{r.name}": float(rew.max()),
+                        f"{prefix}/response_len/{r.name}": float(np.mean(lens))})
+    metrics = [m for m, _, _ in every if m]
+    for k in sorted({k for m in metrics for k in m}):
+        out[f"{prefix}/{k}"] = float(np.mean([m.get(k, 0.0) for m in metrics]))
+    if every:
+        out[f"{prefix}/truncated"] = float(np.mean([t for _, _, t in every]))
+    env_module = workflow(cfg)[1]
+    if hasattr(env_module, "aggregate"):  # what is the workflow's own (e.g. an evaluator's precision)
+        from rollout import Episode
+        light = [Episode(0, 0, None, [Step(0, 0, role, 0, [], [0] * n, [], reward=w) for role, w, n in st], m)
+                 for m, st, _ in every]
+        out.update({f"{prefix}/{k}": v for k, v in env_module.aggregate(light).items()})
+    return out
+
+
+def evaluate(run, val_tasks) -> dict:
+    mine = list(range(RANK, len(val_tasks), WORLD))
+    steps, eps = rollout(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
+                         role_specs(run.cfg, None, greedy=True), 1)
+    return summarize(run.cfg, steps, eps, "val")
+
+
+def empty_reason(cfg: Config, steps: list[Step], eps) -> str | None:
+    """Why this step trains on nothing, or None."""
+    trainable = {r.name for r in cfg.roles if r.trainable}
+    n_tok, n_trunc, n_eps = all_sum([float(sum(len(s.completion_ids) for s in steps if s.role in trainable)),
+                                     float(sum(e.truncated and not e.steps for e in eps)), float(len(eps))])
+    if n_tok > 0:
+        return None
+    if n_eps and n_trunc == n_eps:
+        return (f"every episode was truncated before its first turn: prompt + max_tokens > rollout.max_model_len="
+                f"{cfg.rollout.max_model_len}")
+    return "no trainable role produced a token"
 
 
 # --------------------------------------------------------------------------------------------
 # checkpoints: a temp dir renamed into place, so a crash mid-save leaves the previous one intact
+
+
+class Run:
+    """The live objects of a run and the counters a checkpoint restores."""
+
+    def __init__(self, cfg, model, tok, device):
+        self.cfg, self.model, self.tok, self.device = cfg, model, tok, device
+        self.step, self.cursor, self.wandb_id = 0, 0, None  # cursor: next position in the task stream
+        self.opts, self.scheds, self.critic, self.engine = {}, {}, None, None
+        a = cfg.algo
+        self.kl_ctrl = (ppo.AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_adaptive
+                        else ppo.FixedKLController(a.kl_coef))
+        self.old_from_sampling = a.recompute_old_logprobs == "never" or (
+            a.recompute_old_logprobs == "auto" and cfg.rollout.engine == "torch" and cfg.model.dtype in ("float32", "fp32")
+            and cfg.rollout.top_p == 1.0 and cfg.rollout.top_k == 0 and not cfg.model.gradient_checkpointing)
 
 
 def ckpt_dirs(out: Path) -> list[Path]:
@@ -312,39 +500,67 @@ def ckpt_dirs(out: Path) -> list[Path]:
     return sorted([p for p in d.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp")]) if d.exists() else []
 
 
-def save_checkpoint(out: Path, step, cfg, model, opts, value_head, kl_ctrl, cursor, engine):
+def save_checkpoint(run: Run, out: Path):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    final = out / "checkpoints" / f"step_{step:06d}"
+    final = out / "checkpoints" / f"step_{run.step:06d}"
     tmp = final.with_name(final.name + ".tmp")
     if RANK == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     if WORLD > 1:
         dist.barrier()
-    for name in cfg.adapters + (["critic"] if value_head is not None else []):
-        lora.save_adapter(model, name, tmp / "adapters" / name, base_model_name_or_path=cfg.model.spec)
-    opt_states = {n: get_optimizer_state_dict(model, o, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-                  for n, o in opts.items() if n != "critic"}
-    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-           "engine": engine.state_dict() if hasattr(engine, "state_dict") else None}
-    torch.save(rng, tmp / f"rng_rank{RANK}.pt")
+    for name in run.cfg.adapters + (["critic"] if run.critic else []):
+        lora.save_adapter(run.model, name, tmp / "adapters" / name, base_model_name_or_path=run.cfg.model.spec)
+    opt_states = {n: get_optimizer_state_dict(run.model, o, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+                  for n, o in run.opts.items()}
+    per_rank = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "engine": run.engine.state_dict() if hasattr(run.engine, "state_dict") else None,
+                "critic": run.critic.state_dict() if run.critic else None}  # the critic's optimizer is per-rank
+    torch.save(per_rank, tmp / f"rng_rank{RANK}.pt")
     if RANK == 0:
-        state = {"step": step, "cursor": cursor, "kl": kl_ctrl.state_dict(), "optim": opt_states,
-                 "sched": {n: o.sched.state_dict() for n, o in opts.items()}}
-        if value_head is not None:
-            state["value_head"] = value_head.state_dict()
-            state["critic_optim"] = opts["critic"].state_dict()
-        torch.save(state, tmp / "trainer_state.pt")
-        (tmp / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
+                    "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()}},
+                   tmp / "trainer_state.pt")
+        (tmp / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=2))
     if WORLD > 1:
         dist.barrier()
     if RANK == 0:
         os.replace(tmp, final)
-        for old in ckpt_dirs(out)[:-cfg.trainer.keep_checkpoints]:
+        for old in ckpt_dirs(out)[:-run.cfg.trainer.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
     if WORLD > 1:
         dist.barrier()
+
+
+def load_checkpoint(run: Run, ckpt: Path):
+    """Restore what save_checkpoint wrote, except the adapters: those are loaded into the plain
+    model before sharding (load_adapters)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    run.step, run.cursor, run.wandb_id = state["step"], state["cursor"], state.get("wandb_id")
+    for n, o in run.opts.items():
+        set_optimizer_state_dict(run.model, o, optim_state_dict=state["optim"][n],
+                                 options=StateDictOptions(full_state_dict=True))
+        run.scheds[n].load_state_dict(state["sched"][n])
+    run.kl_ctrl.load_state_dict(state["kl"])
+    rng = torch.load(ckpt / f"rng_rank{RANK}.pt", weights_only=False)
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    if rng["engine"] is not None and hasattr(run.engine, "load_state_dict"):
+        run.engine.load_state_dict(rng["engine"])
+    if run.critic:
+        run.critic.load_state_dict(rng["critic"])
+
+
+def load_adapters(model, ckpt: Path, names):
+    for name in names:
+        lora.load_adapter(model, name, ckpt / "adapters" / name)
 
 
 def resolve_resume(cfg: Config, out: Path) -> Path | None:
@@ -361,22 +577,30 @@ def resolve_resume(cfg: Config, out: Path) -> Path | None:
 
 
 # --------------------------------------------------------------------------------------------
-# logging
+# logging: console, metrics.jsonl, wandb, rewards.png (rank 0 only)
 
 
 class Logger:
-    def __init__(self, cfg: Config, out: Path, resumed_step: int):
-        self.path = out / "metrics.jsonl"
-        self.wandb = None
+    def __init__(self, run: Run, out: Path):
+        self.path, self.wandb = out / "metrics.jsonl", None
         if RANK != 0:
             return
         if self.path.exists():  # a resumed run: drop lines past the checkpoint (a killed run's tail)
-            keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resumed_step]
-            self.path.write_text("".join(ln + "\n" for ln in keep))
-        if "wandb" in cfg.trainer.logger:
+            keep = []
+            for ln in self.path.read_text().splitlines():
+                try:
+                    if json.loads(ln)["step"] <= run.step:
+                        keep.append(ln)
+                except (ValueError, KeyError, TypeError):  # a torn last line (killed mid-write)
+                    continue
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(ln + "\n" for ln in keep))
+            os.replace(tmp, self.path)  # atomic: a crash here never loses the lines we keep
+        if "wandb" in run.cfg.trainer.logger:
             import wandb
-            self.wandb = wandb.init(project=cfg.trainer.wandb_project, dir=str(out), config=to_dict(cfg),
-                                    name=out.name, resume="allow")
+            run.wandb_id = run.wandb_id or wandb.util.generate_id()  # saved in checkpoints: a resume continues it
+            self.wandb = wandb.init(project=run.cfg.trainer.wandb_project, dir=str(out), config=to_dict(run.cfg),
+                                    name=out.name, id=run.wandb_id, resume="allow")
 
     def log(self, step, metrics: dict, console: str | None = None):
         if RANK != 0:
@@ -400,280 +624,13 @@ class Logger:
             for r in roles:
                 pts = [(x["step"], x[f"{prefix}/reward/{r}"]) for x in rows if f"{prefix}/reward/{r}" in x]
                 if pts:
-                    ax.plot(*zip(*pts), marker="o" if prefix == "val" else None, label=r)
-            ax.set_title(f"{prefix} reward per role")
-            ax.set_xlabel("step")
+                    ax.plot(*zip(*pts), marker="o", label=r)
+            ax.set(title=f"{prefix} reward per role", xlabel="step", ylim=(-0.05, 1.05))
             if ax.get_lines():
                 ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "rewards.png", dpi=100)
         plt.close(fig)
-
-
-# --------------------------------------------------------------------------------------------
-# rollouts and eval
-
-
-def role_specs(cfg: Config, step_seed: int | None, greedy=False):
-    r = cfg.rollout
-    return {ro.name: RoleSpec(cfg.adapter_of(ro), SamplingParams(
-        max_new_tokens=ro.max_tokens, temperature=ro.temperature, top_p=r.top_p, top_k=r.top_k, greedy=greedy,
-        seed=step_seed)) for ro in cfg.roles}
-
-
-def rollout(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress):
-    make_env = make_env_factory(cfg)[0]
-    steps, eps = run_episodes(engine, tok, make_env, tasks, roles, num_chains=num_chains,
-                              max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
-                              progress=progress and RANK == 0, seed_ids=task_ids)
-    for e in eps:  # global task ids, so groups and seeds do not depend on how tasks were split
-        e.task_id = task_ids[e.task_id]
-        for s in e.steps:
-            s.task_id = e.task_id
-    return steps, eps
-
-
-def summarize(cfg, steps, eps, prefix):
-    """Per-role mean reward and the env's per-agent metrics, reduced over ranks."""
-    aggregate = make_env_factory(cfg)[1]
-    sums = {r.name: [0.0, 0.0] for r in cfg.roles}
-    for s in steps:
-        sums[s.role][0] += s.reward
-        sums[s.role][1] += 1
-    flat = all_sum([v for r in cfg.roles for v in sums[r.name]])
-    out = {}
-    for i, r in enumerate(cfg.roles):
-        if flat[2 * i + 1]:
-            out[f"{prefix}/reward/{r.name}"] = flat[2 * i] / flat[2 * i + 1]
-    light = [(e.metrics, [(s.role, len(s.completion_ids)) for s in e.steps]) for e in eps]
-    every = [x for part in gather_objects(light) for x in part]
-    rebuilt = [Episode(0, 0, None, [Step(0, 0, r, 0, [], [0] * n, []) for r, n in st], m) for m, st in every]
-    out.update({f"{prefix}/{k}": v for k, v in aggregate(rebuilt).items()})
-    out[f"{prefix}/team_reward"] = float(np.mean([m.get("team_reward", 0.0) for m, _ in every])) if every else 0.0
-    return out
-
-
-def evaluate(engine, tok, cfg, val_tasks):
-    mine = list(range(RANK, len(val_tasks), WORLD))
-    steps, eps = rollout(engine, tok, cfg, [val_tasks[i] for i in mine], mine, role_specs(cfg, None, greedy=True), 1,
-                         progress=False)
-    return summarize(cfg, steps, eps, "val")
-
-
-# --------------------------------------------------------------------------------------------
-
-
-def main(cfg: Config):
-    global RANK, WORLD
-    cfg.validate()
-    # --- init: distributed, seeds, model, adapters, engine, data --------------------------------
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-        RANK, WORLD = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    t_cfg = cfg.trainer
-    out = Path(t_cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    random.seed(t_cfg.seed)
-    np.random.seed(t_cfg.seed)
-    torch.manual_seed(t_cfg.seed)
-
-    model, tok = load_model(cfg.model.spec, cfg.model.dtype, device, seed=t_cfg.seed)
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    L = cfg.lora
-    lora.add_lora(model, cfg.adapters, L.rank, L.alpha, L.dropout, L.targets, seed=t_cfg.seed)
-    value_head = None
-    if cfg.algo.adv_estimator == "gae":
-        lora.add_lora(model, ["critic"], L.rank, L.alpha, L.dropout, L.targets, seed=t_cfg.seed + 1)
-        value_head = torch.nn.Linear(model.config.hidden_size, 1).to(device)
-        torch.nn.init.zeros_(value_head.weight)
-        torch.nn.init.zeros_(value_head.bias)
-
-    ckpt = resolve_resume(cfg, out)
-    state = None
-    if ckpt is not None:  # adapters are loaded into the plain model, before sharding
-        for name in cfg.adapters + (["critic"] if value_head is not None else []):
-            lora.load_adapter(model, name, ckpt / "adapters" / name)
-        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-        if value_head is not None:
-            value_head.load_state_dict(state["value_head"])
-        print0(f"resumed from {ckpt} (step {state['step']})")
-
-    if WORLD > 1:
-        from torch.distributed.fsdp import fully_shard
-        for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-
-    opts = {}
-    for name in cfg.trainable_adapters:
-        o = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
-        w = cfg.algo.warmup_steps
-        o.sched = torch.optim.lr_scheduler.LambdaLR(o, lambda s, w=w: min(1.0, (s + 1) / w) if w else 1.0)
-        opts[name] = o
-    if value_head is not None:
-        o = torch.optim.AdamW(lora.adapter_parameters(model, "critic") + list(value_head.parameters()), lr=cfg.algo.critic_lr)
-        o.sched = torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0)
-        opts["critic"] = o
-    a = cfg.algo
-    kl_ctrl = ppo.AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_adaptive else ppo.FixedKLController(a.kl_coef)
-
-    if cfg.rollout.engine == "vllm":
-        from rollout import VLLMEngine
-        engine = VLLMEngine(model, tok, adapters=cfg.adapters, max_model_len=cfg.rollout.max_model_len, seed=t_cfg.seed,
-                            gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
-    else:
-        engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed)
-
-    load_tasks = make_env_factory(cfg)[2]
-
-    def tasks_of(files):
-        ts = load_tasks(files)
-        if cfg.data.levels is not None:
-            ts = [x for x in ts if x.get("level") in cfg.data.levels]
-            if not ts:
-                raise ValueError(f"config field data.levels={cfg.data.levels}: no task of {files} has such a level")
-        return ts
-    train_tasks = tasks_of(cfg.data.train_files)
-    val_tasks = tasks_of(cfg.data.val_files)[:cfg.data.val_size]
-    steps_per_epoch = max(1, len(train_tasks) // cfg.data.batch_size)
-    total = t_cfg.total_epochs * steps_per_epoch if t_cfg.total_epochs else t_cfg.total_steps
-    start, cursor = 0, 0  # cursor: index of the next task in the seeded epoch permutation stream
-
-    if state is not None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-        start, cursor = state["step"], state["cursor"]
-        for n, o in opts.items():
-            if n == "critic":
-                o.load_state_dict(state["critic_optim"])
-            else:
-                set_optimizer_state_dict(model, o, optim_state_dict=state["optim"][n],
-                                         options=StateDictOptions(full_state_dict=True))
-            o.sched.load_state_dict(state["sched"][n])
-        kl_ctrl.load_state_dict(state["kl"])
-        rng = torch.load(ckpt / f"rng_rank{RANK}.pt", weights_only=False)
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["engine"] is not None and hasattr(engine, "load_state_dict"):
-            engine.load_state_dict(rng["engine"])
-    logger = Logger(cfg, out, start)
-    role_temp = {r.name: r.temperature for r in cfg.roles}
-    old_from_sampling = a.recompute_old_logprobs == "never" or (
-        a.recompute_old_logprobs == "auto" and cfg.rollout.engine == "torch" and cfg.model.dtype in ("float32", "fp32")
-        and cfg.rollout.top_p == 1.0 and cfg.rollout.top_k == 0 and not cfg.model.gradient_checkpointing)
-
-    if t_cfg.eval_only or (t_cfg.val_before_train and start == 0):
-        metrics = evaluate(engine, tok, cfg, val_tasks)
-        logger.log(start, metrics, f"[eval step {start}] " + fmt(metrics, "val"))
-        if t_cfg.eval_only:
-            return finish(metrics)
-
-    # --- the loop -----------------------------------------------------------------------------
-    metrics = {}
-    for step in range(start + 1, total + 1):
-        t0 = time.perf_counter()
-        # tasks of this step: a seeded permutation per epoch; this rank takes every WORLD-th task
-        ids = []
-        while len(ids) < cfg.data.batch_size:
-            epoch, pos = divmod(cursor, len(train_tasks))
-            perm = np.random.RandomState(t_cfg.seed + epoch).permutation(len(train_tasks))
-            ids.append(int(perm[pos]))
-            cursor += 1
-        gids = list(range((step - 1) * cfg.data.batch_size, step * cfg.data.batch_size))  # global task ids
-        mine = [i for i in range(len(ids)) if i % WORLD == RANK]
-        step_seed = (t_cfg.seed * 1_000_003 + step * 7_919) % (2**31)
-        steps, eps = rollout(engine, tok, cfg, [train_tasks[ids[i]] for i in mine], [gids[i] for i in mine],
-                             role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress)
-        n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
-        t_roll = time.perf_counter() - t0
-        if cfg.rollout.merge_turns:
-            steps = merge_turns(steps)
-
-        greedy_scores = {}
-        if a.adv_estimator == "remax":  # ReMax's baseline: one greedy episode per task
-            gsteps, _ = rollout(engine, tok, cfg, [train_tasks[ids[i]] for i in mine], [gids[i] for i in mine],
-                                role_specs(cfg, None, greedy=True), 1, False)
-            for s in gsteps:
-                greedy_scores.setdefault((s.task_id, s.role), []).append(s.reward)
-
-        # --- per adapter: scores -> old / ref logprobs -> advantages -> update ----------------
-        t1 = time.perf_counter()
-        metrics = summarize(cfg, steps, eps, "train")
-        kl_vals = []
-        by_adapter = defaultdict(list)
-        for s in steps:
-            by_adapter[cfg.adapter_of(next(r for r in cfg.roles if r.name == s.role))].append(s)
-        critic_warm = value_head is not None and step <= a.critic_warmup_steps
-        for adapter in cfg.adapters:
-            mine_steps = by_adapter.get(adapter, [])
-            present = all_sum(float(len(mine_steps)))
-            if present == 0:
-                continue
-            if not mine_steps:  # this rank has no turn of this adapter: a zero-weight dummy keeps collectives in step
-                mine_steps = [Step(-1, -1, next(r.name for r in cfg.roles if cfg.adapter_of(r) == adapter), 0,
-                                   [tok.pad_token_id], [tok.pad_token_id], [0.0], info={"dummy": True})]
-            rb = RoleBatch(mine_steps, [role_temp[s.role] for s in mine_steps], tok.pad_token_id)
-            trainable = adapter in opts
-            old_logp = rb.sample_logp if old_from_sampling else batch_logp(model, rb, adapter, cfg, device)
-            if not old_from_sampling:
-                gap = float((old_logp - rb.sample_logp).abs().mul(rb.mask).sum() / rb.mask.sum().clamp(min=1))
-                metrics[f"train/logprob_gap/{adapter}"] = gap
-            ref_logp = batch_logp(model, rb, None, cfg, device) if a.kl_coef > 0 else None
-            values = None
-            if value_head is not None:
-                lora.set_adapter(model, "critic")
-                model.eval()
-                values = torch.zeros_like(rb.mask)
-                with torch.no_grad():
-                    for rows in micro_chunks(list(range(len(rb.steps))), a.micro_batch_size):
-                        v, T = forward_values(model, value_head, rb, rows or [0], device)
-                        if rows:
-                            values[rows, :T] = v.float().cpu()
-            baseline = torch.tensor([float(np.mean(greedy_scores.get((s.task_id, s.role), [0.0]))) for s in rb.steps])
-            adv, returns, keep, kl_r = compute_advantages(cfg, rb, old_logp, ref_logp, values, baseline, kl_ctrl.value)
-            if ref_logp is not None:
-                kl_vals.append(float(ppo.masked_mean(ppo.kl_penalty(old_logp, ref_logp, a.kl_kind), rb.mask)))
-            metrics[f"train/kept_frac/{adapter}"] = float(keep.mean()) if a.dynamic_sampling else 1.0
-            if value_head is not None:
-                metrics.update({f"train/{k}": v for k, v in critic_update(model, value_head, opts["critic"], rb, returns,
-                                                                          values, cfg, device).items()})
-            if trainable and not critic_warm:
-                gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
-                um = policy_update(model, opts[adapter], opts[adapter].sched, adapter, rb, adv, old_logp, ref_logp,
-                                   cfg, device, kl_ctrl.value, gen)
-                metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
-        lora.set_adapter(model, None)
-        model.eval()
-        if kl_vals:
-            metrics["train/kl"] = float(np.mean(kl_vals))
-            kl_ctrl.update(metrics["train/kl"], cfg.data.batch_size * cfg.rollout.num_chains)
-        metrics["train/kl_coef"] = kl_ctrl.value
-        t_train = time.perf_counter() - t1
-
-        # --- sync the engine, log -------------------------------------------------------------
-        t2 = time.perf_counter()
-        engine.sync()
-        t_sync = time.perf_counter() - t2
-        dt = time.perf_counter() - t0
-        metrics.update({"time/rollout": t_roll, "time/train": t_train, "time/sync": t_sync, "time/step": dt,
-                        "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9), "train/epoch": cursor / len(train_tasks)})
-        logger.log(step, metrics, f"[step {step}/{total}] " + fmt(metrics, "train") +
-                   f" | {n_tokens / max(t_roll, 1e-9):.0f} tok/s | roll {t_roll:.1f}s train {t_train:.1f}s sync {t_sync:.2f}s")
-
-        # --- eval, then checkpoint (a checkpoint implies every line of its step is logged) -----
-        if t_cfg.test_freq and (step % t_cfg.test_freq == 0 or step == total):
-            vm = evaluate(engine, tok, cfg, val_tasks)
-            metrics.update(vm)
-            logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val"))
-        if (t_cfg.save_freq and step % t_cfg.save_freq == 0) or step == total:
-            save_checkpoint(out, step, cfg, model, opts, value_head, kl_ctrl, cursor, engine)
-    logger.plot(out, [r.name for r in cfg.roles])
-    return finish(metrics)
 
 
 def fmt(m: dict, prefix: str) -> str:
@@ -689,6 +646,165 @@ def fmt(m: dict, prefix: str) -> str:
     if skipped:
         parts.append(f"SKIPPED {int(skipped)} non-finite steps")
     return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def init_distributed():
+    global RANK, WORLD
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        RANK, WORLD = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def check_roles(cfg: Config):
+    """The workflow's roles and the config's must match, before anything loads."""
+    env_roles = set(getattr(workflow(cfg)[0](), "roles", ()))
+    mine = {r.name for r in cfg.roles}
+    if env_roles and env_roles != mine:
+        raise ValueError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "
+                         f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
+
+
+def main(cfg: Config):
+    cfg.validate()
+    check_roles(cfg)
+    # --- init: distributed, seeds, model, adapters, engine, data --------------------------------
+    device = init_distributed()
+    t_cfg, a = cfg.trainer, cfg.algo
+    out = Path(t_cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    random.seed(t_cfg.seed)
+    np.random.seed(t_cfg.seed)
+    torch.manual_seed(t_cfg.seed)
+
+    model, tok = load_model(cfg.model.spec, cfg.model.dtype, device, seed=t_cfg.seed)
+    for m in model.modules():  # RL forwards use no dropout anywhere: old and new logprobs need one network
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "attention_dropout", None), float):
+            m.attention_dropout = 0.0
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora.add_lora(model, cfg.adapters, cfg.lora.rank, cfg.lora.alpha, 0.0, cfg.lora.targets, seed=t_cfg.seed)
+    run = Run(cfg, model, tok, device)
+    run.critic = Critic(model, cfg, device) if a.adv_estimator == "gae" else None
+    ckpt = resolve_resume(cfg, out)
+    if ckpt is not None:  # adapters go into the plain model, before sharding
+        load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
+    if WORLD > 1:
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    for name in cfg.trainable_adapters:
+        run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=a.lr, weight_decay=a.weight_decay)
+        run.scheds[name] = torch.optim.lr_scheduler.LambdaLR(
+            run.opts[name], lambda s: min(1.0, (s + 1) / a.warmup_steps) if a.warmup_steps else 1.0)
+    if run.critic:
+        run.critic.make_optimizer(model)
+    if cfg.rollout.engine == "vllm":
+        from rollout import VLLMEngine
+        run.engine = VLLMEngine(model, tok, adapters=cfg.adapters, max_model_len=cfg.rollout.max_model_len,
+                                seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+    else:
+        run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed)
+    if ckpt is not None:
+        load_checkpoint(run, ckpt)
+        print0(f"resumed from {ckpt} (step {run.step})")
+
+    load_tasks = workflow(cfg)[2]
+
+    def tasks_of(files, field):
+        ts = load_tasks(files)
+        if cfg.data.levels is not None:
+            ts = [x for x in ts if x.get("level") in cfg.data.levels]
+        if not ts:
+            raise ValueError(f"config field {field}: no task in {files}" +
+                             (f" with a level in data.levels={cfg.data.levels}" if cfg.data.levels else ""))
+        return ts
+    train_tasks = tasks_of(cfg.data.train_files, "data.train_files")
+    val_tasks = tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
+    total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
+
+    if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched
+        metrics = evaluate(run, val_tasks)
+        if RANK == 0:
+            (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
+            print(f"[eval of {ckpt}] " + fmt(metrics, "val"), flush=True)
+        return finish(metrics)
+    logger = Logger(run, out)
+    if t_cfg.val_before_train and run.step == 0:
+        metrics = evaluate(run, val_tasks)
+        logger.log(0, metrics, "[eval step 0] " + fmt(metrics, "val"))
+
+    # --- the loop -----------------------------------------------------------------------------
+    metrics, empty_in_a_row = {}, 0
+    for step in range(run.step + 1, total + 1):
+        run.step = step
+        t0 = time.perf_counter()
+        step_seed = (t_cfg.seed * 1_000_003 + step * 7_919) % (2**31)
+        steps, eps, extra_rounds = collect(run, train_tasks, step_seed)
+        n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
+        t_roll = time.perf_counter() - t0
+        metrics = summarize(cfg, steps, eps, "train")
+        if cfg.rollout.merge_turns:
+            steps = merge_turns(steps)
+        kept = informative(cfg, steps) if a.dynamic_sampling else steps
+        if a.dynamic_sampling:
+            n_kept, n_all = all_sum([float(len(kept)), float(len(steps))])
+            metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0), "train/extra_rollouts": float(extra_rounds)})
+        reason = empty_reason(cfg, steps, eps)
+        empty_in_a_row = empty_in_a_row + 1 if reason else 0
+        if reason:
+            print0(f"[step {step}] WARNING: this step trains on nothing: {reason}")
+            metrics["train/empty_step"] = 1.0
+            if empty_in_a_row >= t_cfg.max_empty_steps:
+                raise RuntimeError(f"{empty_in_a_row} steps in a row trained on nothing ({reason}); stopping "
+                                   f"(trainer.max_empty_steps={t_cfg.max_empty_steps})")
+
+        # --- per adapter: score -> advantages -> update ----------------------------------------
+        t1 = time.perf_counter()
+        by_adapter = defaultdict(list)
+        for s in kept:
+            by_adapter[cfg.adapter_of(next(r for r in cfg.roles if r.name == s.role))].append(s)
+        for adapter in cfg.adapters:
+            if all_sum(float(len(by_adapter[adapter]))) == 0:
+                continue
+            um = update_adapter(run, adapter, by_adapter[adapter], step, step_seed)
+            metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
+        kls = [v for k, v in metrics.items() if k.startswith("train/kl/")]
+        if kls:
+            metrics["train/kl"] = float(np.mean(kls))
+            run.kl_ctrl.update(metrics["train/kl"], cfg.data.batch_size * cfg.rollout.num_chains)
+        metrics["train/kl_coef"] = run.kl_ctrl.value
+        t_train = time.perf_counter() - t1
+
+        # --- sync the engine, log -------------------------------------------------------------
+        t2 = time.perf_counter()
+        run.engine.sync()
+        t_sync = time.perf_counter() - t2
+        metrics.update({"time/rollout": t_roll, "time/train": t_train, "time/sync": t_sync,
+                        "time/step": time.perf_counter() - t0, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9),
+                        "train/epoch": run.cursor / len(train_tasks)})
+        logger.log(step, metrics, f"[step {step}/{total}] " + fmt(metrics, "train") +
+                   f" | {n_tokens / max(t_roll, 1e-9):.0f} tok/s | roll {t_roll:.1f}s train {t_train:.1f}s sync {t_sync:.2f}s")
+
+        # --- eval, then checkpoint (a checkpoint implies every line of its step is logged) -----
+        if t_cfg.test_freq and (step % t_cfg.test_freq == 0 or step == total):
+            vm = evaluate(run, val_tasks)
+            metrics.update(vm)
+            logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val"))
+            logger.plot(out, [r.name for r in cfg.roles])
+        if (t_cfg.save_freq and step % t_cfg.save_freq == 0) or step == total:
+            save_checkpoint(run, out)
+    logger.plot(out, [r.name for r in cfg.roles])
+    return finish(metrics)
 
 
 def finish(metrics):
@@ -709,16 +825,18 @@ def finish(metrics):
 
 
 def cli(argv=None) -> Config:
-    """`--config file.py` (optional) then tyro overrides on top of it."""
+    """`--config file.py` (or --config=file.py), then tyro overrides on top of it."""
     import tyro
     argv = list(sys.argv[1:] if argv is None else argv)
     base = Config()
-    if "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            raise SystemExit("--config needs a path")
-        base = load_config_file(argv[i + 1])
-        del argv[i:i + 2]
+    for i, x in enumerate(argv):
+        if x == "--config" or x.startswith("--config="):
+            path = x.split("=", 1)[1] if "=" in x else (argv[i + 1] if i + 1 < len(argv) else None)
+            if not path:
+                raise SystemExit("--config needs a path")
+            base = load_config_file(path)
+            del argv[i:i + (1 if "=" in x else 2)]
+            break
     return tyro.cli(Config, default=base, args=argv, description=__doc__.split("\n")[0])
 
 
