@@ -26,7 +26,6 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 import time
 import zlib
@@ -39,9 +38,10 @@ import torch.distributed as dist
 
 import lora
 import ppo
-from config import Config, load_config_file, to_dict
+from config import Config, load_config_file
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
+from rundir import Logger, fmt, load_adapters, load_checkpoint, resolve_resume, save_checkpoint
 
 RANK, WORLD = 0, 1
 
@@ -264,8 +264,9 @@ def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, 
     params = lora.adapter_parameters(model, adapter)
     N = len(rb.steps)
     sums, ratio_max, grad_norms, skipped = defaultdict(float), [], [], 0  # token-weighted sums, reduced over ranks
+    lr = opt.param_groups[0]["lr"]
     n_mb = max(1, math.ceil(all_sum(float(N)) / a.mini_batch_size))
-    for _ in range(a.ppo_epochs):
+    for epoch in range(a.ppo_epochs):
         perm = torch.randperm(N, generator=gen).tolist()
         for k in range(n_mb):
             mb = perm[k * N // n_mb:(k + 1) * N // n_mb]
@@ -276,7 +277,9 @@ def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, 
                 logits, tgt, T = forward_logits(model, rb, rows, device)
                 logp = ppo.token_logprobs(logits, tgt)  # (b, T)
                 m = rb.mask[rows, :T].to(device) * w
-                pg_loss, pm = loss_fn(logp, old_logp[rows, :T].to(device), adv[rows, :T].to(device), m, clip_low,
+                # before the first optimizer step this forward IS the old policy: ratio exactly 1
+                old = logp.detach() if epoch == 0 and k == 0 else old_logp[rows, :T].to(device)
+                pg_loss, pm = loss_fn(logp, old, adv[rows, :T].to(device), m, clip_low,
                                       clip_high, a.dual_clip, agg, denom, rb.norm_len)
                 ent = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), m)  # a metric always
                 loss = pg_loss - a.entropy_coef * ppo.agg_loss(ent, m, agg, denom, rb.norm_len)
@@ -308,6 +311,7 @@ def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, 
                 skipped += 1
                 opt.zero_grad(set_to_none=True)
                 continue
+            lr = opt.param_groups[0]["lr"]  # the rate this optimizer step used
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
@@ -319,8 +323,7 @@ def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, 
     out["pg_loss"] = tot["pg_loss"] / (a.ppo_epochs * n_mb)  # mean over mini-batches of the loss stepped on
     if "kl_loss" in tot:
         out["kl_loss"] = tot["kl_loss"] / (a.ppo_epochs * n_mb)
-    out.update(ratio_max=float(ratio_max.max()), ratio_max_first=float(ratio_max[0]), skipped=skipped,
-               lr=sched.get_last_lr()[0])
+    out.update(ratio_max=float(ratio_max.max()), ratio_max_first=float(ratio_max[0]), skipped=skipped, lr=lr)
     if grad_norms:
         out["grad_norm"] = float(np.mean(grad_norms))
     return out
@@ -477,7 +480,6 @@ def empty_reason(cfg: Config, steps: list[Step], eps) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# checkpoints: a temp dir renamed into place, so a crash mid-save leaves the previous one intact
 
 
 class Run:
@@ -493,159 +495,6 @@ class Run:
         self.old_from_sampling = a.recompute_old_logprobs == "never" or (
             a.recompute_old_logprobs == "auto" and cfg.rollout.engine == "torch" and cfg.model.dtype in ("float32", "fp32")
             and cfg.rollout.top_p == 1.0 and cfg.rollout.top_k == 0 and not cfg.model.gradient_checkpointing)
-
-
-def ckpt_dirs(out: Path) -> list[Path]:
-    d = out / "checkpoints"
-    return sorted([p for p in d.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp")]) if d.exists() else []
-
-
-def save_checkpoint(run: Run, out: Path):
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    final = out / "checkpoints" / f"step_{run.step:06d}"
-    tmp = final.with_name(final.name + ".tmp")
-    if RANK == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    if WORLD > 1:
-        dist.barrier()
-    for name in run.cfg.adapters + (["critic"] if run.critic else []):
-        lora.save_adapter(run.model, name, tmp / "adapters" / name, base_model_name_or_path=run.cfg.model.spec)
-    opt_states = {n: get_optimizer_state_dict(run.model, o, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-                  for n, o in run.opts.items()}
-    per_rank = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "engine": run.engine.state_dict() if hasattr(run.engine, "state_dict") else None,
-                "critic": run.critic.state_dict() if run.critic else None}  # the critic's optimizer is per-rank
-    torch.save(per_rank, tmp / f"rng_rank{RANK}.pt")
-    if RANK == 0:
-        torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
-                    "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()}},
-                   tmp / "trainer_state.pt")
-        (tmp / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=2))
-    if WORLD > 1:
-        dist.barrier()
-    if RANK == 0:
-        os.replace(tmp, final)
-        for old in ckpt_dirs(out)[:-run.cfg.trainer.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
-    if WORLD > 1:
-        dist.barrier()
-
-
-def load_checkpoint(run: Run, ckpt: Path):
-    """Restore what save_checkpoint wrote, except the adapters: those are loaded into the plain
-    model before sharding (load_adapters)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    run.step, run.cursor, run.wandb_id = state["step"], state["cursor"], state.get("wandb_id")
-    for n, o in run.opts.items():
-        set_optimizer_state_dict(run.model, o, optim_state_dict=state["optim"][n],
-                                 options=StateDictOptions(full_state_dict=True))
-        run.scheds[n].load_state_dict(state["sched"][n])
-    run.kl_ctrl.load_state_dict(state["kl"])
-    rng = torch.load(ckpt / f"rng_rank{RANK}.pt", weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    if rng["engine"] is not None and hasattr(run.engine, "load_state_dict"):
-        run.engine.load_state_dict(rng["engine"])
-    if run.critic:
-        run.critic.load_state_dict(rng["critic"])
-
-
-def load_adapters(model, ckpt: Path, names):
-    for name in names:
-        lora.load_adapter(model, name, ckpt / "adapters" / name)
-
-
-def resolve_resume(cfg: Config, out: Path) -> Path | None:
-    r = cfg.trainer.resume
-    if r == "none":
-        return None
-    if r == "auto":
-        d = ckpt_dirs(out)
-        return d[-1] if d else None
-    p = Path(r)
-    if not (p / "trainer_state.pt").exists():
-        raise FileNotFoundError(f"trainer.resume={r}: not a complete checkpoint (no trainer_state.pt)")
-    return p
-
-
-# --------------------------------------------------------------------------------------------
-# logging: console, metrics.jsonl, wandb, rewards.png (rank 0 only)
-
-
-class Logger:
-    def __init__(self, run: Run, out: Path):
-        self.path, self.wandb = out / "metrics.jsonl", None
-        if RANK != 0:
-            return
-        if self.path.exists():  # a resumed run: drop lines past the checkpoint (a killed run's tail)
-            keep = []
-            for ln in self.path.read_text().splitlines():
-                try:
-                    if json.loads(ln)["step"] <= run.step:
-                        keep.append(ln)
-                except (ValueError, KeyError, TypeError):  # a torn last line (killed mid-write)
-                    continue
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
-            os.replace(tmp, self.path)  # atomic: a crash here never loses the lines we keep
-        if "wandb" in run.cfg.trainer.logger:
-            import wandb
-            run.wandb_id = run.wandb_id or wandb.util.generate_id()  # saved in checkpoints: a resume continues it
-            self.wandb = wandb.init(project=run.cfg.trainer.wandb_project, dir=str(out), config=to_dict(run.cfg),
-                                    name=out.name, id=run.wandb_id, resume="allow")
-
-    def log(self, step, metrics: dict, console: str | None = None):
-        if RANK != 0:
-            return
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
-        if console:
-            print(console, flush=True)
-
-    def plot(self, out: Path, roles):
-        if RANK != 0 or not self.path.exists():
-            return
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        rows = [json.loads(ln) for ln in self.path.read_text().splitlines() if ln]
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for ax, prefix in zip(axes, ("train", "val")):
-            for r in roles:
-                pts = [(x["step"], x[f"{prefix}/reward/{r}"]) for x in rows if f"{prefix}/reward/{r}" in x]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=r)
-            ax.set(title=f"{prefix} reward per role", xlabel="step", ylim=(-0.05, 1.05))
-            if ax.get_lines():
-                ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "rewards.png", dpi=100)
-        plt.close(fig)
-
-
-def fmt(m: dict, prefix: str) -> str:
-    parts = [f"{k.split('/')[-1]} {v:.3f}" for k, v in m.items() if k.startswith(f"{prefix}/reward/")]
-    for k in ("team_reward", "final_acc", "kl"):
-        if f"{prefix}/{k}" in m:
-            parts.append(f"{k} {m[f'{prefix}/{k}']:.3f}")
-    for key in ("clipfrac", "entropy"):
-        vals = [v for k, v in m.items() if k.startswith(f"{prefix}/{key}/")]
-        if vals:
-            parts.append(f"{key} {np.mean(vals):.3f}")
-    skipped = sum(v for k, v in m.items() if k.startswith(f"{prefix}/skipped/"))
-    if skipped:
-        parts.append(f"SKIPPED {int(skipped)} non-finite steps")
-    return " ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,10 +520,8 @@ def check_roles(cfg: Config):
                          f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
 
 
-def main(cfg: Config):
-    cfg.validate()
-    check_roles(cfg)
-    # --- init: distributed, seeds, model, adapters, engine, data --------------------------------
+def build(cfg: Config):
+    """Model, adapters (restored from a checkpoint if resuming), sharding, optimizers, engine, data."""
     device = init_distributed()
     t_cfg, a = cfg.trainer, cfg.algo
     out = Path(t_cfg.output_dir)
@@ -682,7 +529,6 @@ def main(cfg: Config):
     random.seed(t_cfg.seed)
     np.random.seed(t_cfg.seed)
     torch.manual_seed(t_cfg.seed)
-
     model, tok = load_model(cfg.model.spec, cfg.model.dtype, device, seed=t_cfg.seed)
     for m in model.modules():  # RL forwards use no dropout anywhere: old and new logprobs need one network
         if isinstance(m, torch.nn.Dropout):
@@ -717,7 +563,6 @@ def main(cfg: Config):
     if ckpt is not None:
         load_checkpoint(run, ckpt)
         print0(f"resumed from {ckpt} (step {run.step})")
-
     load_tasks = workflow(cfg)[2]
 
     def tasks_of(files, field):
@@ -728,10 +573,16 @@ def main(cfg: Config):
             raise ValueError(f"config field {field}: no task in {files}" +
                              (f" with a level in data.levels={cfg.data.levels}" if cfg.data.levels else ""))
         return ts
-    train_tasks = tasks_of(cfg.data.train_files, "data.train_files")
-    val_tasks = tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
-    total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
+    return run, out, ckpt, tasks_of(cfg.data.train_files, "data.train_files"), \
+        tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
 
+
+def main(cfg: Config):
+    cfg.validate()
+    check_roles(cfg)
+    run, out, ckpt, train_tasks, val_tasks = build(cfg)
+    t_cfg, a = cfg.trainer, cfg.algo
+    total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
     if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched
         metrics = evaluate(run, val_tasks)
         if RANK == 0:

@@ -44,23 +44,25 @@ def rows(path):
     dict(adv_estimator="remax"), dict(adv_estimator="gae", critic_warmup_steps=1, lam=0.95),
     dict(adv_estimator="grpo", kl_coef=0.1, kl_adaptive=True, kl_target=0.01, dynamic_sampling=True, ppo_epochs=2,
          mini_batch_size=4, micro_batch_size=2, recompute_old_logprobs="always"),
-    dict(adv_estimator="grpo", training_mode="shared"),
+    dict(adv_estimator="grpo", policy_loss="gspo", kl_coef=0.05, kl_kind="full"),
+    dict(adv_estimator="rloo", kl_coef=0.05, kl_kind="full", kl_in_reward=True),
 ])
 def test_estimators_and_modes_run(tmp_path, algo):
     m = train.main(tiny_cfg(tmp_path, algo=algo))
     assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
     last = rows(tmp_path / "run" / "metrics.jsonl")[-1]
     assert last["step"] == 2 and "train/reward/generator_initial" in last
-    if algo.get("training_mode") == "shared":
-        assert "train/grad_norm/shared" in last
+    if algo.get("kl_coef"):
+        assert last["train/kl"] > 0  # every KL kind, `full` included, is measured and used
     if algo.get("recompute_old_logprobs") == "always":
         assert last["train/logprob_gap/generator_initial"] < 1e-4  # engine and trainer agree
     if algo.get("kl_adaptive"):
         assert last["train/kl_coef"] != 0.1
 
 
-def test_separate_mode_freezes_a_role(tmp_path):
-    cfg = tiny_cfg(tmp_path, algo=dict(training_mode="separate"), trainer=dict(save_freq=2))
+@pytest.mark.parametrize("estimator", ["grpo", "gae"])
+def test_trainable_false_freezes_a_role(tmp_path, estimator):
+    cfg = tiny_cfg(tmp_path, trainer=dict(save_freq=2), algo=dict(adv_estimator=estimator))
     roles = tuple(dataclasses.replace(r, trainable=(r.name != "evaluator_critique")) for r in cfg.roles)
     cfg = dataclasses.replace(cfg, roles=roles)
     train.main(cfg)
@@ -69,6 +71,18 @@ def test_separate_mode_freezes_a_role(tmp_path):
     gen = load_file(ck / "generator_initial" / "adapter_model.safetensors")
     assert all(torch.all(v == 0) for k, v in ev.items() if "lora_B" in k)  # frozen: still the identity
     assert any(torch.any(v != 0) for k, v in gen.items() if "lora_B" in k)  # trained
+
+
+def test_roles_naming_one_adapter_share_it(tmp_path):
+    cfg = tiny_cfg(tmp_path, trainer=dict(save_freq=2))
+    cfg = dataclasses.replace(cfg, roles=tuple(dataclasses.replace(r, adapter="shared") for r in cfg.roles))
+    assert cfg.adapters == ["shared"]
+    last = train.main(cfg)
+    assert "train/grad_norm/shared" in last and "train/reward/evaluator_critique" in last
+    ck = tmp_path / "run" / "checkpoints" / "step_000002" / "adapters"
+    assert [p.name for p in ck.iterdir()] == ["shared"]
+    with pytest.raises(ValueError, match="disagree on trainable"):
+        dataclasses.replace(cfg, roles=(dataclasses.replace(cfg.roles[0], trainable=False),) + cfg.roles[1:]).validate()
 
 
 def test_outputs_checkpoints_and_plot(tmp_path):
@@ -83,10 +97,13 @@ def test_outputs_checkpoints_and_plot(tmp_path):
     assert (run / "rewards.png").stat().st_size > 1000
     steps = [r["step"] for r in rows(run / "metrics.jsonl")]
     assert steps == [0, 1, 2, 3, 3]  # val before train, 3 train lines, final val
-    # a standalone eval of the saved checkpoint
+    # a standalone eval of an older checkpoint: its results go next to it, the training log is untouched
+    log = (run / "metrics.jsonl").read_bytes()
     ev = train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(
-        cfg.trainer, eval_only=True, resume=str(run / "checkpoints" / "step_000003"))))
+        cfg.trainer, eval_only=True, resume=str(run / "checkpoints" / "step_000002"))))
     assert "val/final_acc" in ev
+    assert (run / "metrics.jsonl").read_bytes() == log
+    assert json.loads((run / "checkpoints" / "step_000002" / "eval_metrics.json").read_text())["step"] == 2
 
 
 def test_nan_loss_skips_step_and_leaves_weights(tiny):
@@ -96,8 +113,8 @@ def test_nan_loss_skips_step_and_leaves_weights(tiny):
     comp = tok.encode(" the answer is 2")
     steps = [Step(0, 0, "r", 0, tok.encode("What is 1 + 1?"), comp, [-1.0] * len(comp), reward=1.0)] * 2
     with pytest.raises(ValueError, match="logprobs"):
-        train.RoleBatch([Step(0, 0, "r", 0, [1, 2], comp, [-1.0], reward=1.0)], [1.0], tok.pad_token_id)
-    rb = train.RoleBatch(steps, [1.0, 1.0], tok.pad_token_id)
+        train.RoleBatch([Step(0, 0, "r", 0, [1, 2], comp, [-1.0], reward=1.0)], [1.0], tok.pad_token_id, 16)
+    rb = train.RoleBatch(steps, [1.0, 1.0], tok.pad_token_id, 16)
     cfg = Config(algo=AlgoConfig(mini_batch_size=4, micro_batch_size=2))
     before = [p.detach().clone() for p in lora.adapter_parameters(m, "a")]
     opt = torch.optim.AdamW(lora.adapter_parameters(m, "a"), lr=1e-2)
@@ -188,6 +205,6 @@ def test_config_cli_and_errors(tmp_path):
         load_config_file(str(bad))
     with pytest.raises(FileNotFoundError):
         load_config_file(str(tmp_path / "missing.py"))
-    with pytest.raises(FileNotFoundError, match="trainer.resume"):
-        train.resolve_resume(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, resume=str(tmp_path))),
-                             tmp_path)
+    with pytest.raises(ValueError, match="config field trainer.resume"):
+        dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, resume=str(tmp_path))).validate()
+    assert train.cli([f"--config={TINY}", "--trainer.total-steps", "3"]).trainer.total_steps == 3

@@ -1,0 +1,322 @@
+"""The RL core's options do what they say: KL in the reward reaches every estimator, Dr. GRPO's
+constant normaliser, ratio 1 on policy, DAPO's filter, ReMax's per-turn greedy baseline, GSPO's
+defaults, merge_turns across roles, loud empty steps, the logged metrics, and learning itself."""
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import lora
+import ppo
+import train
+from config import AlgoConfig, Config, load_config_file
+from envs import Turn, toy
+from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = str(ROOT / "configs" / "tiny_toy.py")
+
+
+def toy_cfg(tmp_path, **over) -> Config:
+    cfg = load_config_file(TOY)
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / "run"),
+                                                                resume="none"))
+    for section, kw in over.items():
+        cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **kw)})
+    return cfg
+
+
+def rows(path):
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln]
+
+
+def role_batch(tok, n=6, seed=0):
+    """n turns of one role with ragged prompts and completions, rewards 0/1 in groups of 3."""
+    g = torch.Generator().manual_seed(seed)
+    steps = []
+    for i in range(n):
+        P, C = 3 + 4 * (i % 3), 2 + (5 * i) % 7
+        p = torch.randint(5, 900, (P,), generator=g).tolist()
+        c = torch.randint(5, 900, (C,), generator=g).tolist()
+        steps.append(Step(i, i // 3, "r", 0, p, c, [-2.0] * C, reward=float(i % 2)))
+    return train.RoleBatch(steps, [1.0] * n, tok.pad_token_id, norm_len=16)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. KL in the reward reaches every estimator, and the loss gets no second KL term
+
+
+@pytest.mark.parametrize("estimator", sorted(ppo.ADVANTAGES))
+def test_kl_in_reward_changes_every_estimator(tiny, estimator):
+    _, tok = tiny
+    rb = role_batch(tok)
+    for s in rb.steps:
+        s.info["baseline"] = 0.5
+    cfg = Config(algo=AlgoConfig(adv_estimator=estimator, kl_coef=1.0, kl_in_reward=True))
+    kl_tok = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(1)) * rb.mask
+    values = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(2)) * rb.mask
+    adv0, _ = train.advantages(cfg, rb, kl_tok, values, kl_coef=0.0)
+    adv1, _ = train.advantages(cfg, rb, kl_tok, values, kl_coef=1.0)
+    assert not torch.allclose(adv0, adv1), f"{estimator} never saw the KL in the reward"
+    assert torch.all(adv1[rb.mask == 0] == 0)
+
+
+def test_kl_in_reward_adds_no_kl_to_the_loss(tiny):
+    m, tok = tiny
+    lora.add_lora(m, ["r"], rank=4, alpha=8)
+    rb = role_batch(tok)
+    adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(0)) * rb.mask
+    ref = rb.sample_logp - 0.3  # a large KL, were it used
+    finals = []
+    for kl_coef in (0.0, 1.0):
+        mm = __import__("copy").deepcopy(m)
+        params = lora.adapter_parameters(mm, "r")
+        with torch.no_grad():
+            for p in params:
+                p.add_(0.01)
+        opt = torch.optim.SGD(params, lr=0.1)
+        cfg = Config(algo=AlgoConfig(kl_coef=1.0, kl_in_reward=True, micro_batch_size=2))
+        out = train.policy_update(mm, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), "r", rb, adv,
+                                  rb.sample_logp, ref, cfg, torch.device("cpu"), kl_coef, torch.Generator().manual_seed(0))
+        assert "kl_loss" not in out
+        finals.append([p.detach().clone() for p in params])
+    assert all(torch.equal(a, b) for a, b in zip(*finals))
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Dr. GRPO divides by a constant: micro-batching and padding do not change the gradient
+# 3. the ratio is exactly 1 on the first mini-batch, whatever the dropout
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-sum-norm", "token-mean", "seq-mean-token-mean"])
+def test_update_independent_of_micro_batch_size(tiny, agg):
+    m, tok = tiny
+    lora.add_lora(m, ["r"], rank=4, alpha=8)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(m, "r"):
+            p.add_(0.01)
+    rb = role_batch(tok)
+    adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(0)) * rb.mask
+    grads = []
+    for micro in (1, 2, 3, 6):
+        mm = __import__("copy").deepcopy(m)
+        params = lora.adapter_parameters(mm, "r")
+        opt = torch.optim.SGD(params, lr=1.0)
+        cfg = Config(algo=AlgoConfig(loss_agg=agg, micro_batch_size=micro, mini_batch_size=6, grad_clip=1e9))
+        train.policy_update(mm, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), "r", rb, adv,
+                            rb.sample_logp, None, cfg, torch.device("cpu"), 0.0, torch.Generator().manual_seed(0))
+        grads.append(torch.cat([p.detach().flatten() for p in params]))
+    for g in grads[1:]:
+        torch.testing.assert_close(g, grads[0], rtol=1e-5, atol=1e-7)
+    # padding: the same rows behind a much longer prompt row (wider batch, more pad) give the same loss
+    long = Step(99, 9, "r", 0, list(range(5, 60)), [7, 8], [-2.0, -2.0], reward=0.0)
+    rb2 = train.RoleBatch(rb.steps + [long], [1.0] * 7, tok.pad_token_id, norm_len=16)
+    adv2 = torch.zeros_like(rb2.mask)
+    adv2[:6, :adv.shape[1]] = adv
+    rb2.mask[6] = 0  # the long row carries no loss: only the padding changed
+    lp = train.ppo.agg_loss(adv, rb.mask, agg, None, 16), train.ppo.agg_loss(adv2, rb2.mask, agg, None, 16)
+    torch.testing.assert_close(lp[0], lp[1])
+
+
+def test_ratio_is_exactly_one_on_policy_with_lora_dropout(tmp_path):
+    cfg = toy_cfg(tmp_path, lora=dict(dropout=0.05), trainer=dict(total_steps=2, save_freq=2),
+                  algo=dict(recompute_old_logprobs="always", mini_batch_size=8, micro_batch_size=4))
+    train.main(cfg)
+    for r in rows(tmp_path / "run" / "metrics.jsonl"):
+        assert r["train/ratio_max_first/speaker"] == 1.0  # was 1.107 with dropout in the update only
+        assert r["train/ratio_max/speaker"] > 1.0  # later mini-batches are off-policy: the ratio moves
+    conf = json.loads((tmp_path / "run/checkpoints/step_000002/adapters/speaker/adapter_config.json").read_text())
+    assert conf["lora_dropout"] == 0.0  # policy adapters never drop out
+
+
+# --------------------------------------------------------------------------------------------
+# 5. DAPO's dynamic sampling
+
+
+def _steps(rewards_by_group):
+    out, eid = [], 0
+    for task, rs in rewards_by_group.items():
+        for r in rs:
+            out.append(Step(eid, task, "r", 0, [1], [2], [0.0], reward=r))
+            eid += 1
+    return out
+
+
+def test_dynamic_sampling_filter():
+    steps = _steps({0: [1.0, 1.0], 1: [0.0, 1.0], 2: [0.5]})
+    grpo = Config(algo=AlgoConfig(adv_estimator="grpo", dynamic_sampling=True))
+    assert [s.task_id for s in train.informative(grpo, steps)] == [1, 1]  # flat and singleton groups leave
+    rpp = Config(algo=AlgoConfig(adv_estimator="reinforce++", dynamic_sampling=True))
+    assert [s.task_id for s in train.informative(rpp, steps)] == [1, 1, 2]  # a singleton is fine without groups
+
+
+def test_dynamic_sampling_refills_and_reports(tmp_path):
+    # most toy groups start with some variance; a reward of 0/1 on 'has a 7' makes many flat ones
+    cfg = toy_cfg(tmp_path, algo=dict(dynamic_sampling=True, dynamic_sampling_max_rounds=2),
+                  data=dict(batch_size=8), trainer=dict(total_steps=2), rollout=dict(num_chains=2))
+    train.main(cfg)
+    r = rows(tmp_path / "run" / "metrics.jsonl")
+    assert all(0 < x["train/kept_frac"] <= 1 for x in r)
+    assert all(x["train/extra_rollouts"] in (0.0, 1.0, 2.0) for x in r)
+    # the data cursor moved by the extra rounds: epoch counts every task rolled out
+    assert r[-1]["train/epoch"] * 8 == pytest.approx(8 * 2 + 8 * sum(x["train/extra_rollouts"] for x in r))
+
+
+# --------------------------------------------------------------------------------------------
+# 6. ReMax: the baseline of every turn is the env's reward for the greedy reply to that prompt
+
+
+class EchoEnv:
+    """Three turns of two roles; each turn earns the fraction of '7's in its own reply."""
+    roles = ("a", "b")
+
+    def reset(self, task):
+        self.rewards, self.history = [], task["question"]
+        return Turn("a", [{"role": "user", "content": self.history}])
+
+    def step(self, reply):
+        self.rewards.append(toy.target_fraction(reply))
+        self.history += " " + reply[:20]
+        if len(self.rewards) == 3:
+            return None
+        return Turn("ab"[len(self.rewards) % 2], [{"role": "user", "content": self.history}])
+
+    def turn_rewards(self):
+        return self.rewards
+
+    def metrics(self):
+        return {}
+
+
+def test_remax_baseline_is_the_greedy_reply_at_each_turn(tiny):
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(m, "b"):
+            p.add_(0.05)
+    eng = TorchEngine(m, tok)
+    specs = {r: RoleSpec(r, SamplingParams(max_new_tokens=6, seed=3)) for r in "ab"}
+    greedy = {r: RoleSpec(r, SamplingParams(max_new_tokens=6, greedy=True)) for r in "ab"}
+    steps, eps = run_episodes(eng, tok, EchoEnv, [{"question": "Say 7."}, {"question": "Go."}], specs, num_chains=2,
+                              baseline_roles=greedy)
+    assert len(eps) == 4 and len(steps) == 12  # the greedy twins are not training steps
+    from rollout import Request
+    for s in steps:
+        want = eng.generate([Request(s.prompt_ids, s.role, greedy[s.role].sampling)])[0].text
+        assert s.info["baseline"] == toy.target_fraction(want), (s.episode_id, s.turn)
+    assert any(s.info["baseline"] != s.reward for s in steps)
+
+
+def test_env_that_raises_costs_one_episode(tiny):
+    m, tok = tiny
+
+    class Fragile(EchoEnv):
+        def step(self, reply):
+            if "boom" in self.history:
+                raise RuntimeError("parser exploded")
+            return super().step(reply)
+
+    eng = TorchEngine(m, tok)
+    specs = {r: RoleSpec(None, SamplingParams(max_new_tokens=4, seed=1)) for r in "ab"}
+    steps, eps = run_episodes(eng, tok, Fragile, [{"question": "boom"}, {"question": "fine"}], specs)
+    assert eps[0].error.startswith("RuntimeError: parser exploded") and eps[0].metrics == {"env_error": 1.0}
+    assert all(s.reward == 0.0 for s in eps[0].steps)
+    assert eps[1].error is None and len(eps[1].steps) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# 7. GSPO's settings, 8. merge_turns across roles, 9. loud empty steps
+
+
+def test_gspo_brings_its_own_defaults():
+    a = AlgoConfig(policy_loss="gspo")
+    assert a.clip == (3e-4, 4e-4) and a.agg == "seq-mean-token-mean"
+    assert AlgoConfig().clip == (0.2, 0.28) and AlgoConfig().agg == "token-mean"
+    b = AlgoConfig(policy_loss="gspo", clip_high=1e-3, loss_agg="token-mean")
+    assert b.clip == (3e-4, 1e-3) and b.agg == "token-mean"
+    cli = train.cli(["--config", TOY, "--algo.policy-loss", "gspo"])  # a file's ppo defaults do not stick
+    assert cli.algo.clip == (3e-4, 4e-4) and cli.algo.agg == "seq-mean-token-mean"
+
+
+def test_merge_turns_across_roles_masks_the_other_roles():
+    # episode 0: a speaks, b speaks, a speaks again with a prompt that extends its first turn
+    a1 = Step(0, 0, "a", 0, [1, 2], [3, 4], [-1.0, -1.0], reward=0.1)
+    b1 = Step(0, 0, "b", 1, [1, 2, 3, 4, 9], [5], [-1.0], reward=0.2)
+    a2 = Step(0, 0, "a", 2, [1, 2, 3, 4, 9, 5, 9], [6, 7], [-0.5, -0.5], reward=0.3)
+    b2 = Step(0, 0, "b", 3, [8, 8], [5], [-1.0], reward=0.4)  # does not extend b1: stays apart
+    out = merge_turns([a1, b1, a2, b2])
+    assert [(s.role, s.turn) for s in out] == [("a", 0), ("b", 1), ("b", 3)]
+    a = out[0]
+    assert a.completion_ids == [3, 4, 9, 5, 9, 6, 7]
+    assert a.info["loss_mask"] == [1, 1, 0, 0, 0, 1, 1]  # b's turn and the template tokens carry no loss
+    assert a.logprobs == [-1.0, -1.0, 0.0, 0.0, 0.0, -0.5, -0.5] and a.reward == 0.3 and a.info["merged_turns"] == 2
+
+
+def test_a_step_that_trains_on_nothing_is_loud_then_fatal(tmp_path, capsys):
+    cfg = toy_cfg(tmp_path, rollout=dict(max_model_len=10), trainer=dict(total_steps=5, max_empty_steps=2))
+    with pytest.raises(RuntimeError, match="2 steps in a row trained on nothing .*truncated.*max_model_len=10"):
+        train.main(cfg)
+    assert "WARNING: this step trains on nothing" in capsys.readouterr().out
+
+
+def test_workflow_roles_are_checked_before_the_model_loads(tmp_path):
+    cfg = toy_cfg(tmp_path)
+    cfg = dataclasses.replace(cfg, roles=(dataclasses.replace(cfg.roles[0], name="talker"),))
+    with pytest.raises(ValueError, match="config field roles: workflow 'toy' has roles \\['speaker'\\]"):
+        train.main(cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# 11. the metrics people read, and learning itself
+
+
+def test_logged_metrics_measure_what_they_say(tmp_path):
+    cfg = toy_cfg(tmp_path, algo=dict(adv_estimator="gae", warmup_steps=4), trainer=dict(total_steps=2))
+    train.main(cfg)
+    r = rows(tmp_path / "run" / "metrics.jsonl")[-1]
+    for k in ("pg_loss", "lr", "vf_loss", "explained_variance", "grad_norm", "entropy", "clipfrac"):
+        assert math.isfinite(r[f"train/{k}/speaker"]), k
+    assert r["train/lr/speaker"] == pytest.approx(cfg.algo.lr * 2 / 4)  # warm-up: step 2 of 4
+    rew = [r[f"train/reward{x}/speaker"] for x in ("_min", "", "_max")]
+    assert rew[0] <= rew[1] <= rew[2] and r["train/reward_std/speaker"] >= 0
+    assert 1 <= r["train/response_len/speaker"] <= 8
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce++", "reinforce++_baseline", "remax", "gae"])
+def test_every_estimator_learns_the_toy_reward(tmp_path, estimator):
+    cfg = toy_cfg(tmp_path, algo=dict(adv_estimator=estimator), trainer=dict(total_steps=12))
+    train.main(cfg)
+    rew = [x["train/reward/speaker"] for x in rows(tmp_path / "run" / "metrics.jsonl")]
+    assert rew[0] < 0.15 and sum(rew[-3:]) / 3 > rew[0] + 0.2, rew
+
+
+def test_two_ranks_equal_one_with_real_advantages(tmp_path):
+    common = ["--config", TOY, "--trainer.total-steps", "3", "--trainer.save-freq", "3", "--lora.dropout", "0.05",
+              "--algo.mini-batch-size", "16", "--algo.micro-batch-size", "4", "--trainer.resume", "none"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, str(ROOT / "train.py"), *common, "--trainer.output-dir", str(tmp_path / "one")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, (one.stdout + one.stderr)[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          "29541", str(ROOT / "train.py"), *common, "--trainer.output-dir", str(tmp_path / "two")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, (two.stdout + two.stderr)[-4000:]
+    a = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "one/metrics.jsonl")]
+    b = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "two/metrics.jsonl")]
+    assert len(a) == len(b) == 3
+    assert any(x["train/reward_std/speaker"] > 0 for x in a)  # non-zero advantages
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-5), k
+    from safetensors.torch import load_file
+    fa = load_file(tmp_path / "one/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
+    fb = load_file(tmp_path / "two/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
+    for k in fa:
+        torch.testing.assert_close(fa[k], fb[k], atol=1e-5, rtol=1e-4)
