@@ -28,6 +28,7 @@ envs/__init__.py (reset / step / turn_rewards / metrics; Turn(role, messages)).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -323,7 +324,6 @@ class VLLMEngine:
 
     def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
                  seed: int = 0, enforce_eager: bool = True, gpu_memory_utilization: float = 0.4, **llm_kwargs):
-        import os
         import tempfile
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -359,13 +359,23 @@ class VLLMEngine:
     BASE = "__troupe_base__"  # identity adapter for base rows in mixed batches
 
     def _save_base(self, path):
-        self.model.save_pretrained(path, state_dict=lora.merged_state_dict(self.model, None), safe_serialization=True)
+        """The base weights as an HF directory, on EVERY rank (each rank's engine reads its own
+        copy; HF's save_pretrained writes on rank 0 only once torch.distributed is up)."""
+        from safetensors.torch import save_file
+
+        # under FSDP the weights are sharded DTensors: gathering them is a collective every rank joins
+        sd = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous()
+              for k, v in lora.merged_state_dict(self.model, None).items()}
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            sd.pop("lm_head.weight", None)  # tied: vLLM reads it from the embedding
+        os.makedirs(path, exist_ok=True)
+        save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        self.model.config.save_pretrained(path)
         self.tok.save_pretrained(path)
 
     def _lora_request(self, name):
         from vllm.lora.request import LoRARequest
 
-        import os
         return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=True)
 
     def sync(self) -> float:

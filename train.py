@@ -204,27 +204,33 @@ class Critic:
         return values
 
     def update(self, model, rb: RoleBatch, returns, old_values):
+        """ppo_epochs of clipped value regression on all rows (one optimizer step per epoch);
+        returns the mean value loss and the explained variance of the values the advantages used."""
         a = self.cfg.algo
-        model.train()
-        stats = defaultdict(list)
+        model.train()  # the critic's adapter is the one that uses lora.dropout
+        vf_loss = 0.0  # each chunk's share of the global token-mean loss, summed
         for _ in range(a.ppo_epochs):
             denom = max(all_sum(float(rb.mask.sum())), 1.0)
             for rows, w in lockstep_chunks(list(range(len(rb.steps))), a.micro_batch_size):
                 v, T = self.forward(model, rb, rows)
-                loss, m = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
+                loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
                                          rb.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
                 backward(a.vf_coef * loss)
-                if w:
-                    stats["vf_loss"].append(m["vf_loss"])
+                vf_loss += loss.item()
             if WORLD > 1:  # the head is replicated, not sharded: average its gradients by hand
                 for p in self.head.parameters():
                     dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
             if math.isfinite(clip_grad(self.params, a.grad_clip)):
                 self.opt.step()
             self.opt.zero_grad(set_to_none=True)
-        new_values = self.values(model, rb)
-        return {"vf_loss": float(np.mean(stats["vf_loss"])) if stats["vf_loss"] else 0.0,
-                "explained_variance": ppo.explained_variance(old_values, returns, rb.mask)}, new_values
+        m, d = rb.mask, returns - old_values  # explained variance over every rank's tokens
+        n, sr, sr2, sd, sd2 = all_sum([float(x) for x in (m.sum(), (returns * m).sum(), (returns ** 2 * m).sum(),
+                                                           (d * m).sum(), (d ** 2 * m).sum())])
+        var_r, var_d = sr2 / max(n, 1) - (sr / max(n, 1)) ** 2, sd2 / max(n, 1) - (sd / max(n, 1)) ** 2
+        out = {"vf_loss": all_sum(vf_loss) / a.ppo_epochs}
+        if var_r > 1e-12:  # undefined when every return is equal
+            out["explained_variance"] = 1 - var_d / var_r
+        return out
 
     def state_dict(self):
         return {"head": self.head.state_dict(), "opt": self.opt.state_dict()}
@@ -360,8 +366,7 @@ def update_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: i
     values = run.critic.values(model, rb) if run.critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value)
     if run.critic:
-        cm, _ = run.critic.update(model, rb, returns, values)
-        out.update(cm)
+        out.update(run.critic.update(model, rb, returns, values))
     if adapter in run.opts and not (run.critic and step <= a.critic_warmup_steps):
         gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
         out.update(policy_update(model, run.opts[adapter], run.scheds[adapter], adapter, rb, adv, old_logp, ref_logp,

@@ -1,5 +1,5 @@
 """train.py end to end on the tiny model: every estimator, checkpoints, exact resume after SIGKILL,
-the NaN guard, config handling, and 2 ranks (gloo + FSDP2) against 1."""
+the NaN guard, config handling (2 ranks against 1: tests/test_rl_core.py)."""
 import dataclasses
 import json
 import math
@@ -42,8 +42,9 @@ def rows(path):
     dict(adv_estimator="reinforce++", kl_coef=0.05, kl_in_reward=True, kl_kind="kl", gamma=0.99),
     dict(adv_estimator="reinforce++_baseline", policy_loss="gspo", clip_low=3e-4, clip_high=4e-4),
     dict(adv_estimator="remax"), dict(adv_estimator="gae", critic_warmup_steps=1, lam=0.95),
-    dict(adv_estimator="grpo", kl_coef=0.1, kl_adaptive=True, kl_target=0.01, dynamic_sampling=True, ppo_epochs=2,
+    dict(adv_estimator="grpo", kl_coef=0.1, kl_adaptive=True, kl_target=0.01, ppo_epochs=2,
          mini_batch_size=4, micro_batch_size=2, recompute_old_logprobs="always"),
+    dict(adv_estimator="grpo", dynamic_sampling=True),
     dict(adv_estimator="grpo", policy_loss="gspo", kl_coef=0.05, kl_kind="full"),
     dict(adv_estimator="rloo", kl_coef=0.05, kl_kind="full", kl_in_reward=True),
 ])
@@ -52,6 +53,8 @@ def test_estimators_and_modes_run(tmp_path, algo):
     assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
     last = rows(tmp_path / "run" / "metrics.jsonl")[-1]
     assert last["step"] == 2 and "train/reward/generator_initial" in last
+    if algo.get("dynamic_sampling"):  # a random model scores 0 on math: every group is flat and leaves
+        assert last["train/kept_frac"] == 0.0 and "train/grad_norm/generator_initial" not in last
     if algo.get("kl_coef"):
         assert last["train/kl"] > 0  # every KL kind, `full` included, is measured and used
     if algo.get("recompute_old_logprobs") == "always":
@@ -165,31 +168,6 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
     fa = load_file(tmp_path / "a/checkpoints/step_000004/adapters/generator_initial/adapter_model.safetensors")
     fb = load_file(tmp_path / "b/checkpoints/step_000004/adapters/generator_initial/adapter_model.safetensors")
     assert all(torch.equal(fa[k], fb[k]) for k in fa)
-
-
-def test_two_ranks_equal_one(tmp_path):
-    common = ["--trainer.total-steps", "2", "--trainer.save-freq", "2", "--trainer.test-freq", "0",
-              "--trainer.no-val-before-train", "--lora.dropout", "0.0", "--algo.mini-batch-size", "64",
-              "--data.batch-size", "4"]
-    one = _run(common + ["--trainer.output-dir", str(tmp_path / "one")])
-    out1, _ = one.communicate(timeout=600)
-    assert one.returncode == 0, out1[-3000:]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-                          str(ROOT / "train.py"), "--config", TINY, *common, "--trainer.output-dir", str(tmp_path / "two")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, (two.stdout + two.stderr)[-4000:]  # a rank that aborts at exit fails here
-    a, b = _comparable(tmp_path / "one" / "metrics.jsonl"), _comparable(tmp_path / "two" / "metrics.jsonl")
-    assert len(a) == len(b) == 2
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-5), k
-    for role in ("generator_initial", "evaluator_critique"):
-        fa = load_file(tmp_path / f"one/checkpoints/step_000002/adapters/{role}/adapter_model.safetensors")
-        fb = load_file(tmp_path / f"two/checkpoints/step_000002/adapters/{role}/adapter_model.safetensors")
-        for k in fa:
-            torch.testing.assert_close(fa[k], fb[k], atol=1e-5, rtol=1e-4)
 
 
 def test_config_cli_and_errors(tmp_path):

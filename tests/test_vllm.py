@@ -106,3 +106,25 @@ def test_eos_and_length(engines):
     for n, r in zip((1, 5), res):
         assert len(r.completion_ids) <= n
         assert r.finish_reason in ("stop", "length")
+
+
+def test_torchrun_with_the_vllm_engine_on_two_ranks(tmp_path):
+    """Every rank builds its own VLLMEngine: each must write its own base and adapter copies (HF and
+    our rank-0-only checkpoint writers would leave rank 1 asking vLLM for a missing path)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547",
+                        str(root / "train.py"), "--config", str(root / "configs" / "tiny_toy.py"), "--rollout.engine",
+                        "vllm", "--trainer.total-steps", "2", "--trainer.save-freq", "2", "--trainer.resume", "none",
+                        "--trainer.output-dir", str(tmp_path / "run")], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in rows] == [1, 2]
+    assert rows[-1]["train/logprob_gap/speaker"] < 1e-3  # both ranks' engines serve the trained adapter
+    assert (tmp_path / "run/checkpoints/step_000002/adapters/speaker/adapter_model.safetensors").exists()
