@@ -40,10 +40,6 @@ from torch.utils.checkpoint import checkpoint
 # masked statistics
 
 
-def masked_sum(x, mask, dim=None):
-    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
-
-
 def masked_mean(x, mask, dim=None):
     if dim is None:
         return (x * mask).sum() / mask.sum().clamp(min=1)
@@ -272,12 +268,6 @@ def full_kl(logits, ref_logits, chunk_rows=1024):
         else:
             outs.append(_full_kl_rows(x, y))
     return torch.cat(outs).reshape(shape) if outs else logits.new_zeros(shape)
-
-
-def kl_in_reward(token_rewards, logp, ref_logp, mask, coef, kind="kl"):
-    """token_rewards - coef * KL per token; returns (new rewards, mean KL over masked tokens)."""
-    kl = kl_penalty(logp, ref_logp, kind) * mask  # (B, T)
-    return token_rewards - coef * kl, masked_mean(kl, mask)
 
 
 class FixedKLController:

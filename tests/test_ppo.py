@@ -185,13 +185,6 @@ def test_full_kl_equals_torch_distributions():
     close(ppo.full_kl(a.detach(), a.detach()), torch.zeros(3, 5))
 
 
-def test_kl_in_reward():
-    r = torch.tensor([[0., 1.]])
-    new, kl = ppo.kl_in_reward(r, torch.tensor([[-1., -1.]]), torch.tensor([[-2., -1.5]]), torch.ones(1, 2), 0.1, "kl")
-    close(new, [[-0.1, 0.95]])
-    close(kl, 0.75)
-
-
 def test_adaptive_kl_controller():
     c = ppo.AdaptiveKLController(init=0.1, target=6.0, horizon=10000)
     c.update(9.0, 64)   # 9/6 - 1 = .5 -> clipped to .2
@@ -324,3 +317,22 @@ def test_explained_variance():
     r = torch.tensor([[1., 2., 3., 4.]])
     assert ppo.explained_variance(r, r, torch.ones(1, 4)) == 1.0
     assert abs(ppo.explained_variance(torch.zeros(1, 4), r, torch.ones(1, 4))) < 1e-6
+
+
+def test_seq_mean_token_sum_norm_divides_by_the_constant_not_the_width():
+    # Dr. GRPO: a row's masked sum / norm_len; padding the batch wider must not change it
+    v = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    got = ppo.agg_loss(v, m, "seq-mean-token-sum-norm", norm_len=10)
+    assert got.item() == pytest.approx(((1 + 2) / 10 + 3 / 10) / 2)
+    wide_v, wide_m = torch.nn.functional.pad(v, (0, 7)), torch.nn.functional.pad(m, (0, 7))
+    assert ppo.agg_loss(wide_v, wide_m, "seq-mean-token-sum-norm", norm_len=10).item() == pytest.approx(got.item())
+
+
+def test_gspo_dual_clip_caps_negative_advantage_sequences():
+    logp = torch.tensor([[0.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[-3.0, -3.0]])  # sequence ratio e^3 ~ 20 > c = 3
+    adv, mask = torch.full((1, 2), -1.0), torch.ones(1, 2)
+    capped, m = ppo.gspo_loss(logp, old, adv, mask, 0.2, 0.2, dual_clip=3.0)
+    free, _ = ppo.gspo_loss(logp, old, adv, mask, 0.2, 0.2, dual_clip=None)
+    assert capped.item() == pytest.approx(3.0) and free.item() > 19 and m["clipfrac_dual"] == 1.0
