@@ -318,8 +318,10 @@ class Config:
         for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)] + (
                 [("data.corpus", self.data.corpus)] if self.data.env == "search" else []):
             looks_local = path.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")) or path.startswith((".", "/"))
+            if Path(path).is_dir():
+                bad(name, f"{path} is a directory, not a data file")
             if looks_local and not Path(path).is_file():
-                bad(name, f"{path} is not a file" + (" (a directory)" if Path(path).is_dir() else " (does not exist)"))
+                bad(name, f"{path} does not exist")
         if t.resume not in ("auto", "none") and not (Path(t.resume) / "trainer_state.pt").is_file():
             bad("trainer.resume", f"{t.resume} is not a checkpoint directory (no trainer_state.pt); "
                 "use auto, none, or a runs/X/checkpoints/step_N directory")
