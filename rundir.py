@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -139,7 +140,7 @@ class Logger:
             os.replace(tmp, self.path)  # atomic: a crash here never loses the lines we keep
         if "wandb" in run.cfg.trainer.logger:
             import wandb
-            run.wandb_id = run.wandb_id or wandb.util.generate_id()  # saved in checkpoints: a resume continues it
+            run.wandb_id = run.wandb_id or uuid.uuid4().hex[:8]  # saved in checkpoints: a resume continues it
             self.wandb = wandb.init(project=run.cfg.trainer.wandb_project, dir=str(out), config=to_dict(run.cfg),
                                     name=out.name, id=run.wandb_id, resume="allow")
 

@@ -186,3 +186,17 @@ def test_config_cli_and_errors(tmp_path):
     with pytest.raises(ValueError, match="config field trainer.resume"):
         dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, resume=str(tmp_path))).validate()
     assert train.cli([f"--config={TINY}", "--trainer.total-steps", "3"]).trainer.total_steps == 3
+
+
+def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1, save_freq=1, logger=("console", "wandb"), resume="auto"))
+    train.main(cfg)
+    first = torch.load(tmp_path / "run/checkpoints/step_000001/trainer_state.pt", weights_only=False)["wandb_id"]
+    train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=2)))
+    second = torch.load(tmp_path / "run/checkpoints/step_000002/trainer_state.pt", weights_only=False)["wandb_id"]
+    assert first and first == second
+    runs = sorted(p.name for p in (tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.endswith(first) for r in runs)  # two sessions of ONE run id
