@@ -252,10 +252,11 @@ def collect(run, train_tasks, step_seed):
     steps, eps, rounds = [], [], 0
     baseline = role_specs(cfg, None, greedy=True) if cfg.algo.adv_estimator == "remax" else None
     while True:
-        ids = []  # global task ids = positions in the stream: a seeded permutation per epoch
+        ids = []  # (global task id = position in the stream, task index): a seeded permutation per epoch
         for _ in range(B):
             epoch, pos = divmod(run.cursor, len(train_tasks))
-            ids.append((run.cursor, int(np.random.RandomState(cfg.trainer.seed + epoch).permutation(len(train_tasks))[pos])))
+            perm = np.random.RandomState(cfg.trainer.seed + epoch).permutation(len(train_tasks))
+            ids.append((run.cursor, int(perm[pos])))
             run.cursor += 1
         mine = ids[RANK::WORLD]
         s, e = rollout(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
@@ -446,6 +447,9 @@ def main(cfg: Config):
         if a.dynamic_sampling:
             n_kept, n_all = all_sum([float(len(kept)), float(len(steps))])
             metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0), "train/extra_rollouts": float(extra_rounds)})
+        silent = [r.name for r in cfg.roles if r.trainable and not metrics.get(f"train/response_len/{r.name}")]
+        if silent:
+            print0(f"[step {step}] note: role(s) {silent} produced no tokens this step")
         reason = empty_reason(cfg, steps, eps)
         empty_in_a_row = empty_in_a_row + 1 if reason else 0
         if reason:
