@@ -46,20 +46,28 @@ def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> l
 
 _NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"
 _POS = r"(correct|right|true|valid|yes)"
+# Every quantifier next to another one that can match the same characters is possessive (`*+`,
+# `++`): "verdict" + 30k spaces took minutes with plain `\s*` (cubic backtracking); now linear.
+_VERDICT_LINE = re.compile(rf"verdict\s*+(?:is)?\s*+[:\-=]?\s*+(?:the\s++solution\s++is\s++)?(?:{_NEG}|{_POS})\b")
+_VERDICT_WORD = re.compile(r"\b(incorrect|not\s+correct|wrong|correct)\b")
+_MARKUP = re.compile(r"[*_`#>\[\]()]")
 
 
 def parse_verdict(text: str) -> bool | None:
-    """True (Correct), False (Incorrect) or None (no verdict found). Never raises.
+    """True (Correct), False (Incorrect) or None (no verdict found). Never raises; linear time.
 
     The last explicit 'verdict' line wins; failing that, the last verdict word in the reply.
     """
     if not isinstance(text, str):
         return None
-    t = re.sub(r"[*_`#>\[\]()]", " ", text.lower())
-    m = list(re.finditer(rf"verdict\s*(?:is)?\s*[:\-=]?\s*(?:the\s+solution\s+is\s+)?(?:{_NEG}|{_POS})\b", t))
-    if m:
-        return m[-1].group(1) is None
-    words = list(re.finditer(r"\b(incorrect|not\s+correct|wrong|correct)\b", t))
-    if words:
-        return words[-1].group(1) == "correct"
+    t = _MARKUP.sub(" ", text.lower())
+    last = None
+    for last in _VERDICT_LINE.finditer(t):
+        pass
+    if last is not None:
+        return last.group(1) is None
+    for last in _VERDICT_WORD.finditer(t):
+        pass
+    if last is not None:
+        return last.group(1) == "correct"
     return None

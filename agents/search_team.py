@@ -17,15 +17,38 @@ def build_messages(role: str, question: str, history: list[tuple[str, str]]) -> 
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+# Replies are untrusted text: every parser below never raises and runs in linear time. Quantifiers
+# that sit next to each other on the same characters are possessive (`\s*+`), so "Query" + 30k
+# spaces cannot backtrack.
+_QUERY = re.compile(r"query\s*+:\s*+([^\n]*)", re.IGNORECASE)
+_ANSWER = re.compile(r"answer\s*+:\s*+([^\n]*)", re.IGNORECASE)
+_SEARCH_AGAIN = re.compile(r"search\s++again", re.IGNORECASE)
+MAX_QUERY_CHARS = 200
+
+
 def parse_query(text: str) -> str:
-    m = re.findall(r"query\s*:\s*(.+)", text, re.IGNORECASE)
-    q = (m[-1] if m else text).strip().splitlines()[0] if (m or text.strip()) else ""
-    return q.strip().strip('"')[:200]
+    """The query after the last non-empty 'Query:'; without any 'Query:', the first non-empty line.
+    "" when there is none (the env then searches nothing)."""
+    if not isinstance(text, str):
+        return ""
+    found, q = False, ""
+    for m in _QUERY.finditer(text):
+        found = True
+        if m.group(1).strip():
+            q = m.group(1)
+    if not found:
+        q = next((line for line in text.splitlines() if line.strip()), "")
+    return q.strip().strip('"').strip()[:MAX_QUERY_CHARS]
 
 
 def parse_answer(text: str) -> str | None:
-    """The answer after 'Answer:', or None when the answerer asks to search again / gives none."""
-    if re.search(r"search\s+again", text, re.IGNORECASE):
+    """The answer after the last 'Answer:', or None when the answerer asks to search again / gives
+    none (an empty 'Answer:' is none)."""
+    if not isinstance(text, str) or _SEARCH_AGAIN.search(text):
         return None
-    m = re.findall(r"answer\s*:\s*(.+)", text, re.IGNORECASE)
-    return m[-1].strip().strip(".").strip() if m else None
+    last = None
+    for last in _ANSWER.finditer(text):
+        pass
+    if last is None:
+        return None
+    return last.group(1).strip().strip(".").strip() or None

@@ -10,6 +10,11 @@ Step 3 runs in a persistent worker subprocess with a hard deadline (`TIMEOUT_S`)
 own timeout is signal.alarm, which works only on the main thread and cannot interrupt a C-level
 big-int power such as 9^9^9^9. A worker that misses the deadline is killed and restarted, and
 the answer scores 0. `math_reward` never raises and returns 1.0 or 0.0 (no answer found -> 0.0).
+
+Replies are untrusted text: extraction and normalisation are linear in the reply's length (no
+regex here can backtrack on it: quantifiers that meet on the same characters are possessive, and
+"the answer is" is read by a scan, not a regex); tests/test_hostile_text.py checks them on 32 kB
+hostile strings and bench/hostile_parsers.py prints the worst cases.
 """
 from __future__ import annotations
 
@@ -23,49 +28,95 @@ import threading
 from fractions import Fraction
 
 TIMEOUT_S = 5.0
-MAX_ANSWER_CHARS = 300  # longer "answers" are compared as normalised strings only
+STARTUP_TIMEOUT_S = 120.0  # for a fresh worker to import math-verify (sympy); not charged to an answer
+MAX_ANSWER_CHARS = 300  # longer answers (raw or normalised) are compared as normalised strings only
 
 # --------------------------------------------------------------------------------------------
 # extraction
 
 
+_BOX = re.compile(r"\\(?:boxed|fbox)")
+_WS = re.compile(r"\s*+")
+_BARE_BOX_ARG = re.compile(r"[^\s$]+")  # "\boxed 5"
+
+
 def _last_boxed(text: str) -> str | None:
+    """The contents of the last \\boxed{...} / \\fbox{...} (nested braces), or of "\\boxed 5";
+    None when there is none or the last one is unbalanced. One pass: linear time."""
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if start < 0:
         return None
-    i = text.find("{", start)
-    if i < 0:
-        m = re.match(r"\\(?:boxed|fbox)\s+([^\s$]+)", text[start:])  # "\boxed 5"
-        return m.group(1) if m else None
-    depth, j = 0, i
-    while j < len(text):
-        if text[j] == "{":
+    end = _BOX.match(text, start).end()
+    i = _WS.match(text, end).end()
+    if i == len(text) or text[i] != "{":
+        m = _BARE_BOX_ARG.match(text, i)
+        return m.group(0) if m and i > end else None
+    depth = 0
+    for j in range(i, len(text)):
+        c = text[j]
+        if c == "{":
             depth += 1
-        elif text[j] == "}":
+        elif c == "}":
             depth -= 1
             if depth == 0:
                 return text[i + 1:j]
-        j += 1
     return None  # unbalanced
 
 
+_HASHES = re.compile(r"####\s*+([^\n]+)")
+_ANSWER_IS = re.compile(r"answer is", re.IGNORECASE)
+_SKIP = re.compile(r"[:\s]*+")
+_STOP = re.compile(r"[$\n]")
+_TAIL = re.compile(r"[^\S\n]*+(?:\.[^\S\n]*+)?(?:\n|\Z)")  # after a closing $: spaces, one ".", spaces, end of line
+
+
+def _answer_is(text: str) -> str | None:
+    """x of the last "the answer is x" whose x runs to the end of its line: "answer is" [: or spaces,
+    newlines too] [$] x [$] [.]; x itself holds no $ ("the answer is $x$ and $y$" is no answer).
+
+    A single backtracking regex for this was cubic ("The answer is" + 2000 spaces + "x$ y" took a
+    minute). Here every character is looked at a bounded number of times: occurrences are visited
+    last to first, the skip runs after them are disjoint, the search for the stopping $ or newline
+    of one occurrence covers only the stretch up to the next occurrence (beyond that the answer is
+    known), and each stopping $ has its tail checked once.
+    """
+    starts = [m.end() for m in _ANSWER_IS.finditer(text)]
+    n, later_cs, later_stop, tail_ok = len(text), None, None, {}
+    for pos in reversed(starts):
+        cs = _SKIP.match(text, pos).end()
+        if cs < n and text[cs] == "$":
+            cs += 1
+        m = _STOP.search(text, cs, later_cs if later_cs is not None else n)
+        stop = m.start() if m else (later_stop if later_cs is not None else n)
+        later_cs, later_stop = cs, stop
+        if stop < n and text[stop] == "$":
+            if stop not in tail_ok:
+                tail_ok[stop] = _TAIL.match(text, stop + 1) is not None
+            if not tail_ok[stop]:
+                continue
+        x = text[cs:stop].rstrip()
+        x = (x[:-1] if x.endswith(".") else x).strip()
+        if x:
+            return x
+    return None
+
+
 def extract_answer(text: str) -> str | None:
-    """The final answer in a model reply, or None. Never raises."""
+    """The final answer in a model reply, or None. Never raises; linear time in len(text)."""
     if not isinstance(text, str) or not text:
         return None
     try:
         b = _last_boxed(text)
         if b is not None:
             return b.strip()
-        m = list(re.finditer(r"####\s*([^\n]+)", text))
-        if m:
-            return m[-1].group(1).strip()
-        m = list(re.finditer(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s*)?$", text, re.IGNORECASE | re.MULTILINE))
-        if m:
-            return m[-1].group(1).strip()
+        last = None
+        for last in _HASHES.finditer(text):
+            pass
+        if last is not None:
+            return last.group(1).strip()
+        return _answer_is(text)
     except Exception:  # noqa: BLE001 — extraction must never take the trainer down
         return None
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,10 +143,12 @@ _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
 
 def _as_number(s: str):
     s = s.lstrip("\\$€£")
+    if len(s) > 60:
+        return None
     m = re.fullmatch(r"\\frac\{(-?\d+)\}\{(\d+)\}", s)
     if m:
         s = f"{m.group(1)}/{m.group(2)}"
-    if not _NUM.match(s) or len(s) > 40:
+    if len(s) > 40 or not _NUM.match(s):
         return None
     try:
         return Fraction(s)
@@ -116,6 +169,12 @@ class _Worker:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.proc = subprocess.Popen([sys.executable, "-m", "rewards.math"], cwd=root, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        # The worker says "ready" once math-verify is imported, so a slow import on a busy machine
+        # is not mistaken for a pathological answer (which would kill and restart it forever).
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_TIMEOUT_S)
+        if not ready or self.proc.stdout.readline().strip() != "ready":
+            self._kill()
+            raise OSError("the math-verify worker did not start")
 
     def _kill(self):
         if self.proc is not None:
@@ -140,6 +199,9 @@ class _Worker:
             except (OSError, ValueError):
                 self._kill()
                 return None
+            except BaseException:  # Ctrl-C or an alarm mid-request: never leave a stale reply in the pipe
+                self._kill()
+                raise
 
 
 _worker = _Worker()
@@ -154,9 +216,12 @@ def is_equiv(pred: str, gold: str, timeout: float = TIMEOUT_S) -> bool:
     x, y = _as_number(a), _as_number(b)
     if x is not None and y is not None:
         return abs(x - y) <= 1e-6 * max(1, abs(y))
-    if len(a) > MAX_ANSWER_CHARS or len(b) > MAX_ANSWER_CHARS:
+    pred, gold = str(pred).strip(), str(gold).strip()
+    # math-verify sees the raw strings, so the cap is on those too: "$" + 32k spaces normalises to
+    # "" but takes math-verify past its deadline
+    if max(len(a), len(b), len(pred), len(gold)) > MAX_ANSWER_CHARS:
         return False
-    return bool(_worker.equal(str(pred), str(gold), timeout))
+    return bool(_worker.equal(pred, gold, timeout))
 
 
 def math_reward(response: str, ground_truth: str) -> float:
@@ -172,6 +237,8 @@ def _serve():
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
     for line in sys.stdin:
         try:
             pred, gold = json.loads(line)

@@ -1,4 +1,7 @@
-"""QA rewards with SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
+"""QA rewards with SQuAD's normalisation: lower case, no punctuation, no articles, single spaces.
+
+Never raise (None or a non-string counts as an empty answer) and run in linear time.
+"""
 from __future__ import annotations
 
 import re
@@ -6,10 +9,18 @@ import string
 from collections import Counter
 
 
+_NO_PUNCT = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
 def normalize_answer(s: str) -> str:
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
-    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    if not isinstance(s, str):
+        try:
+            s = "" if s is None else str(s)
+        except Exception:  # noqa: BLE001 — e.g. an int past Python's 4300-digit str() limit
+            s = ""
+    s = s.lower().translate(_NO_PUNCT)
+    s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
 
