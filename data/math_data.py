@@ -8,13 +8,16 @@ Every loader returns a list of {"question": str, "answer": str, ...} (other scal
     {"problem", "answer"}                 MATH-500
     {"question", "final_answer"}          DeepMath-103K
 Local .jsonl / .json (a list) files always work; any other name is tried as a Hugging Face
-dataset (`datasets` + network). A bad row stops with an error naming the file and line.
+dataset (`datasets` + network). A bad file or row stops with a DataError naming `file:line` and
+the field: non-UTF-8 bytes, invalid JSON, an empty file, a .json that is not a list, a directory,
+a missing field, a field of the wrong type (an answer that is a dict or a list), a NaN answer.
 
     python data/math_data.py    # regenerates data/arith_{train,val}.jsonl (seeded, shipped)
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import sys
@@ -24,23 +27,103 @@ HERE = Path(__file__).resolve().parent
 
 
 class DataError(ValueError):
-    pass
+    """A data file or row that cannot be used; the message names `file:line` and the field."""
+
+
+# --------------------------------------------------------------------------------------------
+# reading rows from a local file: every failure is a DataError naming file:line (and the field)
+
+
+def _parse_int(digits: str):
+    # Python refuses int("...") past 4300 digits (ValueError, not a JSON error); such a number is
+    # kept as its exact digits, which is what an answer field wants anyway.
+    return int(digits) if len(digits.lstrip("-")) <= 4000 else digits
+
+
+def _loads(text: str):
+    return json.loads(text, parse_int=_parse_int)
+
+
+def read_rows(path, what: str = "data") -> list[tuple[str, object]]:
+    """[(where, row)] from a local .jsonl (one JSON value a line; blank lines skipped) or .json (a
+    list) file, `where` being "file:line". Raises DataError, naming the file and line, for a
+    missing path, a directory, non-UTF-8 bytes, invalid JSON, a .json that is not a list, or a file
+    with no rows; FileNotFoundError (also naming the file) when it does not exist."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{what} file {p} is a directory, not a .jsonl/.json file")
+    if not p.exists():
+        raise FileNotFoundError(f"{what} file {p} does not exist")
+    if p.suffix not in (".jsonl", ".json"):
+        raise DataError(f"{what} file {p}: unsupported format {p.suffix or '(no suffix)'!r}; use .jsonl or .json")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise DataError(f"{what} file {p}: cannot read it ({e.strerror or e})") from None
+    if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark, as some editors write
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{p}:{line}: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}); "
+                        f"re-save the file as UTF-8") from None
+    rows = []
+    if p.suffix == ".jsonl":
+        for i, line in enumerate(text.split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((f"{p}:{i}", _loads(line)))
+            except (json.JSONDecodeError, ValueError, RecursionError) as e:
+                msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e) or type(e).__name__
+                raise DataError(f"{p}:{i}: not valid JSON ({msg})") from None
+    else:
+        try:
+            data = _loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+        except (ValueError, RecursionError) as e:
+            raise DataError(f"{p}:1: not valid JSON ({str(e) or type(e).__name__})") from None
+        if not isinstance(data, list):
+            raise DataError(f"{p}:1: expected a JSON list of rows, got {type(data).__name__}")
+        # the line each element starts on: walk the (valid) list once with raw_decode
+        dec, pos, line, last = json.JSONDecoder(parse_int=_parse_int), text.index("[") + 1, 1, 0
+        for row in data:
+            while text[pos] in " \t\r\n,":
+                pos += 1
+            line += text.count("\n", last, pos)
+            last = pos
+            rows.append((f"{p}:{line}", row))
+            pos = dec.raw_decode(text, pos)[1]
+    if not rows:
+        raise DataError(f"{p}:1: the file has no rows (it is empty{' or only blank lines' if text else ''})")
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# one row -> one task
 
 
 def _row_to_task(row, where: str) -> dict:
     if not isinstance(row, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    q = row.get("question", row.get("problem"))
+        raise DataError(f"{where}: expected a JSON object (a row with 'question' and 'answer'), "
+                        f"got {type(row).__name__}")
+    qkey = "question" if "question" in row else "problem"
+    q = row.get(qkey)
     if "final_answer" in row:
-        a = row["final_answer"]
+        akey, a = "final_answer", row["final_answer"]
     elif "answer" in row:
-        a = row["answer"]
+        akey, a = "answer", row["answer"]
         if isinstance(a, str) and "####" in a:
             a = a.rsplit("####", 1)[1].strip().replace(",", "")
     elif "solution" in row:
+        akey, a = "solution", row["solution"]
+        if not isinstance(a, str):
+            raise DataError(f"{where}: field 'solution' must be a string, got {type(a).__name__}")
         sys.path.insert(0, str(HERE.parent)) if str(HERE.parent) not in sys.path else None
         from rewards.math import extract_answer
-        a = extract_answer(row["solution"]) if isinstance(row["solution"], str) else None
+        a = extract_answer(a)
         if a is None:
             raise DataError(f"{where}: field 'solution' has no \\boxed{{}} answer")
     else:
@@ -48,13 +131,21 @@ def _row_to_task(row, where: str) -> dict:
     if q is None:
         raise DataError(f"{where}: missing field 'question' (or 'problem'); has {sorted(row)}")
     if not isinstance(q, str):
-        raise DataError(f"{where}: field 'question' must be a string, got {type(q).__name__}")
+        raise DataError(f"{where}: field {qkey!r} must be a string, got {type(q).__name__}")
+    if isinstance(a, float) and not math.isfinite(a):
+        raise DataError(f"{where}: field {akey!r} is {a} (not a finite number)")
     if isinstance(a, (int, float)) and not isinstance(a, bool):
         a = str(a)
     if not isinstance(a, str):
-        raise DataError(f"{where}: field 'answer' must be a string or number, got {type(a).__name__}")
-    if not q.strip() or not a.strip():
-        raise DataError(f"{where}: empty {'question' if not q.strip() else 'answer'}")
+        raise DataError(f"{where}: field {akey!r} must be a string or number, got {type(a).__name__}")
+    if not q.strip():
+        raise DataError(f"{where}: field {qkey!r} is empty (empty question)")
+    if not a.strip():
+        raise DataError(f"{where}: field {akey!r} is empty (empty answer)")
+    sup = row.get("support")
+    if sup is not None and not (isinstance(sup, list) and all(isinstance(x, str) for x in sup)):
+        raise DataError(f"{where}: field 'support' (the search workflow's supporting document ids) must be "
+                        f"a list of strings, got {type(sup).__name__}")
     extra = {k: v for k, v in row.items()
              if k not in ("question", "problem", "answer", "final_answer", "solution")
              and (isinstance(v, (int, float, str)) or isinstance(v, list) and all(isinstance(x, (int, float, str)) for x in v))}
@@ -62,33 +153,12 @@ def _row_to_task(row, where: str) -> dict:
 
 
 def load_math(spec: str, split: str = "train", limit: int | None = None) -> list[dict]:
-    """Tasks from a local .jsonl/.json file, or a Hugging Face dataset name (needs network)."""
+    """Tasks from a local .jsonl/.json file, or a Hugging Face dataset name (needs network).
+
+    A bad file or row raises DataError naming `file:line` and the field, before any training work."""
     p = Path(spec)
-    if p.suffix in (".jsonl", ".json"):
-        if not p.is_file():
-            raise FileNotFoundError(f"math data file {spec} does not exist")
-        tasks = []
-        if p.suffix == ".jsonl":
-            with open(p) as f:
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{p}:{i}: not valid JSON ({e.msg})") from None
-                    tasks.append(_row_to_task(row, f"{p}:{i}"))
-        else:
-            try:
-                rows = json.loads(p.read_text())
-            except json.JSONDecodeError as e:
-                raise DataError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(rows, list):
-                raise DataError(f"{p}: expected a JSON list of rows")
-            tasks = [_row_to_task(r, f"{p}: row {i}") for i, r in enumerate(rows)]
-        if not tasks:
-            raise DataError(f"{p}: no rows")
-        return tasks[:limit]
+    if p.suffix in (".jsonl", ".json") or p.exists():
+        return [_row_to_task(row, where) for where, row in read_rows(p, "math data")][:limit]
     try:
         import datasets
     except ImportError as e:

@@ -6,10 +6,17 @@ countries, people born in cities. Documents describe one entity each; questions 
 born?"). Each question lists the ids of the documents that support it.
 
     python data/search_data.py   # writes data/search_{corpus,train,val}.jsonl
+
+The questions load with data.math_data.load_math (rows {"question", "answer", "support", "hops"});
+the corpus with `load_corpus`, which checks every document before the BM25 index is built.
 """
 import json
 import os
 import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from data.math_data import DataError, read_rows  # noqa: E402
 
 SYL = ["ka", "lo", "mi", "ren", "sa", "tor", "vel", "qui", "zan", "bo", "dri", "fel", "gar", "hul", "ix", "jor", "ne",
        "pa", "ru", "sol", "tem", "ul", "wes", "yr"]
@@ -53,6 +60,31 @@ def generate(seed=0, n_countries=12, cities_per=4, n_people=60):
                    "support": [f"person{k}", f"city{i}_{j}", f"country{i}"], "hops": 2})
     rng.shuffle(qs)
     return docs, qs
+
+
+def load_corpus(path) -> list[dict]:
+    """The documents [{"id", "title", "text"}, ...] of a .jsonl/.json corpus, checked: every row an
+    object with string fields id (unique, non-empty), title and text. Raises DataError naming
+    `file:line` and the field (FileNotFoundError when the file does not exist)."""
+    docs, seen = [], {}
+    for where, row in read_rows(path, "search corpus"):
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object (a document with 'id', 'title', 'text'), "
+                            f"got {type(row).__name__}")
+        for field in ("id", "title", "text"):
+            if field not in row:
+                raise DataError(f"{where}: missing field {field!r}; has {sorted(row)}")
+            if not isinstance(row[field], str):
+                raise DataError(f"{where}: field {field!r} must be a string, got {type(row[field]).__name__}")
+        if not row["id"].strip():
+            raise DataError(f"{where}: field 'id' is empty")
+        if row["id"] in seen:
+            raise DataError(f"{where}: field 'id' {row['id'][:80]!r} repeats the document at {seen[row['id']]}")
+        if not (row["title"].strip() or row["text"].strip()):
+            raise DataError(f"{where}: fields 'title' and 'text' are both empty (nothing to search)")
+        seen[row["id"]] = where
+        docs.append(row)
+    return docs
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ Team reward = F1 of the final answer; exact match is reported too.
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
 from agents.search_team import build_messages, parse_answer, parse_query
+from data.search_data import load_corpus
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
 from envs import Turn
@@ -23,9 +23,7 @@ ROLES = ("query_writer", "answerer")
 
 @lru_cache(maxsize=4)
 def search_tool(corpus_path: str, k: int) -> SearchTool:
-    with open(corpus_path) as f:
-        docs = [json.loads(line) for line in f if line.strip()]
-    return SearchTool(docs, k=k)
+    return SearchTool(load_corpus(corpus_path), k=k)  # a bad corpus: DataError naming file:line and field
 
 
 class SearchTeamEnv:
