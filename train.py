@@ -357,8 +357,23 @@ def check_roles(cfg: Config):
                          f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
 
 
+def load_data(cfg: Config):
+    """Training and validation tasks: read (and checked) before any model loads."""
+    load_tasks = workflow(cfg)[2]
+
+    def tasks_of(files, field):
+        ts = load_tasks(files)
+        if cfg.data.levels is not None:
+            ts = [x for x in ts if x.get("level") in cfg.data.levels]
+        if not ts:
+            raise ValueError(f"config field {field}: no task in {files}" +
+                             (f" with a level in data.levels={cfg.data.levels}" if cfg.data.levels else ""))
+        return ts
+    return tasks_of(cfg.data.train_files, "data.train_files"), tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
+
+
 def build(cfg: Config):
-    """Model, adapters (restored from a checkpoint if resuming), sharding, optimizers, engine, data."""
+    """Model, adapters (restored from a checkpoint if resuming), sharding, optimizers, engine."""
     device = init_distributed()
     t_cfg, a = cfg.trainer, cfg.algo
     out = Path(t_cfg.output_dir)
@@ -400,24 +415,14 @@ def build(cfg: Config):
     if ckpt is not None:
         load_checkpoint(run, ckpt)
         print0(f"resumed from {ckpt} (step {run.step})")
-    load_tasks = workflow(cfg)[2]
-
-    def tasks_of(files, field):
-        ts = load_tasks(files)
-        if cfg.data.levels is not None:
-            ts = [x for x in ts if x.get("level") in cfg.data.levels]
-        if not ts:
-            raise ValueError(f"config field {field}: no task in {files}" +
-                             (f" with a level in data.levels={cfg.data.levels}" if cfg.data.levels else ""))
-        return ts
-    return run, out, ckpt, tasks_of(cfg.data.train_files, "data.train_files"), \
-        tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
+    return run, out, ckpt
 
 
 def main(cfg: Config):
     cfg.validate()
     check_roles(cfg)
-    run, out, ckpt, train_tasks, val_tasks = build(cfg)
+    train_tasks, val_tasks = load_data(cfg)
+    run, out, ckpt = build(cfg)
     t_cfg, a = cfg.trainer, cfg.algo
     total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
     if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched

@@ -160,7 +160,7 @@ def test_merged_trajectory_masks_observations_token_by_token(tiny):
     assert list(zip(m.completion_ids, m.info["loss_mask"])) == by_hand
     assert tok.decode(gap) == "\n<|im_start|>user\nObservation:\n42<|im_end|>\n<|im_start|>assistant\n"
     assert m.logprobs == [-0.5] * len(c1) + [0.0] * len(gap) + [-0.25] * len(c2)
-    rb = train.RoleBatch(merged, [1.0, 1.0], tok.pad_token_id)
+    rb = train.RoleBatch(merged, [1.0, 1.0], tok.pad_token_id, norm_len=16)
     P = len(p1)
     assert rb.mask[0, P - 1:P - 1 + len(want)].tolist() == [float(x) for x in want]
     assert rb.mask[0].sum() == len(c1) + len(c2)
