@@ -14,9 +14,9 @@ from functools import lru_cache
 
 from agents.search_team import build_messages, parse_answer, parse_query
 from data.search_data import load_corpus
+from envs import Turn
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
-from envs import Turn
 
 ROLES = ("query_writer", "answerer")
 

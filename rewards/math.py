@@ -95,7 +95,7 @@ def _answer_is(text: str) -> str | None:
             if not tail_ok[stop]:
                 continue
         x = text[cs:stop].rstrip()
-        x = (x[:-1] if x.endswith(".") else x).strip()
+        x = x.removesuffix(".").strip()
         if x:
             return x
     return None

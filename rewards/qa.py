@@ -8,7 +8,6 @@ import re
 import string
 from collections import Counter
 
-
 _NO_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
