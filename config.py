@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 
+class ConfigError(ValueError):
+    """A bad config value; the message names the field."""
+
+
 @dataclass
 class ModelConfig:
     spec: str = "tiny"
@@ -251,7 +255,7 @@ class Config:
         from pathlib import Path
 
         def bad(name, msg):
-            raise ValueError(f"config field {name}: {msg}")
+            raise ConfigError(f"config field {name}: {msg}")
         if not self.roles:
             bad("roles", "at least one role is needed")
         if len({r.name for r in self.roles}) != len(self.roles):

@@ -40,7 +40,7 @@ import lora
 import ppo
 from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
                    score)
-from config import Config, load_config_file
+from config import Config, ConfigError, load_config_file
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
 from rundir import Logger, fmt, load_adapters, load_checkpoint, resolve_resume, save_checkpoint
@@ -353,7 +353,7 @@ def check_roles(cfg: Config):
     env_roles = set(getattr(workflow(cfg)[0](), "roles", ()))
     mine = {r.name for r in cfg.roles}
     if env_roles and env_roles != mine:
-        raise ValueError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "
+        raise ConfigError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "
                          f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
 
 
@@ -366,7 +366,7 @@ def load_data(cfg: Config):
         if cfg.data.levels is not None:
             ts = [x for x in ts if x.get("level") in cfg.data.levels]
         if not ts:
-            raise ValueError(f"config field {field}: no task in {files}" +
+            raise ConfigError(f"config field {field}: no task in {files}" +
                              (f" with a level in data.levels={cfg.data.levels}" if cfg.data.levels else ""))
         return ts
     return tasks_of(cfg.data.train_files, "data.train_files"), tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
@@ -537,7 +537,11 @@ def cli(argv=None) -> Config:
 
 
 if __name__ == "__main__":
-    main(cli())
+    from data.math_data import DataError
+    try:
+        main(cli())
+    except (ConfigError, DataError) as e:  # bad input: one clear line, not a traceback
+        sys.exit(f"error: {e}")
     if WORLD > 1:
         sys.stdout.flush()
         sys.stderr.flush()

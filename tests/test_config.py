@@ -42,3 +42,17 @@ def test_the_shipped_configs_validate():
         if cfg.data.train_files.startswith("data/gsm8k"):  # needs data/prepare_hf.py (network) first
             continue
         cfg.validate()
+
+
+def test_bad_input_is_one_clear_line_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1 + 1?", "answer": "2"}\n{"question": "q", "answer": {"a": 1}}\n')
+    for args, want in [(["--data.train-files", str(bad)], f"{bad}:2: field 'answer'"),
+                       (["--algo.lr", "nan"], "config field algo.lr"),
+                       (["--trainer.keep-checkpoints", "-1"], "config field trainer.keep_checkpoints")]:
+        r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "tiny_math_3agent.py"),
+                            "--trainer.output-dir", str(tmp_path / "run"), *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and want in r.stderr, r.stderr[-2000:]
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing ran
