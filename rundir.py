@@ -177,7 +177,7 @@ class Logger:
 
 def fmt(m: dict, prefix: str) -> str:
     parts = [f"{k.split('/')[-1]} {v:.3f}" for k, v in m.items() if k.startswith(f"{prefix}/reward/")]
-    for k in ("team_reward", "final_acc", "kl"):
+    for k in ("team_reward", "kl"):
         if f"{prefix}/{k}" in m:
             parts.append(f"{k} {m[f'{prefix}/{k}']:.3f}")
     for key in ("clipfrac", "entropy"):

@@ -24,6 +24,8 @@ The team reward (metrics()["team_reward"]) is the correctness of the final answe
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 from agents.math_team import build_messages, parse_verdict
 from rewards.math import extract_answer, math_reward
 from envs import Turn
@@ -102,23 +104,16 @@ class MathTeamEnv:
 
 
 def aggregate(episodes) -> dict:
-    """Per-agent metrics over rollout.Episode objects (their .metrics and .steps)."""
-    ms = [e.metrics for e in episodes if e.metrics]
-    n = max(1, len(ms))
-    tot = {k: sum(m.get(k, 0) for m in ms) for k in ms[0]} if ms else {}
-    tp, fp, tn, fn = (tot.get(k, 0) for k in ("eval_tp", "eval_fp", "eval_tn", "eval_fn"))
-    judged = tp + fp + tn + fn + tot.get("eval_unparsed", 0)
-    out = {
-        "initial_acc": tot.get("initial_correct", 0) / n,
-        "final_acc": tot.get("final_correct", 0) / n,
+    """What is this workflow's own: ratios over counts summed across episodes (the trainer already
+    logs the mean of every per-episode metric and each role's reward and response length)."""
+    tot = defaultdict(float)
+    for e in episodes:
+        for k, v in e.metrics.items():
+            tot[k] += v
+    tp, fp, tn, fn = (tot[k] for k in ("eval_tp", "eval_fp", "eval_tn", "eval_fn"))
+    return {
         "evaluator_precision": tp / max(1, tp + fp),  # of "Correct" verdicts, how many were right
         "evaluator_recall": tp / max(1, tp + fn),  # of correct solutions, how many were approved
-        "evaluator_acc": (tp + tn) / max(1, judged),
-        "refine_success": tot.get("refine_fixed", 0) / max(1, tot.get("refine_from_wrong", 0)),
-        "regressions": tot.get("refine_broken", 0) / n,
-        "mean_iterations": tot.get("refinements", 0) / n,
+        "evaluator_acc": (tp + tn) / max(1, tp + fp + tn + fn + tot["eval_unparsed"]),
+        "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),
     }
-    for role in ROLES:
-        steps = [s for e in episodes for s in e.steps if s.role == role]
-        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
-    return out

@@ -30,11 +30,3 @@ class MathSingleEnv:
         ok = float(self.reward or 0.0)
         return {"initial_correct": ok, "final_correct": ok, "team_reward": ok,
                 "no_answer": float(self.reply is not None and extract_answer(self.reply) is None)}
-
-
-def aggregate(episodes) -> dict:
-    ms = [e.metrics for e in episodes if e.metrics]
-    n = max(1, len(ms))
-    steps = [s for e in episodes for s in e.steps]
-    return {"final_acc": sum(m["final_correct"] for m in ms) / n, "no_answer": sum(m["no_answer"] for m in ms) / n,
-            "tokens/solver": sum(len(s.completion_ids) for s in steps) / max(1, len(steps))}

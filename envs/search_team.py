@@ -69,14 +69,3 @@ class SearchTeamEnv:
         return {"f1": team, "em": exact_match(self.final, self.gold) if self.final is not None else 0.0,
                 "team_reward": team, "final_correct": team, "retrieval_hit": max(self.hits, default=0.0),
                 "cycles": self.cycles, "no_answer": float(self.final is None)}
-
-
-def aggregate(episodes) -> dict:
-    ms = [e.metrics for e in episodes if e.metrics]
-    n = max(1, len(ms))
-    out = {k: sum(m[k] for m in ms) / n for k in ("f1", "em", "retrieval_hit", "cycles", "no_answer")}
-    out["final_acc"] = out["em"]
-    for role in ROLES:
-        steps = [s for e in episodes for s in e.steps if s.role == role]
-        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
-    return out

@@ -158,11 +158,10 @@ def test_aggregate_metrics():
         steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
         eps.append(Episode(0, 0, env, steps, m))
     a = aggregate(eps)
-    assert a["initial_acc"] == pytest.approx(1 / 3) and a["final_acc"] == pytest.approx(2 / 3)
+    assert set(a) == {"evaluator_precision", "evaluator_recall", "evaluator_acc", "refine_success"}  # only its own
     assert a["evaluator_precision"] == pytest.approx(2 / 3)  # 3 "Correct" verdicts, 2 right
     assert a["evaluator_recall"] == 1.0 and a["evaluator_acc"] == pytest.approx(3 / 4)
-    assert a["refine_success"] == 1.0 and a["mean_iterations"] == pytest.approx(1 / 3)
-    assert a["tokens/generator_refinement"] == 3.0
+    assert a["refine_success"] == 1.0
 
 
 def test_single_agent_env():
@@ -223,4 +222,4 @@ def test_team_env_under_driver_with_tiny_model(tiny):
         assert len(seq) in (2, 4) and not e.truncated
     assert all(s.reward in (0.0, 1.0) for s in steps)
     a = aggregate(eps)
-    assert 0 <= a["final_acc"] <= 1 and a["tokens/generator_initial"] > 0
+    assert 0 <= a["evaluator_acc"] <= 1 and all(0 <= e.metrics["final_correct"] <= 1 for e in eps)

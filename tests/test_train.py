@@ -104,7 +104,7 @@ def test_outputs_checkpoints_and_plot(tmp_path):
     log = (run / "metrics.jsonl").read_bytes()
     ev = train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(
         cfg.trainer, eval_only=True, resume=str(run / "checkpoints" / "step_000002"))))
-    assert "val/final_acc" in ev
+    assert "val/final_correct" in ev and "val/evaluator_precision" in ev
     assert (run / "metrics.jsonl").read_bytes() == log
     assert json.loads((run / "checkpoints" / "step_000002" / "eval_metrics.json").read_text())["step"] == 2
 
