@@ -169,9 +169,12 @@ class RolloutConfig:
 
 @dataclass
 class DataConfig:
-    env: Literal["math_3agent", "math_single", "math_tool", "code", "search", "react", "toy"] = "math_3agent"
-    """workflow (envs/): math_3agent, math_single, math_tool, code (HumanEval), search, react (one tool
-    agent), toy (one speaker rewarded for digits: what a random model can learn, for tests)"""
+    env: str = "math_3agent"
+    """workflow: a built-in (math_3agent, math_single, math_tool, code, search, react, toy: one
+    speaker rewarded for digits, what a random model can learn) or your own as `module:Class` or
+    `path/to/file.py:Class` (README "Add a workflow": nothing else in troupe changes)"""
+    env_kwargs: dict[str, int | float | bool | str] = field(default_factory=dict)
+    """keyword arguments for your own workflow's class (a `module:Class` env)"""
     train_files: str = "data/arith_train.jsonl"
     """training tasks: a .jsonl/.json file or a HF dataset name"""
     val_files: str = "data/arith_val.jsonl"
@@ -316,6 +319,11 @@ class Config:
             bad("trainer.logger", f"use console and/or wandb, got {t.logger}")
         if self.data.val_size is not None and self.data.val_size < 1:
             bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
+        builtin = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "toy")
+        if self.data.env not in builtin and ":" not in self.data.env:
+            bad("data.env", f"unknown workflow {self.data.env!r}: one of {builtin}, or module:Class / file.py:Class")
+        if self.data.env_kwargs and ":" not in self.data.env:
+            bad("data.env_kwargs", "only for a module:Class workflow (built-ins take their own data.* fields)")
         known_tools = ("calculator", "python")  # what envs/react.py offers
         if unknown := [x for x in self.data.tools if x not in known_tools]:
             bad("data.tools", f"unknown tool(s) {unknown}: choose from {known_tools}")

@@ -54,11 +54,28 @@ def print0(*a, **k):
 
 
 def workflow(cfg: Config):
-    """The workflows: a plain dict of (make_env, env module, load_tasks), no registry."""
+    """(make_env, env module, load_tasks) of the configured workflow: a built-in from a plain dict,
+    or your own `module:Class` / `file.py:Class` (its module may define load_tasks(spec) and
+    aggregate(episodes); tasks default to the math loader)."""
     from data.math_data import load_math
+    d = cfg.data
+    if ":" in d.env:
+        import importlib
+        import importlib.util
+        where, cls = d.env.rsplit(":", 1)
+        if where.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if spec is None or not Path(where).is_file():
+                raise ConfigError(f"config field data.env: {where} is not a Python file")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        if not hasattr(module, cls):
+            raise ConfigError(f"config field data.env: {where} has no class {cls!r}")
+        return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
     from envs import code_team, math_3agent, math_single, math_tool, react, search_team, toy
     from rewards.code import load_code_tasks, load_humaneval
-    d = cfg.data
     return {
         "math_3agent": (lambda: math_3agent.MathTeamEnv(d.max_refinement_iterations), math_3agent, load_math),
         "math_single": (math_single.MathSingleEnv, math_single, load_math),

@@ -200,3 +200,51 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     assert first and first == second
     runs = sorted(p.name for p in (tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.endswith(first) for r in runs)  # two sessions of ONE run id
+
+
+def test_a_new_workflow_is_two_files_outside_the_repo(tmp_path):
+    """An env file and a config file in a directory of their own: nothing in troupe is edited."""
+    (tmp_path / "haiku.py").write_text('''
+from envs import Turn
+
+class HaikuEnv:
+    roles = ("poet", "judge")
+
+    def __init__(self, letter="a"):
+        self.letter = letter
+
+    def reset(self, task):
+        self.r = []
+        return Turn("poet", [{"role": "user", "content": task["question"]}])
+
+    def step(self, reply):
+        self.r.append(reply.count(self.letter) / max(1, len(reply)))
+        return Turn("judge", [{"role": "user", "content": "Judge: " + reply}]) if len(self.r) == 1 else None
+
+    def turn_rewards(self):
+        return self.r
+
+    def metrics(self):
+        return {"team_reward": self.r[0], "letters": self.r[0]}
+
+def load_tasks(spec):
+    return [{"question": f"Write about {w}."} for w in ("rain", "snow", "wind", "sun")]
+''')
+    (tmp_path / "haiku_config.py").write_text(f'''
+from config import Config, DataConfig, RoleConfig, RolloutConfig, TrainerConfig
+config = Config(roles=(RoleConfig("poet", max_tokens=6), RoleConfig("judge", max_tokens=4)),
+                data=DataConfig(env="{tmp_path / "haiku.py"}:HaikuEnv", env_kwargs={{"letter": "7"}},
+                                train_files="any", val_files="any", batch_size=2),
+                rollout=RolloutConfig(num_chains=2, progress=False),
+                trainer=TrainerConfig(total_steps=2, test_freq=2, save_freq=2, output_dir="{tmp_path / "run"}"))
+''')
+    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(tmp_path / "haiku_config.py"),
+                        "--data.env-kwargs.letter", "e"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    last = rows(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert "val/reward/poet" in last and "val/letters" in last
+    assert sorted(p.name for p in (tmp_path / "run/checkpoints/step_000002/adapters").iterdir()) == ["judge", "poet"]
+    saved = json.loads((tmp_path / "run/checkpoints/step_000002/config.json").read_text())
+    assert saved["data"]["env_kwargs"] == {"letter": "e"}  # the CLI override reached the env's constructor
+    with pytest.raises(ValueError, match="config field data.env: unknown workflow 'haiku'"):
+        dataclasses.replace(load_config_file(TINY), data=dataclasses.replace(load_config_file(TINY).data, env="haiku")).validate()
