@@ -213,6 +213,9 @@ class TrainerConfig:
     """validate once before the first step"""
     resume: str = "auto"
     """auto (newest complete checkpoint in output_dir), none, or a checkpoint path"""
+    resume_if_changed: bool = False
+    """resume even when this config differs from the checkpoint's (beyond the run's length, eval,
+    logging and checkpoint settings); without it such a resume stops and lists the fields"""
     eval_only: bool = False
     """load the checkpoint given by resume, validate once, exit"""
     output_dir: str = "runs/default"

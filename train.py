@@ -40,7 +40,7 @@ import lora
 import ppo
 from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
                    score)
-from config import Config, ConfigError, load_config_file
+from config import Config, ConfigError, load_config_file, to_dict
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
 from rundir import Logger, fmt, load_adapters, load_checkpoint, resolve_resume, save_checkpoint
@@ -389,8 +389,24 @@ def load_data(cfg: Config):
     return tasks_of(cfg.data.train_files, "data.train_files"), tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
 
 
-def build(cfg: Config):
-    """Model, adapters (restored from a checkpoint if resuming), sharding, optimizers, engine."""
+FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
+                  "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
+                  "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",
+                  "trainer.output_dir", "rollout.progress", "data.val_size")
+
+
+def config_changes(cfg: Config, ckpt: Path) -> list[str]:
+    """Fields where cfg differs from the config a checkpoint was written with (beyond FREE_ON_RESUME)."""
+    def flat(d, pre=""):
+        return {k2: v2 for k, v in d.items() for k2, v2 in (flat(v, f"{pre}{k}.").items() if isinstance(v, dict)
+                                                            else [(f"{pre}{k}", v)])}
+    old, new = flat(json.loads((ckpt / "config.json").read_text())), flat(json.loads(json.dumps(to_dict(cfg))))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+            if k not in FREE_ON_RESUME and old.get(k) != new.get(k)]
+
+
+def build(cfg: Config, ckpt: Path | None):
+    """Model, adapters (restored from `ckpt` if resuming), sharding, optimizers, engine."""
     device = init_distributed()
     t_cfg, a = cfg.trainer, cfg.algo
     out = Path(t_cfg.output_dir)
@@ -409,7 +425,6 @@ def build(cfg: Config):
     lora.add_lora(model, cfg.adapters, cfg.lora.rank, cfg.lora.alpha, 0.0, cfg.lora.targets, seed=t_cfg.seed)
     run = Run(cfg, model, tok, device)
     run.critic = Critic(model, cfg, device) if a.adv_estimator == "gae" else None
-    ckpt = resolve_resume(cfg, out)
     if ckpt is not None:  # adapters go into the plain model, before sharding
         load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
     if WORLD > 1:
@@ -431,15 +446,28 @@ def build(cfg: Config):
         run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed)
     if ckpt is not None:
         load_checkpoint(run, ckpt)
-        print0(f"resumed from {ckpt} (step {run.step})")
-    return run, out, ckpt
+    return run, out
 
 
 def main(cfg: Config):
     cfg.validate()
     check_roles(cfg)
     train_tasks, val_tasks = load_data(cfg)
-    run, out, ckpt = build(cfg)
+    ckpt = resolve_resume(cfg, Path(cfg.trainer.output_dir))
+    changes = config_changes(cfg, ckpt) if ckpt is not None and (ckpt / "config.json").exists() else []
+    if changes and not (cfg.trainer.resume_if_changed or cfg.trainer.eval_only):
+        raise ConfigError(f"config field trainer.resume: {ckpt} was written with another config ({'; '.join(changes)}); "
+                          "resuming would mix the two (its optimizer state, for one, keeps the old lr). Pass "
+                          "--trainer.resume-if-changed to resume anyway, or --trainer.output-dir NEW to start fresh")
+    run, out = build(cfg, ckpt)
+    if ckpt is not None:
+        print0(f"resumed from {ckpt} (step {run.step})" + (f"; changed: {'; '.join(changes)}" if changes else ""))
+    n_base = sum(p.numel() for n, p in run.model.named_parameters() if ".lora_" not in n)
+    per = {n: sum(p.numel() for p in lora.adapter_parameters(run.model, n)) for n in cfg.adapters}
+    print0(f"model {cfg.model.spec} ({n_base / 1e6:.1f}M params, {cfg.model.dtype}) | adapters (trainable params): "
+           + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in run.opts else " frozen") for n, v in per.items())
+           + f" | tasks: {len(train_tasks)} train, {len(val_tasks)} val | engine {cfg.rollout.engine} | {WORLD} rank(s)"
+           + f" | output {out}")
     t_cfg, a = cfg.trainer, cfg.algo
     total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
     if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched

@@ -248,3 +248,17 @@ config = Config(roles=(RoleConfig("poet", max_tokens=6), RoleConfig("judge", max
     assert saved["data"]["env_kwargs"] == {"letter": "e"}  # the CLI override reached the env's constructor
     with pytest.raises(ValueError, match="config field data.env: unknown workflow 'haiku'"):
         dataclasses.replace(load_config_file(TINY), data=dataclasses.replace(load_config_file(TINY).data, env="haiku")).validate()
+
+
+def test_a_rerun_with_another_config_does_not_silently_resume(tmp_path):
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1, save_freq=1, resume="auto"))
+    train.main(cfg)
+    changed = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, lr=0.5),
+                                  trainer=dataclasses.replace(cfg.trainer, total_steps=2))
+    with pytest.raises(ValueError, match=r"written with another config \(algo.lr: 0.001 -> 0.5\)"):
+        train.main(changed)
+    assert [r["step"] for r in rows(tmp_path / "run" / "metrics.jsonl")] == [1]  # nothing ran, nothing lost
+    train.main(dataclasses.replace(changed, trainer=dataclasses.replace(changed.trainer, resume_if_changed=True)))
+    assert [r["step"] for r in rows(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
+    train.main(dataclasses.replace(changed, trainer=dataclasses.replace(changed.trainer, total_steps=3)))  # length only
+    assert [r["step"] for r in rows(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
