@@ -578,7 +578,9 @@ def cli(argv=None) -> Config:
             base = load_config_file(path)
             del argv[i:i + (1 if "=" in x else 2)]
             break
-    return tyro.cli(Config, default=base, args=argv, description=__doc__.split("\n")[0])
+    desc = (__doc__.split("\n")[0] + "\n\n--config PATH (or --config=PATH): a configs/*.py file building `config = "
+            "Config(...)`; it goes first and the flags below override its fields (defaults shown are the file's).")
+    return tyro.cli(Config, default=base, args=argv, description=desc)
 
 
 if __name__ == "__main__":

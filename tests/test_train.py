@@ -186,6 +186,8 @@ def test_config_cli_and_errors(tmp_path):
     with pytest.raises(ValueError, match="config field trainer.resume"):
         dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, resume=str(tmp_path))).validate()
     assert train.cli([f"--config={TINY}", "--trainer.total-steps", "3"]).trainer.total_steps == 3
+    h = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True, timeout=60)
+    assert h.returncode == 0 and "--config PATH" in h.stdout and "--algo.adv-estimator" in h.stdout
 
 
 def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
