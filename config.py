@@ -222,6 +222,9 @@ class TrainerConfig:
     """run directory: metrics.jsonl, checkpoints, rewards.png"""
     seed: int = 0
     """seed of everything: model init (tiny), data order, sampling, dropout"""
+    trajectory_sample: float = 0.25
+    """fraction of each step's training episodes written to runs/X/trajectories/ (every validation
+    episode is written at each eval); 0 = none. The format: trajectories.py"""
     max_empty_steps: int = 3
     """stop with an error after this many steps in a row that train on nothing (every episode
     truncated, or no role produced a token): each such step is logged with its reason"""
@@ -299,6 +302,8 @@ class Config:
         for name, v in [("algo.gamma", a.gamma), ("algo.lam", a.lam)]:
             if not 0 <= v <= 1:
                 bad(name, f"must be in [0, 1], got {v}")
+        if not 0 <= t.trajectory_sample <= 1:
+            bad("trainer.trajectory_sample", f"must be in [0, 1], got {t.trajectory_sample}")
         if not 0 <= self.lora.dropout < 1:
             bad("lora.dropout", f"must be in [0, 1), got {self.lora.dropout}")
         if not 0 < ro.top_p <= 1:
@@ -363,3 +368,22 @@ def load_config_file(path: str) -> Config:
 
 def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
+
+
+def from_dict(d: dict) -> Config:
+    """Inverse of to_dict: rebuild the Config a checkpoint's config.json was written from."""
+    def build(cls, values):
+        kw = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in values:
+                continue  # a field added since: keep its default
+            v = values[f.name]
+            if f.name == "roles":
+                v = tuple(RoleConfig(**r) for r in v)
+            elif dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None):
+                v = build(type(f.default_factory()), v)
+            elif isinstance(v, list):
+                v = tuple(v)
+            kw[f.name] = v
+        return cls(**kw)
+    return build(Config, d)

@@ -461,6 +461,7 @@ class Episode:
     metrics: dict = field(default_factory=dict)
     truncated: bool = False
     error: str | None = None  # the env raised: the episode ended there and earns 0
+    task: dict | None = None
     fork_of: tuple[int, int] | None = None  # ReMax baseline fork: (episode id, turn) it replays greedily
 
 
@@ -494,7 +495,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
 
     for t, task in enumerate(tasks):
         for c in range(num_chains):
-            ep = Episode(len(episodes), t, make_env())
+            ep = Episode(len(episodes), t, make_env(), task=task)
             seed_of[ep.episode_id] = seed_ids[t] * num_chains + c
             episodes.append(ep)
             try:

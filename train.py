@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 import lora
 import ppo
+import trajectories
 from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
                    score)
 from config import Config, ConfigError, load_config_file, to_dict
@@ -213,6 +214,8 @@ def update_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: i
         out["kl"] = kl_sum / max(n, 1.0)
     values = run.critic.values(model, rb) if run.critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value)
+    for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
+        s.info["advantage"] = float(a_mean)  # for the trajectory files
     if run.critic:
         out.update(run.critic.update(model, rb, returns, values))
     if adapter in run.opts and not (run.critic and step <= a.critic_warmup_steps):
@@ -313,11 +316,26 @@ def summarize(cfg: Config, steps: list[Step], eps, prefix: str) -> dict:
     return out
 
 
-def evaluate(run, val_tasks) -> dict:
+def evaluate(run, val_tasks, out: Path | None = None) -> dict:
+    """Greedy episodes on the validation tasks; writes them all (and prints one) when `out` is given."""
     mine = list(range(RANK, len(val_tasks), WORLD))
     steps, eps = rollout(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
                          role_specs(run.cfg, None, greedy=True), 1)
+    if out is not None:
+        records = save_trajectories(run, eps, out / "trajectories" / f"val_step_{run.step:06d}.jsonl", "val", 1.0)
+        if records:
+            print0(trajectories.show(records[0]))
     return summarize(run.cfg, steps, eps, "val")
+
+
+def save_trajectories(run, eps, path: Path, split: str, fraction: float) -> list[dict]:
+    """Every 1/fraction-th episode of every rank, as records (trajectories.py), written by rank 0."""
+    every = max(1, round(1 / fraction)) if fraction > 0 else 0
+    mine = [trajectories.episode_record(e, run.tok, split, run.step) for e in eps if every and e.episode_id % every == 0]
+    records = sorted((r for part in gather_objects(mine) for r in part), key=lambda r: (r["task_id"], r["episode_id"]))
+    if RANK == 0 and records:
+        trajectories.write(path, records)
+    return records
 
 
 def empty_reason(cfg: Config, steps: list[Step], eps) -> str | None:
@@ -478,7 +496,7 @@ def main(cfg: Config):
         return finish(metrics)
     logger = Logger(run, out)
     if t_cfg.val_before_train and run.step == 0:
-        metrics = evaluate(run, val_tasks)
+        metrics = evaluate(run, val_tasks, out)
         logger.log(0, metrics, "[eval step 0] " + fmt(metrics, "val"))
 
     # --- the loop -----------------------------------------------------------------------------
@@ -519,6 +537,7 @@ def main(cfg: Config):
                 continue
             um = update_adapter(run, adapter, by_adapter[adapter], step, step_seed)
             metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
+        save_trajectories(run, eps, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
         kls = [v for k, v in metrics.items() if k.startswith("train/kl/")]
         if kls:
             metrics["train/kl"] = float(np.mean(kls))
@@ -538,7 +557,7 @@ def main(cfg: Config):
 
         # --- eval, then checkpoint (a checkpoint implies every line of its step is logged) -----
         if t_cfg.test_freq and (step % t_cfg.test_freq == 0 or step == total):
-            vm = evaluate(run, val_tasks)
+            vm = evaluate(run, val_tasks, out)
             metrics.update(vm)
             logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val"))
             logger.plot(out, [r.name for r in cfg.roles])

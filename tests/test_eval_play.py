@@ -1,0 +1,68 @@
+"""Trajectory files, eval.py and play.py on a real tiny run."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import eval as troupe_eval
+import play
+import train
+import trajectories
+from config import load_config_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir=str(out), resume="none",
+                                                                total_steps=2, test_freq=2, save_freq=2))
+    train.main(cfg)
+    return out
+
+
+def test_trajectory_files_hold_what_the_agents_said(trained):
+    recs = trajectories.read(trained / "trajectories" / "train_step_000001.jsonl")
+    assert recs and all(r["split"] == "train" and r["step"] == 1 for r in recs)
+    r = recs[0]
+    assert r["task"]["question"] and r["turns"][0]["role"] == "generator_initial"
+    t = r["turns"][0]
+    assert t["prompt"].startswith("<|im_start|>system") and t["reply_tokens"] >= 1 and t["advantage"] is not None
+    val = trajectories.read(trained / "trajectories" / "val_step_000002.jsonl")
+    assert len(val) == 4 and all(v["turns"][0]["advantage"] is None for v in val)  # every val episode, not trained
+    assert "[generator_initial]" in trajectories.show(val[0])
+
+
+def test_eval_matches_the_in_loop_eval_and_never_touches_the_log(trained):
+    log = (trained / "metrics.jsonl").read_bytes()
+    ck = trained / "checkpoints" / "step_000002"
+    res = troupe_eval.main(["--checkpoint", str(ck), "--n-samples", "2"])
+    in_loop = [json.loads(x) for x in log.decode().splitlines() if '"val/' in x][-1]
+    for k, v in in_loop.items():
+        if k.startswith("val/"):
+            assert res["greedy/" + k[4:]] == pytest.approx(v), k  # the same numbers as train.py's val at step 2
+    assert {"mean@2/team", "pass@2/team", "mean@2/generator_initial"} <= set(res)
+    assert (trained / "metrics.jsonl").read_bytes() == log
+    saved = json.loads((ck / "eval" / "results.json").read_text())
+    assert saved["step"] == 2 and len(trajectories.read(ck / "eval" / "sampled.jsonl")) == 2 * saved["tasks"]
+    base = troupe_eval.main(["--config", str(ROOT / "configs" / "tiny_math_3agent.py"), "--base", "--limit", "2",
+                             "--out", str(trained / "base_eval")])
+    assert base["base"] and base["tasks"] == 2
+
+
+def test_sampled_scores_by_hand():
+    from rollout import Episode, Step
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
+    eps = [Episode(i, i // 2, None, [Step(i, i // 2, "speaker", 0, [1], [2], [0.0], reward=r)], {"team_reward": r})
+           for i, r in enumerate([1.0, 0.0, 0.0, 0.0])]
+    s = troupe_eval.sampled_scores(cfg, eps, threshold=1.0)
+    assert s["mean@2/speaker"] == 0.25 and s["pass@2/speaker"] == 0.5 and s["pass@2/team"] == 0.5
+
+
+def test_play_prints_every_turn(trained, capsys):
+    ep = play.main(["--checkpoint", str(trained / "checkpoints" / "step_000002"), "What is 2 + 2?", "--answer", "4"])
+    out = capsys.readouterr().out
+    assert ep.steps and all(f"--- {s.role} (turn {s.turn}" in out for s in ep.steps) and "rewards:" in out
