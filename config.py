@@ -337,7 +337,7 @@ class Config:
             bad("data.tools", f"unknown tool(s) {unknown}: choose from {known_tools}")
         for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)] + (
                 [("data.corpus", self.data.corpus)] if self.data.env == "search" else []):
-            looks_local = path.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")) or path.startswith((".", "/"))
+            looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
             if Path(path).is_dir():
                 bad(name, f"{path} is a directory, not a data file")
             if looks_local and not Path(path).is_file():

@@ -153,19 +153,39 @@ def _row_to_task(row, where: str) -> dict:
 
 
 def load_math(spec: str, split: str = "train", limit: int | None = None) -> list[dict]:
-    """Tasks from a local .jsonl/.json file, or a Hugging Face dataset name (needs network).
+    """Tasks from a local .jsonl/.json/.parquet file, or through `datasets` (optional dependency):
 
-    A bad file or row raises DataError naming `file:line` and the field, before any training work."""
+        hf:openai/gsm8k:main:test        hub dataset NAME[:CONFIG[:SPLIT]] (needs network once)
+        hf:path/to/saved_dir::test       a dataset saved with save_to_disk, and its split
+
+    A bad file or row raises DataError naming `file:line` (or the dataset row) and the field,
+    before any training work."""
     p = Path(spec)
-    if p.suffix in (".jsonl", ".json") or p.exists():
+    if not spec.startswith("hf:") and p.suffix != ".parquet" and (p.suffix in (".jsonl", ".json") or p.exists()):
         return [_row_to_task(row, where) for where, row in read_rows(p, "math data")][:limit]
     try:
         import datasets
     except ImportError as e:
-        raise DataError(f"{spec!r} is not a local .jsonl/.json file; loading it from the hub needs "
-                        "`pip install datasets` and network (or run data/prepare_hf.py where you have it)") from e
-    ds = datasets.load_dataset(spec, split=split)
-    return [_row_to_task(r, f"{spec}[{split}] row {i}") for i, r in enumerate(ds.select(range(min(len(ds), limit or len(ds)))))]
+        raise DataError(f"{spec!r} is not a local .jsonl/.json file; reading it needs `pip install datasets` "
+                        "(and network for a hub dataset; or run data/prepare_hf.py where you have it)") from e
+    if p.suffix == ".parquet":
+        if not p.is_file():
+            raise DataError(f"{spec}: no such file")
+        ds, where = datasets.load_dataset("parquet", data_files=str(p), split="train"), spec
+    else:
+        name, config, split = (spec[3:].split(":") + [None, None])[:3] if spec.startswith("hf:") else (spec, None, split)
+        split = split or "train"
+        if Path(name).is_dir():  # save_to_disk output: a Dataset, or a DatasetDict of splits
+            ds = datasets.load_from_disk(name)
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise DataError(f"{name}: no split {split!r}; it has {sorted(ds)}")
+                ds = ds[split]
+        else:
+            ds = datasets.load_dataset(name, config or None, split=split)
+        where = f"{name}[{split}]"
+    n = min(len(ds), limit or len(ds))
+    return [_row_to_task(r, f"{where} row {i}") for i, r in enumerate(ds.select(range(n)))]
 
 
 # --------------------------------------------------------------------------------------------

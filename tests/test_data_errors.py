@@ -149,3 +149,21 @@ def test_search_env_checks_its_corpus_before_indexing(tmp_path):
     f.write_text(DOC + '{"id": "d1", "title": "t"}\n')
     with pytest.raises(DataError, match=rf"{f}:2: missing field 'text'"):
         SearchTeamEnv(corpus_path=str(f))
+
+
+def test_datasets_from_disk_parquet_and_splits(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from data.math_data import load_math
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"question": ["1+1?", "2+2?"], "answer": ["2", "4"]}),
+                               "test": datasets.Dataset.from_dict({"question": ["3+3?"], "answer": ["6"]})})
+    dd.save_to_disk(str(tmp_path / "arith"))
+    assert [t["answer"] for t in load_math(f"hf:{tmp_path / 'arith'}::train")] == ["2", "4"]
+    assert [t["answer"] for t in load_math(f"hf:{tmp_path / 'arith'}::test")] == ["6"]  # val reads its own split
+    with pytest.raises(DataError, match="no split 'validation'"):
+        load_math(f"hf:{tmp_path / 'arith'}::validation")
+    dd["test"].to_parquet(str(tmp_path / "val.parquet"))
+    assert load_math(str(tmp_path / "val.parquet"))[0]["question"] == "3+3?"
+    bad = datasets.Dataset.from_dict({"question": ["q"], "answer": [{"a": 1}]})
+    bad.to_parquet(str(tmp_path / "bad.parquet"))
+    with pytest.raises(DataError, match="bad.parquet row 0.*answer"):
+        load_math(str(tmp_path / "bad.parquet"))
