@@ -66,3 +66,25 @@ def test_play_prints_every_turn(trained, capsys):
     ep = play.main(["--checkpoint", str(trained / "checkpoints" / "step_000002"), "What is 2 + 2?", "--answer", "4"])
     out = capsys.readouterr().out
     assert ep.steps and all(f"--- {s.role} (turn {s.turn}" in out for s in ep.steps) and "rewards:" in out
+
+
+def test_export_writes_plain_hf_models_equal_to_base_plus_adapter(trained, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import export
+    import lora
+    from model import load_model
+    ck = trained / "checkpoints" / "step_000002"
+    dirs = export.export(ck, tmp_path, ["generator_initial"])
+    plain = AutoModelForCausalLM.from_pretrained(dirs[0]).eval()
+    tok = AutoTokenizer.from_pretrained(dirs[0])
+    assert tok.chat_template  # the tokenizer travels with its chat template
+    m, _ = load_model("tiny")
+    lora.load_adapter(m, "generator_initial", ck / "adapters" / "generator_initial")
+    lora.set_adapter(m, "generator_initial")
+    ids = torch.tensor([tok.encode("What is 2 + 2?")])
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids).logits, m.eval()(ids).logits, atol=1e-4, rtol=1e-4)
+        lora.set_adapter(m, None)
+        assert not torch.allclose(plain(ids).logits, m(ids).logits, atol=1e-4)  # the adapter is really in there
