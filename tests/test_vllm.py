@@ -27,6 +27,8 @@ def _randomize(m, name, seed):
 @pytest.fixture(scope="module")
 def engines(_tiny_base):
     import copy
+
+    import bm25s  # noqa: F401  (loads numba/llvmlite, whose ctypes lib once crashed vLLM's start-up scan)
     m, tok = copy.deepcopy(_tiny_base[0]).eval(), _tiny_base[1]
     lora.add_lora(m, ["a", "b"], rank=8, alpha=16)
     _randomize(m, "a", 1)
