@@ -1,7 +1,7 @@
 """The math-tool team: analyzer -> executor (+ sandboxed run) -> verifier, up to N cycles.
 
     analyzer   plans the computation (sees the problem and everything so far)
-    executor   writes a ```python block; the env runs it in rewards.sandbox and appends the output
+    executor   writes a ```python block; the env runs it in envs/sandbox.py and appends the output
     verifier   answers with \\boxed{x} (the episode ends) or says 'Verdict: Incorrect' (a new cycle,
                back to the analyzer, until max_refinement_iterations cycles); a reply with neither
                counts as Incorrect

