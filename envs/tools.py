@@ -17,6 +17,7 @@ import json
 import math
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,6 +39,9 @@ class Tool:
 
     def spec(self) -> dict:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+MAX_ARG = 20_000  # characters kept of one tool argument
 
 
 def _one_arg(name, desc):
@@ -79,11 +83,14 @@ def calculate(expression: str) -> str:
     if len(expr) > 200:
         return "error: expression too long"
     try:
-        v = _calc(ast.parse(expr.strip(), mode="eval"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)  # model text: "1st" and friends warn
+            tree = ast.parse(expr.strip(), mode="eval")
+        v = _calc(tree)
     except ZeroDivisionError:
         return "error: division by zero"
-    except (SyntaxError, ValueError, TypeError, OverflowError) as e:
-        return f"error: {e}"
+    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+        return f"error: {type(e).__name__}: {e}"[:200]
     if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
         v = int(v)
     return str(v)
@@ -155,19 +162,29 @@ class ToolCall:
 
 
 def _loads(s: str):
+    """JSON, else a Python literal (single quotes); None if neither. Never raises: 100k-deep nesting
+    (RecursionError) and 5000-digit integers (ValueError past Python's int-string limit) are None."""
     try:
         return json.loads(s)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError, MemoryError):
         try:
-            return ast.literal_eval(s)  # single quotes, Python literals
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return ast.literal_eval(s) if len(s) < 100_000 else None
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return None
 
 
 def parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
-    """A ToolCall, an error message (str) for a malformed call, or None when the reply calls nothing."""
+    """A ToolCall, an error message (str) for a malformed call, or None when the reply calls nothing.
+    Never raises, whatever the reply (tests/test_sandbox.py feeds it hostile ones)."""
     if not isinstance(text, str):
         return None
+    try:
+        return _parse_tool_call(text, tools)
+    except Exception as e:  # noqa: BLE001 — a reply must never crash the episode
+        return f"error: could not read the tool call ({type(e).__name__})"
+
+
+def _parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
     by_name = {t.name: t for t in tools}
     obj = None
     m = re.findall(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, re.DOTALL)
@@ -183,6 +200,8 @@ def parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
         if not isinstance(obj, dict) or "name" not in obj:
             return 'error: a tool call needs {"name": ..., "arguments": {...}}'
         name, args = obj["name"], obj.get("arguments", obj.get("args", {}))
+        if not isinstance(name, str):
+            return f"error: the tool name must be a string; available: {', '.join(by_name)}"
         if isinstance(args, str):
             args = _loads(args) if args.strip().startswith("{") else args
         if name not in by_name:
@@ -192,7 +211,7 @@ def parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
         missing = [r for r in by_name[name].parameters["required"] if r not in args]
         if missing:
             return f"error: tool {name!r} needs argument(s) {missing}"
-        return ToolCall(name, {k: str(v) for k, v in args.items()})
+        return ToolCall(name, {str(k): str(v)[:MAX_ARG] for k, v in args.items()})
     # ReAct: "Action: name[args]" or "Action: name" + "Action Input: args"
     acts = list(re.finditer(r"Action\s*:\s*([A-Za-z_]\w*)\s*(?:\[(.*)\])?[ \t]*$", text, re.MULTILINE))
     if acts:

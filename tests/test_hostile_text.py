@@ -1,4 +1,4 @@
-"""Nothing a model writes can crash or stall training (issue 11 §3), for the math and search parsers.
+"""Nothing a model writes can crash or stall training (issue 11 §3): math, search and tool-call parsers.
 
 Replies are at most ~1024 tokens (4-8 kB); every hostile reply here is >= 32 kB (4x that, and
 more) of the shapes that break regexes and number parsing: long runs of one character, a phrase a
@@ -23,6 +23,7 @@ import pytest
 from agents.math_team import parse_verdict
 from agents.search_team import MAX_QUERY_CHARS, parse_answer, parse_query
 from envs.math_3agent import MathTeamEnv
+from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
 from envs.math_single import MathSingleEnv
 from rewards import qa
 from rewards.math import TIMEOUT_S, _answer_is, _last_boxed, extract_answer, is_equiv, math_reward, normalize
@@ -42,6 +43,15 @@ def _random_text(seed: int, alphabet: str) -> str:
 
 # name -> generator of one hostile reply (>= 32 kB each)
 HOSTILE = {
+    "tool call: name is a list": lambda: '<tool_call>{"name": ["calculator"], "arguments": {}}</tool_call>' + " " * N,
+    "tool call: 100k-deep JSON": lambda: "<tool_call>" + "[" * 100_000 + "]" * 100_000 + "</tool_call>",
+    "tool call: 5000-digit integer": lambda: _rep('<tool_call>{"name": "calculator", "arguments": {"expression": '
+                                                  + BIG + "}}</tool_call>"),
+    "tool call + 64k spaces": lambda: "<tool_call>" + " " * (2 * N),
+    "Action + spaces": lambda: "Action:" + " " * N + "calculator[" + " " * N,
+    "Action Input + spaces": lambda: "Action: calculator\nAction Input:" + " " * N + "x" + " " * N,
+    "fenced json + spaces": lambda: "```json\n{" + " " * N + '"name"' + " " * N,
+    "calculator: huge power": lambda: _rep("9**9**9**9 "),
     "spaces": lambda: " " * N,
     "newlines": lambda: "\n" * N,
     "mixed whitespace": lambda: _rep(" \t\r\n\x0b\x0c\u00a0\u2028"),
@@ -114,6 +124,9 @@ PARSERS = {
     "qa.normalize_answer": (qa.normalize_answer, _kind(str)),
     "qa.exact_match": (lambda s: qa.exact_match(s, "Paris"), lambda r: r in (0.0, 1.0)),
     "qa.f1": (lambda s: qa.f1(s, "the city of Paris"), lambda r: isinstance(r, float) and 0.0 <= r <= 1.0),
+    "parse_tool_call": (lambda s: parse_tool_call(s, [CALCULATOR, PYTHON, ANSWER]), _kind(ToolCall, str, type(None))),
+    "calculate": (calculate, _kind(str)),
+    "calculate(short)": (lambda s: calculate(s[:150]), _kind(str)),
 }
 # a deadline, not a speed target: parsers take milliseconds; math_reward may spend its worker's
 # whole deadline on one answer plus a worker restart
