@@ -210,20 +210,37 @@ def load_humaneval(limit: int | None = None) -> list[dict]:
 
 
 def load_code_tasks(path: str, limit: int | None = None) -> list[dict]:
-    """JSONL rows with prompt, tests (list of asserts or check() code) and entry_point."""
+    """JSONL/JSON rows with prompt (or text), tests (a list of assert strings, or test code with a
+    `check(candidate)` function; also test_list / test) and entry_point. A bad row raises DataError
+    naming `file:line` and the field."""
+    from data.math_data import DataError, read_rows
     tasks = []
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-            tests = row.get("tests", row.get("test_list", row.get("test")))
-            for k, v in (("prompt", row.get("prompt", row.get("text"))), ("tests", tests), ("entry_point", row.get("entry_point"))):
-                if not v:
-                    raise ValueError(f"{path}:{i}: missing field {k!r}")
-            tasks.append({"prompt": row.get("prompt", row.get("text")), "tests": tests, "entry_point": row["entry_point"],
-                          "question": row.get("prompt", row.get("text")), "task_id": row.get("task_id", f"{Path(path).name}:{i}")})
+    for where, row in read_rows(path, "code tasks"):
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+        prompt = row.get("prompt", row.get("text"))
+        tests = row.get("tests", row.get("test_list", row.get("test")))
+        for field_name, v in (("prompt", prompt), ("entry_point", row.get("entry_point"))):
+            if not isinstance(v, str) or not v.strip():
+                raise DataError(f"{where}: field {field_name!r} must be a non-empty string, got {type(v).__name__}")
+        if isinstance(tests, list):
+            if not tests or not all(isinstance(t, str) for t in tests):
+                raise DataError(f"{where}: field 'tests' must be a non-empty list of assert strings")
+            bad = [t for t in tests if not _parses(t)]
+        elif isinstance(tests, str):
+            bad = [] if _parses(tests) and "def check" in tests else [tests]
+        else:
+            raise DataError(f"{where}: field 'tests' must be a list of asserts or check() code, got {type(tests).__name__}")
+        if bad:
+            raise DataError(f"{where}: field 'tests' does not parse as Python: {bad[0][:80]!r}")
+        tasks.append({"prompt": prompt, "tests": tests, "entry_point": row["entry_point"], "question": prompt,
+                      "task_id": row.get("task_id", where)})
     return tasks[:limit]
+
+
+def _parses(src: str) -> bool:
+    try:
+        ast.parse(src)
+        return True
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False

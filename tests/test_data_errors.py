@@ -167,3 +167,22 @@ def test_datasets_from_disk_parquet_and_splits(tmp_path):
     bad.to_parquet(str(tmp_path / "bad.parquet"))
     with pytest.raises(DataError, match="bad.parquet row 0.*answer"):
         load_math(str(tmp_path / "bad.parquet"))
+
+
+@pytest.mark.parametrize("row, field", [
+    ('{"prompt": "def f():", "tests": {"a": 1}, "entry_point": "f"}', "field 'tests' must be a list"),
+    ('{"prompt": "def f():", "tests": ["assert f(1) =="], "entry_point": "f"}', "field 'tests' does not parse"),
+    ('{"prompt": "def f():", "tests": "assert 1", "entry_point": "f"}', "field 'tests' does not parse"),
+    ('{"prompt": "def f():", "tests": ["assert 1"], "entry_point": 3}', "field 'entry_point'"),
+    ('{"tests": ["assert 1"], "entry_point": "f"}', "field 'prompt'"),
+    ('[1, 2]', "must be a JSON object"),
+])
+def test_code_task_rows_name_file_line_and_field(tmp_path, row, field):
+    from rewards.code import load_code_tasks
+    p = tmp_path / "code.jsonl"
+    p.write_text('{"prompt": "def f():", "tests": ["assert f() == 1"], "entry_point": "f"}\n' + row + "\n")
+    with pytest.raises(DataError, match=f"{p}:2: .*{field}"):
+        load_code_tasks(str(p))
+    p.write_bytes(b'{"prompt": "\\xff"}\n\xff\n')
+    with pytest.raises(DataError, match="not UTF-8"):
+        load_code_tasks(str(p))
