@@ -75,7 +75,7 @@ def test_code_reward_on_humaneval_and_loader(tmp_path):
     t = load_code_tasks(str(p))[0]
     assert run_tests("def add(a, b):\n    return a + b\n", t).reward == 0.5
     p.write_text('{"prompt": "x"}\n')
-    with pytest.raises(ValueError, match="mbpp.jsonl:1: missing field 'tests'"):
+    with pytest.raises(ValueError, match="mbpp.jsonl:1: field 'entry_point'"):
         load_code_tasks(str(p))
 
 
