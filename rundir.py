@@ -7,14 +7,19 @@
     runs/X/checkpoints/step_N/rng_rank<r>.pt     each rank's RNG states (python, numpy, torch, CUDA,
                                                  engine) and its shard of the critic's optimizer
     runs/X/checkpoints/step_N/config.json        the config that wrote it
+    runs/X/checkpoints/step_N/tokenizer/         the tokenizer, chat template included
+    runs/X/checkpoints/step_N/manifest.json      written last: every file's size and sha256
 
-A checkpoint is written into step_N.tmp and renamed when complete, so a crash mid-save leaves
-the previous one intact. Every rank calls save/load (gathering FSDP shards is a collective);
+A checkpoint is written into step_N.tmp, its manifest last, and renamed when complete, so a crash
+mid-save leaves the previous one intact. resume=auto takes the newest checkpoint whose manifest,
+sizes, checksums, states and (finite) adapters all check out, and says which it skipped and why. Every rank calls save/load (gathering FSDP shards is a collective);
 rank 0 writes the shared files. Loading the adapters happens before sharding (load_adapters),
 the rest after (load_checkpoint).
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import random
@@ -27,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 import lora
-from config import Config, to_dict
+from config import Config, ConfigError, to_dict
 
 
 def _rank_world():
@@ -41,47 +46,119 @@ def _barrier():
 
 def ckpt_dirs(out: Path) -> list[Path]:
     d = out / "checkpoints"
-    return sorted([p for p in d.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp")]) if d.exists() else []
+    return sorted([p for p in d.glob("step_*") if p.is_dir() and p.name[5:].isdigit()]) if d.exists() else []
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def save_checkpoint(run, out: Path):
+    """Write step_N.tmp, then manifest.json (every file's size and sha256) LAST, then rename it to
+    step_N (replacing an older step_N: a run resumed from an earlier checkpoint re-saves it).
+    A full disk removes the partial .tmp and raises OSError "disk full"; older checkpoints stay."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     RANK, _ = _rank_world()
     final = out / "checkpoints" / f"step_{run.step:06d}"
     tmp = final.with_name(final.name + ".tmp")
+    try:
+        if RANK == 0:
+            for stale in final.parent.glob("step_*.tmp"):  # a crash mid-save leaves these
+                shutil.rmtree(stale, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        _barrier()
+        for name in run.cfg.adapters + (["critic"] if run.critic else []):
+            lora.save_adapter(run.model, name, tmp / "adapters" / name, base_model_name_or_path=hub_id(run.cfg.model.spec))
+        opt_states = {n: get_optimizer_state_dict(run.model, o, options=StateDictOptions(full_state_dict=True,
+                                                                                         cpu_offload=True))
+                      for n, o in run.opts.items()}
+        per_rank = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                    "engine": run.engine.state_dict() if hasattr(run.engine, "state_dict") else None,
+                    "critic": run.critic.state_dict() if run.critic else None}  # the critic's optimizer is per-rank
+        torch.save(per_rank, tmp / f"rng_rank{RANK}.pt")
+        if RANK == 0:
+            torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
+                        "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()},
+                        "world_size": _rank_world()[1]}, tmp / "trainer_state.pt")
+            (tmp / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=2))
+            run.tok.save_pretrained(tmp / "tokenizer")  # with its chat template: the adapters travel with it
+        _barrier()
+        if RANK == 0:
+            files = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+                     for p in sorted(tmp.rglob("*")) if p.is_file()}
+            (tmp / "manifest.json").write_text(json.dumps({"step": run.step, "files": files}, indent=1))
+    except Exception as e:  # torch.save and safetensors wrap ENOSPC in their own errors
+        if RANK == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e) or "os error 28" in str(e):
+            raise OSError(errno.ENOSPC, f"disk full while saving checkpoint {final} (removed the partial copy; the "
+                          "previous checkpoints are intact): free space, then resume") from e
+        raise
     if RANK == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier()
-    for name in run.cfg.adapters + (["critic"] if run.critic else []):
-        lora.save_adapter(run.model, name, tmp / "adapters" / name, base_model_name_or_path=run.cfg.model.spec)
-    opt_states = {n: get_optimizer_state_dict(run.model, o, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-                  for n, o in run.opts.items()}
-    per_rank = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "engine": run.engine.state_dict() if hasattr(run.engine, "state_dict") else None,
-                "critic": run.critic.state_dict() if run.critic else None}  # the critic's optimizer is per-rank
-    torch.save(per_rank, tmp / f"rng_rank{RANK}.pt")
-    if RANK == 0:
-        torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
-                    "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()}},
-                   tmp / "trainer_state.pt")
-        (tmp / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=2))
-    _barrier()
-    if RANK == 0:
+        if final.exists():  # re-saving a step after resuming from an older checkpoint
+            shutil.rmtree(final)
         os.replace(tmp, final)
         for old in ckpt_dirs(out)[:-run.cfg.trainer.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
     _barrier()
 
 
+def hub_id(spec: str) -> str:
+    """What adapters name as their base: the hub id of a preset, else the spec itself."""
+    return {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}.get(spec, spec)
+
+
+def check_checkpoint(ckpt: Path) -> str | None:
+    """Why `ckpt` cannot be resumed from (naming the file), or None if it is complete and sound:
+    the manifest lists every file with its size and sha256, the states load, adapters are finite."""
+    from safetensors.torch import load_file
+
+    man = ckpt / "manifest.json"
+    if not man.is_file():
+        return f"{man} is missing (the save did not finish)"
+    try:
+        files = json.loads(man.read_text())["files"]
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        return f"{man} is unreadable ({e})"
+    for rel, meta in files.items():
+        p = ckpt / rel
+        if not p.is_file():
+            return f"{p} is missing"
+        if p.stat().st_size != meta["size"]:
+            return f"{p} has {p.stat().st_size} bytes, the manifest says {meta['size']} (truncated?)"
+        if _sha256(p) != meta["sha256"]:
+            return f"{p} does not match its checksum"
+    for p in [ckpt / "trainer_state.pt", *sorted(ckpt.glob("rng_rank*.pt"))]:
+        try:
+            torch.load(p, weights_only=False)
+        except Exception as e:  # noqa: BLE001
+            return f"{p} does not load ({type(e).__name__})"
+    adapters = sorted((ckpt / "adapters").glob("*")) if (ckpt / "adapters").is_dir() else []
+    if not adapters:
+        return f"{ckpt / 'adapters'} has no adapter"
+    for d in adapters:
+        try:
+            bad = [k for k, v in load_file(str(d / "adapter_model.safetensors")).items() if not torch.isfinite(v).all()]
+        except Exception as e:  # noqa: BLE001
+            return f"{d / 'adapter_model.safetensors'} does not load ({type(e).__name__})"
+        if bad:
+            return f"{d / 'adapter_model.safetensors'} holds NaN/inf in {bad[0]}"
+    return None
+
+
 def load_checkpoint(run, ckpt: Path):
     """Restore what save_checkpoint wrote, except the adapters: those are loaded into the plain
-    model before sharding (load_adapters)."""
+    model before sharding (load_adapters). On another number of ranks than the checkpoint's, each
+    rank takes rank 0's RNG states (the data cursor is global; the run continues, not bit-exactly)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    RANK, _ = _rank_world()
+    RANK, WORLD = _rank_world()
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     run.step, run.cursor, run.wandb_id = state["step"], state["cursor"], state.get("wandb_id")
     for n, o in run.opts.items():
@@ -89,7 +166,11 @@ def load_checkpoint(run, ckpt: Path):
                                  options=StateDictOptions(full_state_dict=True))
         run.scheds[n].load_state_dict(state["sched"][n])
     run.kl_ctrl.load_state_dict(state["kl"])
-    rng = torch.load(ckpt / f"rng_rank{RANK}.pt", weights_only=False)
+    same_world = state.get("world_size", WORLD) == WORLD
+    rng = torch.load(ckpt / f"rng_rank{RANK if same_world else 0}.pt", weights_only=False)
+    if not same_world and RANK == 0:
+        print(f"note: {ckpt} was written by {state['world_size']} rank(s), resuming on {WORLD}: RNG states from "
+              "rank 0, the critic's optimizer starts fresh", flush=True)
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
@@ -98,25 +179,42 @@ def load_checkpoint(run, ckpt: Path):
     if rng["engine"] is not None and hasattr(run.engine, "load_state_dict"):
         run.engine.load_state_dict(rng["engine"])
     if run.critic:
-        run.critic.load_state_dict(rng["critic"])
+        if same_world:
+            run.critic.load_state_dict(rng["critic"])
+        else:
+            run.critic.head.load_state_dict(rng["critic"]["head"])
 
 
 def load_adapters(model, ckpt: Path, names):
+    """Load each adapter; one holding NaN/inf is refused, naming the file and tensor."""
+    from safetensors.torch import load_file
+
     for name in names:
+        f = ckpt / "adapters" / name / "adapter_model.safetensors"
+        bad = [k for k, v in load_file(str(f)).items() if not torch.isfinite(v).all()] if f.is_file() else []
+        if bad:
+            raise ValueError(f"{f}: tensor {bad[0]} holds NaN/inf; refusing to train on it")
         lora.load_adapter(model, name, ckpt / "adapters" / name)
 
 
 def resolve_resume(cfg: Config, out: Path) -> Path | None:
+    """The checkpoint to resume from: resume=auto takes the newest sound one (saying which it
+    skipped and why), a path must be sound, none is none."""
     r = cfg.trainer.resume
     if r == "none":
         return None
-    if r == "auto":
-        d = ckpt_dirs(out)
-        return d[-1] if d else None
-    p = Path(r)
-    if not (p / "trainer_state.pt").exists():
-        raise FileNotFoundError(f"trainer.resume={r}: not a complete checkpoint (no trainer_state.pt)")
-    return p
+    if r != "auto":
+        why = check_checkpoint(Path(r))
+        if why:
+            raise ConfigError(f"config field trainer.resume: {r} cannot be resumed from: {why}")
+        return Path(r)
+    for ckpt in reversed(ckpt_dirs(out)):
+        why = check_checkpoint(ckpt)
+        if why is None:
+            return ckpt
+        if _rank_world()[0] == 0:
+            print(f"skipping checkpoint {ckpt}: {why}", flush=True)
+    return None
 
 
 class Logger:

@@ -1,0 +1,138 @@
+"""Checkpoints that never load garbage and never lose a line: manifest checks and fallback,
+NaN adapters refused, torn metrics lines, resuming an older checkpoint, a full disk."""
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import train
+from config import load_config_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cfg_for(out, **trainer):
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
+    kw = dict(output_dir=str(out), total_steps=3, save_freq=1, keep_checkpoints=3, resume="auto") | trainer
+    return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, **kw))
+
+
+def steps_of(out):
+    return [json.loads(x)["step"] for x in (Path(out) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+@pytest.fixture
+def run3(tmp_path):
+    train.main(cfg_for(tmp_path / "run"))
+    return tmp_path / "run"
+
+
+def ck(run, n):
+    return run / "checkpoints" / f"step_{n:06d}"
+
+
+def truncate(p: Path):
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def put_nan(p: Path):
+    t = load_file(str(p))
+    k = sorted(t)[0]
+    t[k][0, 0] = float("nan")
+    save_file(t, str(p), metadata={"format": "pt"})
+
+
+CORRUPTIONS = {
+    "truncated trainer_state.pt": lambda c: truncate(c / "trainer_state.pt"),
+    "truncated adapter": lambda c: truncate(c / "adapters" / "speaker" / "adapter_model.safetensors"),
+    "missing rng file": lambda c: (c / "rng_rank0.pt").unlink(),
+    "missing adapter dir": lambda c: __import__("shutil").rmtree(c / "adapters" / "speaker"),
+    "NaN in an adapter": lambda c: put_nan(c / "adapters" / "speaker" / "adapter_model.safetensors"),
+    "no manifest": lambda c: (c / "manifest.json").unlink(),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_auto_resume_skips_a_bad_checkpoint_and_says_why(run3, name, capsys):
+    CORRUPTIONS[name](ck(run3, 3))
+    capsys.readouterr()
+    train.main(cfg_for(run3, total_steps=4))
+    out = capsys.readouterr().out
+    assert f"skipping checkpoint {ck(run3, 3)}:" in out and f"resumed from {ck(run3, 2)}" in out
+    assert steps_of(run3) == [1, 2, 3, 4]  # step 3 redone from step 2, its old line replaced
+    assert not list((run3 / "checkpoints").glob("*.tmp"))
+
+
+def remanifest(c: Path):
+    """Rewrite the manifest to match the files: what a NaN that training itself produced would look like."""
+    from rundir import _sha256
+    man = json.loads((c / "manifest.json").read_text())
+    man["files"] = {k: {"size": (c / k).stat().st_size, "sha256": _sha256(c / k)} for k in man["files"]}
+    (c / "manifest.json").write_text(json.dumps(man))
+
+
+def test_an_explicit_bad_checkpoint_is_a_clear_error(run3):
+    put_nan(ck(run3, 2) / "adapters" / "speaker" / "adapter_model.safetensors")
+    with pytest.raises(ValueError, match=r"step_000002 cannot be resumed from: .*does not match its checksum"):
+        train.main(cfg_for(run3, total_steps=4, resume=str(ck(run3, 2))))
+    remanifest(ck(run3, 2))
+    with pytest.raises(ValueError, match=r"step_000002 cannot be resumed from: .*NaN/inf"):
+        train.main(cfg_for(run3, total_steps=4, resume=str(ck(run3, 2))))
+    from rundir import load_adapters
+    from model import load_model
+    with pytest.raises(ValueError, match="holds NaN/inf; refusing"):
+        load_adapters(load_model("tiny")[0], ck(run3, 2), ["speaker"])
+
+
+def test_a_torn_metrics_line_does_not_stop_a_resume(run3):
+    with open(run3 / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "train/rew')  # SIGKILL mid-write
+    train.main(cfg_for(run3, total_steps=4))
+    assert steps_of(run3) == [1, 2, 3, 4]
+    assert not (run3 / "metrics.jsonl.tmp").exists()
+
+
+def test_resuming_an_older_checkpoint_while_newer_exist(run3):
+    train.main(cfg_for(run3, total_steps=3, resume=str(ck(run3, 1))))
+    assert steps_of(run3) == [1, 2, 3]
+    assert sorted(p.name for p in (run3 / "checkpoints").iterdir()) == ["step_000001", "step_000002", "step_000003"]
+    from rundir import check_checkpoint
+    assert all(check_checkpoint(ck(run3, n)) is None for n in (1, 2, 3))
+
+
+def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        run = mnt / "run"
+        cfg = cfg_for(run, total_steps=1)
+        train.main(cfg)  # step 1 fits
+        ballast = mnt / "ballast"
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        ballast.write_bytes(b"x" * max(0, free - 200_000))  # leave too little for another checkpoint
+        with pytest.raises(OSError, match="disk full while saving checkpoint"):
+            train.main(cfg_for(run, total_steps=2))
+        ballast.unlink()
+        from rundir import check_checkpoint
+        assert check_checkpoint(ck(run, 1)) is None and not list((run / "checkpoints").glob("*.tmp"))
+        train.main(cfg_for(run, total_steps=2))  # space again: the run goes on from step 1
+        assert steps_of(run)[-1] == 2
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_checkpoints_carry_a_manifest_the_tokenizer_and_the_real_base(run3):
+    man = json.loads((ck(run3, 3) / "manifest.json").read_text())
+    assert "trainer_state.pt" in man["files"] and "adapters/speaker/adapter_model.safetensors" in man["files"]
+    from transformers import AutoTokenizer
+    assert AutoTokenizer.from_pretrained(ck(run3, 3) / "tokenizer").chat_template
+    from rundir import hub_id
+    assert hub_id("smollm2-135m-instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert torch.load(ck(run3, 3) / "trainer_state.pt", weights_only=False)["world_size"] == 1
