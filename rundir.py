@@ -261,10 +261,10 @@ class Logger:
         rows = [json.loads(ln) for ln in self.path.read_text().splitlines() if ln]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for ax, prefix in zip(axes, ("train", "val")):
-            for r in roles:
-                pts = [(x["step"], x[f"{prefix}/reward/{r}"]) for x in rows if f"{prefix}/reward/{r}" in x]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=r)
+            for r, key in [(r, f"{prefix}/reward/{r}") for r in roles] + [("team", f"{prefix}/team_reward")]:
+                pts = [(x["step"], x[key]) for x in rows if key in x]
+                if pts:  # markers: a series of one point still shows
+                    ax.plot(*zip(*pts), marker="o", label=r, **({"color": "black", "ls": "--"} if r == "team" else {}))
             ax.set(title=f"{prefix} reward per role", xlabel="step", ylim=(-0.05, 1.05))
             if ax.get_lines():
                 ax.legend(fontsize=8)
