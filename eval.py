@@ -26,6 +26,7 @@ import numpy as np
 import train
 from config import from_dict, load_config_file
 from rollout import RoleSpec
+from workflows import load_data
 
 
 def sampled_scores(cfg, eps, threshold: float) -> dict:
@@ -71,7 +72,7 @@ def main(argv=None) -> dict:
         trainer=dataclasses.replace(cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none",
                                     eval_only=bool(ckpt and not args.base), logger=("console",), resume_if_changed=True))
     cfg.validate()
-    _, tasks = train.load_data(cfg)
+    _, tasks = load_data(cfg)
     run, _ = train.build(cfg, ckpt if not args.base else None)
     specs = train.role_specs(cfg, None, greedy=True)
     if args.base:

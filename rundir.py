@@ -44,6 +44,22 @@ def _barrier():
         dist.barrier()
 
 
+FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
+                  "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
+                  "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",
+                  "trainer.output_dir", "rollout.progress", "data.val_size")
+
+
+def config_changes(cfg: Config, ckpt: Path) -> list[str]:
+    """Fields where cfg differs from the config a checkpoint was written with (beyond FREE_ON_RESUME)."""
+    def flat(d, pre=""):
+        return {k2: v2 for k, v in d.items() for k2, v2 in (flat(v, f"{pre}{k}.").items() if isinstance(v, dict)
+                                                            else [(f"{pre}{k}", v)])}
+    old, new = flat(json.loads((ckpt / "config.json").read_text())), flat(json.loads(json.dumps(to_dict(cfg))))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+            if k not in FREE_ON_RESUME and old.get(k) != new.get(k)]
+
+
 def ckpt_dirs(out: Path) -> list[Path]:
     d = out / "checkpoints"
     return sorted([p for p in d.glob("step_*") if p.is_dir() and p.name[5:].isdigit()]) if d.exists() else []

@@ -41,10 +41,11 @@ import ppo
 import trajectories
 from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
                    score)
-from config import Config, ConfigError, load_config_file, to_dict
+from config import Config, ConfigError, load_config_file
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
-from rundir import Logger, fmt, load_adapters, load_checkpoint, resolve_resume, save_checkpoint
+from rundir import Logger, config_changes, fmt, load_adapters, load_checkpoint, resolve_resume, save_checkpoint
+from workflows import check_roles, load_data, workflow
 
 RANK, WORLD = 0, 1
 
@@ -53,41 +54,6 @@ def print0(*a, **k):
     if RANK == 0:
         print(*a, **k, flush=True)
 
-
-def workflow(cfg: Config):
-    """(make_env, env module, load_tasks) of the configured workflow: a built-in from a plain dict,
-    or your own `module:Class` / `file.py:Class` (its module may define load_tasks(spec) and
-    aggregate(episodes); tasks default to the math loader)."""
-    from data.math_data import load_math
-    d = cfg.data
-    if ":" in d.env:
-        import importlib
-        import importlib.util
-        where, cls = d.env.rsplit(":", 1)
-        if where.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(Path(where).stem, where)
-            if spec is None or not Path(where).is_file():
-                raise ConfigError(f"config field data.env: {where} is not a Python file")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-        if not hasattr(module, cls):
-            raise ConfigError(f"config field data.env: {where} has no class {cls!r}")
-        return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
-    from envs import code_team, math_3agent, math_single, math_tool, react, search_team, toy
-    from rewards.code import load_code_tasks, load_humaneval
-    return {
-        "math_3agent": (lambda: math_3agent.MathTeamEnv(d.max_refinement_iterations), math_3agent, load_math),
-        "math_single": (math_single.MathSingleEnv, math_single, load_math),
-        "math_tool": (lambda: math_tool.MathToolEnv(d.max_refinement_iterations), math_tool, load_math),
-        "code": (lambda: code_team.CodeTeamEnv(d.max_refinement_iterations), code_team,
-                 lambda spec: load_humaneval() if spec == "humaneval" else load_code_tasks(spec)),
-        "search": (lambda: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations), search_team,
-                   load_math),
-        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations), react, load_math),
-        "toy": (toy.ToyEnv, toy, toy.load_tasks),
-    }[d.env]
 
 # --------------------------------------------------------------------------------------------
 # ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
@@ -381,46 +347,6 @@ def init_distributed():
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
-
-
-def check_roles(cfg: Config):
-    """The workflow's roles and the config's must match, before anything loads."""
-    env_roles = set(getattr(workflow(cfg)[0](), "roles", ()))
-    mine = {r.name for r in cfg.roles}
-    if env_roles and env_roles != mine:
-        raise ConfigError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "
-                         f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
-
-
-def load_data(cfg: Config):
-    """Training and validation tasks: read (and checked) before any model loads."""
-    load_tasks = workflow(cfg)[2]
-
-    def tasks_of(files, field):
-        ts = load_tasks(files)
-        if cfg.data.levels is not None:
-            ts = [x for x in ts if x.get("level") in cfg.data.levels]
-        if not ts:
-            raise ConfigError(f"config field {field}: no task in {files}" +
-                             (f" with a level in data.levels={cfg.data.levels}" if cfg.data.levels else ""))
-        return ts
-    return tasks_of(cfg.data.train_files, "data.train_files"), tasks_of(cfg.data.val_files, "data.val_files")[:cfg.data.val_size]
-
-
-FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
-                  "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
-                  "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",
-                  "trainer.output_dir", "rollout.progress", "data.val_size")
-
-
-def config_changes(cfg: Config, ckpt: Path) -> list[str]:
-    """Fields where cfg differs from the config a checkpoint was written with (beyond FREE_ON_RESUME)."""
-    def flat(d, pre=""):
-        return {k2: v2 for k, v in d.items() for k2, v2 in (flat(v, f"{pre}{k}.").items() if isinstance(v, dict)
-                                                            else [(f"{pre}{k}", v)])}
-    old, new = flat(json.loads((ckpt / "config.json").read_text())), flat(json.loads(json.dumps(to_dict(cfg))))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
-            if k not in FREE_ON_RESUME and old.get(k) != new.get(k)]
 
 
 def build(cfg: Config, ckpt: Path | None):
