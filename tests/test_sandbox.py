@@ -1,6 +1,7 @@
 """The sandbox attacked for real: every attack must fail, score 0 with a reason, leave this
 (trainer) process running and the host unchanged. And code rewards that cannot be forged."""
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -32,18 +33,39 @@ def snapshot(d: Path):
     return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*"))
 
 
-ATTACKS = {  # category: [code ...]; {d} = the protected host dir, {port} = a live listener, {pid} = us
+LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+MOUNT_TMPFS = (LIBC + "uid = os.getuid()\nassert libc.unshare(0x10000000 | 0x20000) == 0, 'unshare'\n"  # NEWUSER|NEWNS
+               "open('/proc/self/setgroups', 'w').write('deny')\nopen('/proc/self/uid_map', 'w').write(f'0 {{uid}} 1')\n"
+               "open('/proc/self/gid_map', 'w').write(f'0 {{uid}} 1')\n"
+               "os.mkdir('m')\nassert libc.mount(b'none', b'm', b'tmpfs', 0, None) == 0, 'mount'\n")
+def fill(where):  # 64 MB in 1 MB files, 8x the quota
+    return "for i in range(64):\n    open(f'" + where + "/f{{i}}', 'w').write('x' * (1 << 20))\nprint('PWNED')"
+
+# category: [code ...]; {d} = the protected host dir, {port} = a live listener, {pid} = this process.
+# An attack that gets through prints PWNED; a refused one raises, is killed, or prints nothing.
+ATTACKS = {
     "escape the guard": [
-        "import ctypes; libc = ctypes.CDLL(None); print(libc.setns(0, 0), libc.unshare(0x40000000))\nopen('{d}/x', 'w')",
-        "import _xxsubinterpreters as s; i = s.create(); s.run_string(i, \"open('{d}/x', 'w')\")",
-        "import os; os.system('echo pwned > {d}/x')",
-        "import os; os.execv('/bin/sh', ['sh', '-c', 'echo pwned > {d}/x'])",
-        "import _posixsubprocess, os; print(os.listdir('/root'))",
+        LIBC + "print(libc.setns(os.open('/proc/1/ns/net', os.O_RDONLY), 0), libc.unshare(0x40000000))\n"
+               "open('{d}/x', 'w'); print('PWNED')",
+        "import _xxsubinterpreters as s; i = s.create(); s.run_string(i, \"open('{d}/x', 'w')\"); print('PWNED')",
+        "import os; assert os.system('echo PWNED > {d}/x') == 0; print('PWNED')",
+        "import os; os.execv('/bin/sh', ['sh', '-c', 'echo PWNED > {d}/x'])",
+        "import _posixsubprocess, os\n_posixsubprocess.fork_exec(['/bin/sh', '-c', 'echo x > {d}/x'], [b'/bin/sh'], True, (), "
+        "None, None, -1, -1, -1, -1, -1, -1, *os.pipe(), False, False, False, None, None, None, -1, None, False)\n"
+        "print('PWNED')",
+        MOUNT_TMPFS + "print('PWNED')",  # a mount of one's own: the way around the disk quota
+        LIBC + "assert libc.syscall(0x40000000 | 57) >= 0\nprint('PWNED')",  # fork through the x32 ABI
+        LIBC + "assert libc.syscall(101, 16, 1, 0, 0) == 0\nprint('PWNED')",  # ptrace(ATTACH) bwrap's init
+        "print(sorted(__import__('os').listdir('/root')), open('/etc/shadow').read()); print('PWNED')",
     ],
     "write/delete outside": [
         "open('{d}/x', 'w').write('x')",
         "import os; fd = os.open('{d}', os.O_RDONLY); os.open('x', os.O_CREAT | os.O_WRONLY, dir_fd=fd)",
         "import os; fd = os.open('{d}', os.O_RDONLY); os.unlink('keep.txt', dir_fd=fd)",
+        "import os; fd = os.open('{d}', os.O_RDONLY); os.rename('keep.txt', 'g', src_dir_fd=fd, dst_dir_fd=fd)",
+        "import os; fd = os.open('{d}', os.O_RDONLY); os.link('keep.txt', 'l', src_dir_fd=fd, dst_dir_fd=fd)",
+        "import os; fd = os.open('{d}', os.O_RDONLY); os.symlink('/etc/passwd', 's', dir_fd=fd)",
+        "import os; fd = os.open('{d}', os.O_RDONLY); os.mkdir('m', dir_fd=fd)",
         "import os; os.rename('{d}/keep.txt', '{d}/gone.txt')",
         "import os; os.link('{d}/keep.txt', 'l'); open('l', 'w').write('changed')",
         "import os; os.symlink('{d}/keep.txt', 's'); open('s', 'w').write('changed')",
@@ -51,7 +73,11 @@ ATTACKS = {  # category: [code ...]; {d} = the protected host dir, {port} = a li
         "import os; os.mkfifo('{d}/fifo')",
         "import os; os.setxattr('{d}/keep.txt', 'user.x', b'1')",
         "import shutil; shutil.rmtree('{d}')",
+        "import shutil; shutil.copy('/usr/bin/env', '{d}/env')",
         "import os; os.chmod('{d}/keep.txt', 0o777)",
+        "import os; os.utime('{d}/keep.txt', (0, 0))",
+        "open('/x', 'w').write('x'); print('PWNED')",  # bwrap's root tmpfs
+        "open('/dev/shm/x', 'w').write('x'); print('PWNED')",
     ],
     "reach the parent": [
         "import os, signal; os.kill({pid}, signal.SIGKILL)",
@@ -59,56 +85,81 @@ ATTACKS = {  # category: [code ...]; {d} = the protected host dir, {port} = a li
         "import os, signal; fd = os.pidfd_open({pid}); signal.pidfd_send_signal(fd, signal.SIGKILL)",
         "import resource; resource.prlimit({pid}, resource.RLIMIT_NOFILE, (1, 1))",
         "import os; os.setpriority(os.PRIO_PROCESS, {pid}, 19)",
+        "import os; os.setpriority(os.PRIO_USER, 0, 19)",
+        "import os; os.killpg(os.getpgid(0), 9)",
     ],
     "read secrets": [
         "print(open('/proc/{pid}/environ').read())",
         "import os; print(os.environ.get('WANDB_API_KEY'), open('/proc/1/environ').read())",
         "import os; print([open(f'/proc/{{p}}/environ').read() for p in os.listdir('/proc') if p.isdigit()])",
+        "import os; print(open(f'/proc/{{os.getppid()}}/environ').read(), os.listdir('/proc/{pid}'))",
         "print(open('/root/.bash_history').read())",
+        "print(open('{d}/keep.txt').read().replace('precious', 'PWNED'))",  # the host dir is not even visible
     ],
     "reach the network": [
-        "import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')",
+        "import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('PWNED')",
         "import socket; print([n for _, n in socket.if_nameindex()]); "
-        "socket.create_connection(('localhost', {port}), timeout=2); print('connected')",
-        "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}', timeout=2)",
+        "socket.create_connection(('localhost', {port}), timeout=2); print('PWNED')",
+        "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}', timeout=2); print('PWNED')",
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); "
+        "print('PWNED')",
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/systemd/private'); print('PWNED')",
     ],
     "fill the disk": [
-        "open('big', 'w').write('x' * (64 << 20))",
-        "for i in range(1000):\n    open(f'f{{i}}', 'w').write('x' * (1 << 20))",
+        "open('big', 'w').write('x' * (64 << 20)); print('PWNED')",
+        fill("."),
+        fill("/dev/shm"),
+        MOUNT_TMPFS + fill("m"),
     ],
     "bombs": [
         "import os\nwhile True: os.fork()",
         "import threading, time\nts = [threading.Thread(target=time.sleep, args=(30,)) for _ in range(100000)]\n"
-        "[t.start() for t in ts]",
-        "x = bytearray(8 * 1024**3)",
+        "[t.start() for t in ts]\nprint('PWNED')",
+        "x = bytearray(8 * 1024**3); print('PWNED')",
         "while True: pass",
         "import sys\nfor _ in range(100): sys.stdout.write('x' * 2**20)",
+        "import os\nfds = [os.open('/dev/null', os.O_RDONLY) for _ in range(100000)]; print('PWNED')",
     ],
-    "outlive the kill": [
-        "import os, time\nif os.fork() == 0:\n    time.sleep(3); open('{d}/late', 'w')\nos._exit(0)",
-        "import threading, time, os\nthreading.Thread(target=lambda: (time.sleep(3), open('{d}/late', 'w'))).start()\n"
-        "os._exit(1)",
-        "import time; time.sleep(100)",
+    "outlive the kill": [  # each survivor would rename itself {marker} and write {d}/late after 1 s
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1); open('{d}/late', 'w')\nos._exit(0)",
+        LIBC + "import threading, time\ndef live():\n    libc.prctl(15, b'{marker}'); time.sleep(1); open('{d}/late', 'w')\n"
+               "threading.Thread(target=live).start(); time.sleep(0.2); os._exit(1)",
+        LIBC + "import time; libc.prctl(15, b'{marker}'); time.sleep(100)",
     ],
 }
+
+
+def host_comms():
+    """The name of every thread on the host (an escaped thread would carry its marker here)."""
+    names = set()
+    for comm in Path("/proc").glob("[0-9]*/task/*/comm"):
+        try:
+            names.add(comm.read_text().strip())
+        except OSError:
+            pass
+    return names
 
 
 @pytest.mark.parametrize("category, k", [(c, k) for c, codes in ATTACKS.items() for k in range(len(codes))])
 def test_attack_fails_and_changes_nothing(host, category, k):
     d, port = host
-    before = snapshot(d)
-    code = ATTACKS[category][k].format(d=d, port=port, pid=os.getpid())
-    r = run_python(code, timeout=3, cpu_s=2, mem_mb=512, disk_mb=8)
-    assert r.reason != "ok" or not any(w in r.stdout for w in ("connected", "pwned")), r
+    before, limits, prio = snapshot(d), resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0)
+    marker = f"trp{os.getpid() % 10000}{k}"
+    code = ATTACKS[category][k].format(d=d, port=port, pid=os.getpid(), marker=marker)
+    r = run_python(code, timeout=2, cpu_s=1, mem_mb=512, disk_mb=8)
+    assert "PWNED" not in r.stdout, (category, k, r)
     assert SECRET not in r.stdout + r.stderr
     assert r.seconds < 10
-    time.sleep(0.05 if category != "outlive the kill" else 3.5)  # a survivor would write now
+    if category == "outlive the kill":
+        assert marker not in host_comms()  # nothing of it runs any more ...
+        time.sleep(1.5)  # ... and nothing writes late
     assert snapshot(d) == before, (category, k, r.reason, r.stderr[-500:])
     assert (d / "keep.txt").read_text() == "precious"
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == limits and os.getpriority(os.PRIO_PROCESS, 0) == prio
     # as a code-task solution, the same attack scores 0, with a reason
     task = {"entry_point": "f", "tests": ["assert candidate(1) == 2"]}
-    res = run_tests(code + "\ndef f(x):\n    return x\n", task, timeout=3)
-    assert res.reward == 0.0 and res.reason != "all passed"
+    res = run_tests(code + "\ndef f(x):\n    return x\n", task, timeout=2)
+    assert res.reward == 0.0 and res.reason and res.reason != "all passed", res
 
 
 def test_limits_have_reasons():
