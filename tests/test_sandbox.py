@@ -189,43 +189,103 @@ def test_the_trainer_keeps_running_after_everything():
 
 # ---------------------------------------------------------------------------------- unforgeable code rewards
 
-TASK = {"entry_point": "add", "tests": "def check(candidate):\n    assert candidate(1, 2) == 3\n"
-                                       "    assert candidate(2, 2) == 4\n    assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9\n"}
+# Every test of TASK is judged outside the solution's process: two `== literal` ones by run_tests
+# itself, the abs(...) one by the judge sandbox. A forgery scores what an honest function returning
+# the same values would, never more.
+TASK = {"entry_point": "add", "tests": "def check(candidate):\n    assert True, 'not a test'\n"
+                                       "    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
+                                       "    assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9\n"}
 RIGHT = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return 0\n"
+HUNT = ("import json, os, sys\n"
+        "def nonce():  # the harness's nonce, from its globals\n"
+        "    for f in (sys._getframe(k) for k in range(3)):\n"
+        "        for v in f.f_globals.values():\n"
+        "            if isinstance(v, str) and v.startswith('@@'):\n                return v\n"
+        "    return [v for v in globals().values() if isinstance(v, str) and v.startswith('@@')][0]\n"
+        "def forge(d):\n    line = (nonce() + json.dumps(d) + '\\n').encode()\n"
+        "    os.write(1, line); sys.__stdout__.write(line.decode()); sys.__stdout__.flush(); print(line.decode())\n")
+FORGERIES = {
+    "forged pass lines with the harness nonce": HUNT + (
+        "def add(a, b):\n    for i in range(50):\n        forge({'i': i % 5, 'ok': True, 'values': ['3']})\n    return 0\n"),
+    "forged lines without ok, broken JSON, junk": HUNT + (
+        "def add(a, b):\n    for d in ({'i': 1}, [1, 2], {'i': '1', 'ok': 1}, {'i': 1.0, 'ok': True}, {'values': 3}):\n"
+        "        forge(d)\n    os.write(1, (nonce() + '{broken\\n').encode())\n    return 0\n"),
+    "out-of-range and repeated indices": HUNT + (
+        "def add(a, b):\n    [forge({'i': i, 'ok': True}) for i in range(-5, 100)]\n    return 0\n"),
+    "an object equal to everything": (
+        "class Any:\n    def __eq__(self, o): return True\n    def __sub__(self, o): return 0\n"
+        "    def __abs__(self): return 0\n    def __lt__(self, o): return True\n    def __repr__(self): return '3'\n"
+        "def add(a, b):\n    return Any()\n"),
+    "an int subclass equal to everything": (
+        "class I(int):\n    def __eq__(self, o): return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return I(0)\n"),
+    "exit early with success": "import os\nos._exit(0)\n" + WRONG,
+    "exit with success from the first call": "import os\ndef add(a, b):\n    os._exit(0)\n",
+    "forged lines on stderr": HUNT + (
+        "def add(a, b):\n    os.write(2, (nonce() + json.dumps({'i': 1, 'values': ['3']}) + '\\n').encode())\n    return 0\n"),
+    "patch the harness's emit": (
+        "import sys\ndef add(a, b):\n    g = sys._getframe(1).f_globals\n    real = g['emit']\n"
+        "    g['emit'] = lambda d: real({**d, 'ok': True, 'values': ['3'] * len(d.get('values', [0]))})\n"
+        "    g['plain'] = lambda v: v\n    return 0\n"),
+}
 
 
 def test_honest_solutions_score_what_they_pass():
-    assert run_tests(RIGHT, TASK).reward == 1.0
-    assert run_tests(WRONG, TASK).reward == 0.0
-
-
-FORGERIES = {
-    "print forged pass lines with the harness nonce": (
-        "import sys, json\nnonce = sys._getframe(0).f_globals.get('NONCE') or [v for v in globals().values() "
-        "if isinstance(v, str) and v.startswith('@@')][0]\n"
-        "for i in range(50):\n    print(nonce + json.dumps({'i': i % 3, 'ok': True, 'repr': '3'}))\n" + WRONG),
-    "forged line without the ok key": (
-        "import sys, json\nn = sys._getframe(0).f_globals['NONCE']\nprint(n + json.dumps({'i': 0}))\n"
-        "print(n + json.dumps([1, 2]))\nprint(n + '{broken')\n" + WRONG),
-    "an object equal to everything": (
-        "class Any:\n    def __eq__(self, o): return True\n    def __sub__(self, o): return 0\n"
-        "    def __abs__(self): return 0\n"
-        "def add(a, b):\n    return Any()\n"),
-    "exit early with success": ("import os\nos._exit(0)\n" + WRONG),
-    "out-of-range indices": (
-        "import sys, json\nn = sys._getframe(0).f_globals['NONCE']\n"
-        "[print(n + json.dumps({'i': i, 'ok': True})) for i in range(-5, 100)]\n" + WRONG),
-}
+    assert run_tests(RIGHT, TASK).reward == 1.0  # 3 tests: `assert True` is not one
+    assert run_tests(WRONG, TASK).reward == 0.0 and run_tests(WRONG, TASK).total == 3
+    assert run_tests("def add(a, b):\n    return 3\n", TASK).passed == 1
+    assert run_tests("def add(a, b):\n    return a + b + 1e-12\n", TASK).passed == 1  # the judge: |x - .75| < 1e-9
+    mbpp = {"entry_point": "add", "tests": ["assert add(1, 2) == 3", "assert abs(add(1, 1) - 2) < 0.1"]}
+    assert run_tests(RIGHT, mbpp).reward == 1.0 and run_tests(WRONG, mbpp).reward == 0.0
 
 
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_forged_results_do_not_pay(name):
     res = run_tests(FORGERIES[name], TASK)
-    assert 0.0 <= res.reward <= 1.0 and res.passed <= res.total == 3
-    # the two value tests are judged outside the sandbox: no forgery passes them; the abs(...) assert runs
-    # next to the solution, where a harness-hunting forgery can fake it (documented in rewards/code.py)
-    assert res.passed <= 1, (name, res)
+    assert res.total == 3 and 0.0 <= res.reward <= 1.0
+    # at most what a function that really returns 3 gets: the forged values are all '3'
+    assert res.passed <= 1 if "emit" in name else res.passed == 0, (name, res)
+
+
+def test_forgeries_cannot_break_the_code_team_env():
+    from envs.code_team import CodeTeamEnv
+    env = CodeTeamEnv(max_refinement_iterations=1)
+    env.reset({"prompt": "def add(a, b):\n", **TASK})
+    for name in ("forged lines without ok, broken JSON, junk", "exit early with success"):
+        env.step("```python\n" + FORGERIES[name] + "```")
+    assert env.turn_rewards() == [0.0, 0.0] and env.metrics()["final_success"] == 0.0
+
+
+# An assert that reads a setup variable runs in the solution's process (module docstring of
+# rewards/code.py): always-equal objects still fail it, a harness-hunting solution does not.
+IN_PROCESS = {"entry_point": "add", "tests": "def check(candidate):\n    x = 1\n    assert candidate(x, 2) == 3\n"}
+
+
+def test_in_process_asserts_refuse_fake_objects_but_not_harness_hunters():
+    assert run_tests(RIGHT, IN_PROCESS).reward == 1.0 and run_tests(WRONG, IN_PROCESS).reward == 0.0
+    for name in ("an object equal to everything", "an int subclass equal to everything"):
+        res = run_tests(FORGERIES[name], IN_PROCESS)
+        assert res.reward == 0.0 and "not plain data" in res.failures[0], res
+    # the documented limit: same-process asserts cannot stop a solution that patches its harness
+    assert run_tests(FORGERIES["patch the harness's emit"], IN_PROCESS).reward == 1.0
+
+
+def test_humaneval_wrong_solutions_score_nothing_and_tests_are_mostly_judged():
+    from rewards.code import _plan, load_humaneval, split_tests
+    tasks = load_humaneval()
+    kinds = [k for t in tasks for i, k, _, _ in _plan(split_tests(t["tests"]), t["entry_point"])[0]]
+    assert kinds.count("calls") > 1100 and kinds.count("assert") < 10
+    with_assert_true = [t for t in tasks if "assert True" in t["tests"]][:3]
+    for t in with_assert_true:  # `assert True, '...'` lines no longer pay a wrong solution
+        assert run_tests(f"def {t['entry_point']}(*a, **k):\n    return None\n", t).reward == 0.0
+
+
+def test_run_tests_never_raises_on_bad_tasks():
+    for task in ({"tests": ["assert candidate(1) == 1"]}, {"entry_point": "f", "tests": "def check(c:\n"},
+                 {"entry_point": "f", "tests": 3}, {"entry_point": "f", "tests": ["assert f(" + "(" * 10**5]}):
+        res = run_tests(RIGHT, task)
+        assert res.reward == 0.0 and res.reason
 
 
 def test_no_working_bwrap_is_a_clear_error_unless_weak_is_chosen(tmp_path):
