@@ -161,7 +161,7 @@ class RolloutConfig:
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     progress: bool = True
-    """progress bar during rollouts"""
+    """progress bars on rank 0 (stderr): rollout and eval episodes, the update over adapters"""
     merge_turns: bool = False
     """train a role's consecutive turns of one episode as one sequence when each prompt extends the
     last (tool agents); observations and other roles' tokens are masked out"""

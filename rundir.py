@@ -268,6 +268,16 @@ class Logger:
         if console:
             print(console, flush=True)
 
+    def episodes(self, step, records: list[dict], n: int = 4):
+        """wandb: a table of the first n episodes of this eval, one row per turn."""
+        if self.wandb is None:
+            return
+        import wandb
+        rows = [[step, r["task_id"], t["role"], t["prompt"][-2000:], t["reply"], t["reward"]] for r in records[:n]
+                for t in r["turns"]]
+        self.wandb.log({"val/episodes": wandb.Table(columns=["step", "task_id", "role", "prompt", "reply", "reward"],
+                                                    data=rows)}, step=step)
+
     def plot(self, out: Path, roles):
         if not self.rank0 or not self.path.exists():
             return
@@ -287,6 +297,12 @@ class Logger:
         fig.tight_layout()
         fig.savefig(out / "rewards.png", dpi=100)
         plt.close(fig)
+
+
+def duration(seconds: float) -> str:
+    """7s, 3m05s, 2h10m."""
+    s = round(seconds)
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def fmt(m: dict, prefix: str) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 import lora
 import ppo
@@ -44,7 +45,8 @@ from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logi
 from config import Config, ConfigError, load_config_file
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
-from rundir import Logger, config_changes, fmt, load_adapters, load_checkpoint, resolve_resume, save_checkpoint
+from rundir import (Logger, config_changes, duration, fmt, load_adapters, load_checkpoint, resolve_resume,
+                    save_checkpoint)
 from workflows import check_roles, load_data, workflow
 
 RANK, WORLD = 0, 1
@@ -282,15 +284,18 @@ def summarize(cfg: Config, steps: list[Step], eps, prefix: str) -> dict:
     return out
 
 
-def evaluate(run, val_tasks, out: Path | None = None) -> dict:
-    """Greedy episodes on the validation tasks; writes them all (and prints one) when `out` is given."""
+def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
+    """Greedy episodes on the validation tasks; when `out` is given, writes them all, prints one and
+    puts the first few in the logger's wandb table (the same tasks at every eval)."""
     mine = list(range(RANK, len(val_tasks), WORLD))
     steps, eps = rollout(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
-                         role_specs(run.cfg, None, greedy=True), 1)
+                         role_specs(run.cfg, None, greedy=True), 1, progress=run.cfg.rollout.progress)
     if out is not None:
         records = save_trajectories(run, eps, out / "trajectories" / f"val_step_{run.step:06d}.jsonl", "val", 1.0)
         if records:
             print0(trajectories.show(records[0]))
+            if logger is not None:
+                logger.episodes(run.step, records)
     return summarize(run.cfg, steps, eps, "val")
 
 
@@ -422,11 +427,11 @@ def main(cfg: Config):
         return finish(metrics)
     logger = Logger(run, out)
     if t_cfg.val_before_train and run.step == 0:
-        metrics = evaluate(run, val_tasks, out)
+        metrics = evaluate(run, val_tasks, out, logger)
         logger.log(0, metrics, "[eval step 0] " + fmt(metrics, "val"))
 
     # --- the loop -----------------------------------------------------------------------------
-    metrics, empty_in_a_row = {}, 0
+    metrics, empty_in_a_row, t_loop, first = {}, 0, time.perf_counter(), run.step + 1
     for step in range(run.step + 1, total + 1):
         run.step = step
         t0 = time.perf_counter()
@@ -458,7 +463,8 @@ def main(cfg: Config):
         by_adapter = defaultdict(list)
         for s in kept:
             by_adapter[cfg.adapter_of(next(r for r in cfg.roles if r.name == s.role))].append(s)
-        for adapter in cfg.adapters:
+        for adapter in tqdm(cfg.adapters, desc=f"step {step} update", leave=False,
+                            disable=not (cfg.rollout.progress and RANK == 0)):
             if all_sum(float(len(by_adapter[adapter]))) == 0:
                 continue
             um = update_adapter(run, adapter, by_adapter[adapter], step, step_seed)
@@ -478,12 +484,14 @@ def main(cfg: Config):
         metrics.update({"time/rollout": t_roll, "time/train": t_train, "time/sync": t_sync,
                         "time/step": time.perf_counter() - t0, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9),
                         "train/epoch": run.cursor / len(train_tasks)})
+        eta = (time.perf_counter() - t_loop) / (step - first + 1) * (total - step)  # evals and saves included
         logger.log(step, metrics, f"[step {step}/{total}] " + fmt(metrics, "train") +
-                   f" | {n_tokens / max(t_roll, 1e-9):.0f} tok/s | roll {t_roll:.1f}s train {t_train:.1f}s sync {t_sync:.2f}s")
+                   f" | {n_tokens / max(t_roll, 1e-9):.0f} tok/s | roll {t_roll:.1f}s train {t_train:.1f}s sync {t_sync:.2f}s"
+                   f" | ETA {duration(eta)}")
 
         # --- eval, then checkpoint (a checkpoint implies every line of its step is logged) -----
         if t_cfg.test_freq and (step % t_cfg.test_freq == 0 or step == total):
-            vm = evaluate(run, val_tasks, out)
+            vm = evaluate(run, val_tasks, out, logger)
             metrics.update(vm)
             logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val"))
             logger.plot(out, [r.name for r in cfg.roles])

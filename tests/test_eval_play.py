@@ -88,3 +88,29 @@ def test_export_writes_plain_hf_models_equal_to_base_plus_adapter(trained, tmp_p
         torch.testing.assert_close(plain(ids).logits, m.eval()(ids).logits, atol=1e-4, rtol=1e-4)
         lora.set_adapter(m, None)
         assert not torch.allclose(plain(ids).logits, m(ids).logits, atol=1e-4)  # the adapter is really in there
+
+
+def test_push_to_hub_uploads_a_peft_adapter_with_a_card_and_fails_clearly_offline(trained, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import export
+    ck = trained / "checkpoints" / "step_000002"
+    d = export.hub_folder(ck, "evaluator_critique", tmp_path)
+    card = (d / "README.md").read_text()
+    base = json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert f"base_model: {base}" in card and "library_name: peft" in card
+    assert (d / "adapter_model.safetensors").read_bytes() == (ck / "adapters/evaluator_critique/adapter_model.safetensors").read_bytes()
+    import lora
+    from model import load_model
+    m, _ = load_model("tiny")
+    lora.load_adapter(m, "evaluator_critique", d)  # the uploaded folder is a loadable adapter
+    # no hub here: a closed local port stands in for an unreachable one; the local export stays
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": "hf_x", "HF_HUB_ETAG_TIMEOUT": "2"}
+    r = subprocess.run([sys.executable, "export.py", "--checkpoint", str(ck), "--out", str(tmp_path / "x"),
+                        "--adapter", "generator_initial", "--push-to-hub", "me/team"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode != 0 and "could not push adapter 'generator_initial' to the hub repo 'me/team-generator_initial'" in r.stderr, r.stderr[-2000:]
+    assert (tmp_path / "x" / "generator_initial" / "config.json").exists()
+    assert (tmp_path / "x" / "hub" / "generator_initial" / "README.md").exists()
