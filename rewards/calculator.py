@@ -233,7 +233,7 @@ class RewardCalculator:
         self._right_cache: dict = {}
 
     @classmethod
-    def from_config(cls, cfg, weights: dict | None = None, **kw) -> "RewardCalculator":
+    def from_config(cls, cfg, weights: dict | None = None, **kw) -> RewardCalculator:
         """Budgets (each role's max_tokens), max_refinements and the workflow from a train config;
         weights from `weights`, else `cfg.data.reward_weights` when the config has that field."""
         env = cfg.data.env

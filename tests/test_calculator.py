@@ -170,7 +170,7 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, msg):
     f.write_text(good + "\n\n" + line + "\n")
     with pytest.raises(C.TrajectoryError, match=rf"t\.jsonl:3: .*{msg}"):
         C.load_records(str(f))
-    with pytest.raises(SystemExit, match=rf"error: .*t\.jsonl:3"):
+    with pytest.raises(SystemExit, match=r"error: .*t\.jsonl:3"):
         C.main(["--stats", str(f)])
     with pytest.raises(FileNotFoundError, match="no trajectory file matches"):
         C.load_records(str(tmp_path / "nothing_*.jsonl"))
