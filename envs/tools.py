@@ -5,6 +5,9 @@
     search(query)           BM25 (the `bm25s` package) over a local corpus; top-k passages
     answer(answer)          ends the episode with a final answer (the env handles it)
 
+`get_tools(names, corpus=..., search_k=...)` picks them by name (`TOOL_NAMES`); an unknown name is
+a ValueError listing the known ones. The search tool is built once per (corpus, k).
+
 `tool_prompt(tools)` describes them for the model; `parse_tool_call(text)` reads a call
 tolerantly: <tool_call>{"name": .., "arguments": {..}}</tool_call>, a ```json block with the same
 object, or ReAct's `Action: name[args]` / `Action: name` + `Action Input: args`. A malformed or
@@ -19,6 +22,7 @@ import operator
 import re
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from envs.sandbox import run_python
@@ -144,6 +148,31 @@ class SearchTool(Tool):
 
 
 ANSWER = Tool("answer", "Give the final answer and end.", _one_arg("answer", "the final answer"), lambda a: a["answer"])
+
+
+@lru_cache(maxsize=4)
+def search_tool(corpus_path: str = "data/search_corpus.jsonl", k: int = 3) -> SearchTool:
+    """The BM25 tool over a corpus file, built once per (path, k); a bad corpus is a DataError
+    naming file:line and the field (data/search_data.load_corpus)."""
+    from data.search_data import load_corpus
+    return SearchTool(load_corpus(corpus_path), k=k)
+
+
+# name -> how to build it: the one place tools are named (configs pick them by these names)
+TOOL_NAMES = ("calculator", "python", "search", "answer")
+
+
+def get_tools(names, corpus: str = "data/search_corpus.jsonl", search_k: int = 3) -> list[Tool]:
+    """Tools by name, in order, once each. `names`: a sequence of names or one comma/space separated
+    string ("search, calculator": what a scalar env_kwargs value can hold)."""
+    if isinstance(names, str):
+        names = [x for x in re.split(r"[,\s]+", names) if x]
+    build = {"calculator": lambda: CALCULATOR, "python": lambda: PYTHON, "answer": lambda: ANSWER,
+             "search": lambda: search_tool(str(corpus), int(search_k))}
+    unknown = [x for x in names if x not in build]
+    if unknown:
+        raise ValueError(f"unknown tool(s) {unknown}: known tools are {', '.join(TOOL_NAMES)}")
+    return [build[x]() for x in dict.fromkeys(names)]
 
 
 def tool_prompt(tools: list[Tool]) -> str:

@@ -1,0 +1,240 @@
+"""Deep research: a planner splits a multi-hop question into sub-questions, a researcher works
+through each one with tools (search, read a document by id, take a note; a few rounds each), and a
+writer answers with citations to document ids.
+
+    planner      one turn: a numbered list of sub-questions (agents/research_team.parse_plan; at
+                 most max_sub_questions; none -> the question itself is researched, planner paid 0)
+    researcher   for each sub-question in order, up to max_rounds turns, one action each:
+                   search[words]  -> the top-k documents' ids and titles (BM25 over the corpus)
+                   read_doc[id]   -> that document's text
+                   note[text]     -> the note is kept and this sub-question ends
+                 a reply with no action is taken as its note; a malformed action or an unknown id
+                 is an error observation (it costs a round). All sub-questions share the one
+                 "researcher" role (one adapter); each sees the notes of the ones before it, and its
+                 own rounds extend one conversation (rollout.merge_turns can train them as one).
+    writer       one turn: 'Answer: ...' and citations '[doc id]' (agents/research_team.parse_report)
+
+Rewards, against the task's gold answer and supporting documents S (its "support" ids):
+    writer       (1 - citation_weight) * F1(answer) + citation_weight * F1(citations), where the
+                 citations' precision = |cited ∩ S| / |cited| and recall = |cited ∩ S| / |S|
+    researcher   every round of sub-question i: 0.5 * [a document of S not read before i appeared in
+                 its search results] + 0.5 * [it read such a document]
+    planner      harmonic mean of precision = (sub-questions whose researcher read a new document of
+                 S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|
+Team reward = the writer's. Metrics: f1, em, cite_precision / cite_recall / cite_f1,
+support_retrieved / support_read (fractions of S), each role's reward, sub_questions, rounds,
+tool_errors, no_answer, no_plan, hops; `aggregate` adds micro-averaged citation precision / recall
+and F1 per number of hops.
+
+Documents: the corpus file (`corpus`, default data/search_corpus.jsonl: the made-up world), or a
+task's own "docs" (HotpotQA tasks from data/research_data.load_research bring their paragraphs).
+Config (two files: this + configs/research.py): data.env="envs.research:ResearchEnv", the knobs in
+data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight).
+"""
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+
+from agents.research_team import (clean_doc_id, observation_message, parse_plan, parse_report, planner_messages,
+                                  researcher_messages, writer_messages)
+from data.research_data import load_research
+from envs import Turn
+from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call, search_tool
+from rewards.qa import exact_match, f1
+
+ROLES = ("planner", "researcher", "writer")
+
+
+def _arg(name, desc):
+    return {"type": "object", "properties": {name: {"type": "string", "description": desc}}, "required": [name]}
+
+
+# the researcher's tools: the env runs them itself (they read and write the episode's state)
+TOOLS = [Tool("search", "List the documents that match the words: their ids and titles.", _arg("query", "words"),
+              lambda a: ""),
+         Tool("read_doc", "Show the text of a document by its id.", _arg("id", "a document id"), lambda a: ""),
+         Tool("note", "Record what you found (with the document id); ends your sub-question.",
+              _arg("text", "the finding"), lambda a: "")]
+
+
+@lru_cache(maxsize=4)
+def _corpus(path: str, k: int) -> tuple[SearchTool, dict]:
+    tool = search_tool(path, k)  # a bad corpus: DataError naming file:line and the field
+    return tool, {d["id"]: d for d in tool.docs}
+
+
+def _f1(p: float, r: float) -> float:
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+class ResearchEnv:
+    roles = ROLES
+
+    def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
+                 max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200):
+        for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
+                            ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
+        if isinstance(citation_weight, bool) or not isinstance(citation_weight, (int, float)) \
+                or not 0 <= citation_weight <= 1:
+            raise ValueError(f"config field data.env_kwargs.citation_weight: must be in [0, 1], got {citation_weight!r}")
+        self.corpus, self.k = str(corpus), search_k
+        self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
+            max_doc_chars
+        self.tool, self.by_id = _corpus(self.corpus, self.k)
+
+    def fork(self):
+        """A copy for ReMax's greedy twin that shares the (read-only) search index and documents."""
+        return copy.deepcopy(self, {id(self.tool): self.tool, id(self.by_id): self.by_id})
+
+    # ---------------------------------------------------------------------------------- the episode
+
+    def reset(self, task):
+        self.q, self.gold = str(task["question"]), str(task["answer"])
+        self.support = list(dict.fromkeys(str(s) for s in task.get("support", [])))
+        if task.get("docs"):  # a task with its own documents (HotpotQA): its own small index
+            self.tool = SearchTool(list(task["docs"]), k=self.k)
+            self.by_id = {d["id"]: d for d in self.tool.docs}
+        else:
+            self.tool, self.by_id = _corpus(self.corpus, self.k)
+        self.lower_ids = {i.lower(): i for i in self.by_id}
+        self.hops = int(task.get("hops", len(self.support))) if str(task.get("hops", "")).isdigit() else len(self.support)
+        self.plan, self.planned, self.subs, self.turns = [], False, [], []
+        self.answer, self.citations, self.wrote = None, [], False
+        self.role = "planner"
+        return Turn("planner", planner_messages(self.q))
+
+    def _notes(self):
+        return [(s["question"], s["note"], s["read"]) for s in self.subs if s["done"]]
+
+    def _start_sub(self, i):
+        msgs = researcher_messages(self.q, self.plan, self._notes(), i, self.max_rounds)
+        self.subs.append({"question": self.plan[i], "messages": msgs, "retrieved": [], "read": [], "note": None,
+                          "rounds": 0, "errors": 0, "done": False})
+        self.role = "researcher"
+        return Turn("researcher", list(msgs))
+
+    def _next(self):
+        """After a sub-question ends: the next one, or the writer."""
+        if len(self.subs) < len(self.plan):
+            return self._start_sub(len(self.subs))
+        self.role = "writer"
+        return Turn("writer", writer_messages(self.q, self._notes()))
+
+    def step(self, reply):
+        reply = reply if isinstance(reply, str) else ""
+        if self.role == "planner":
+            self.turns.append(("planner", None))
+            self.plan = parse_plan(reply, self.max_subs)
+            self.planned = bool(self.plan)
+            if not self.plan:
+                self.plan = [self.q]
+            return self._start_sub(0)
+        if self.role == "writer":
+            self.turns.append(("writer", None))
+            self.answer, self.citations = parse_report(reply)
+            self.wrote = True
+            return None
+        sub = self.subs[-1]
+        self.turns.append(("researcher", len(self.subs) - 1))
+        sub["rounds"] += 1
+        sub["messages"].append({"role": "assistant", "content": reply})
+        call = parse_tool_call(reply, TOOLS)
+        obs = None
+        if call is None:  # no action: the reply is the note
+            sub["note"] = " ".join(reply.split())[:300] or None
+        elif isinstance(call, str):
+            obs, sub["errors"] = call, sub["errors"] + 1
+        elif call.name == "note":
+            sub["note"] = " ".join(call.arguments["text"].split())[:300] or None
+        else:
+            obs = self._run(call, sub)
+        if obs is None or sub["rounds"] >= self.max_rounds:
+            sub["done"] = True
+            return self._next()
+        sub["messages"].append(observation_message(obs))
+        return Turn("researcher", list(sub["messages"]))
+
+    def _run(self, call: ToolCall, sub) -> str:
+        if call.name == "search":
+            docs = self.tool.search(call.arguments["query"][:500])
+            sub["retrieved"] += [d["id"] for d in docs if d["id"] not in sub["retrieved"]]
+            return "\n".join(f"[{d['id']}] {d['title']}" for d in docs) or "(no results)"
+        want = clean_doc_id(call.arguments["id"])
+        doc_id = want if want in self.by_id else self.lower_ids.get(want.lower())
+        if doc_id is None:
+            sub["errors"] += 1
+            return f"error: no document with id {want[:60]!r}; use an id from the search results, e.g. read_doc[<id>]"
+        if doc_id not in sub["read"]:
+            sub["read"].append(doc_id)
+        d = self.by_id[doc_id]
+        return f"[{doc_id}] {d['title']}: {d['text']}"[:min(self.max_doc, MAX_OBS)]
+
+    # ---------------------------------------------------------------------------------- rewards
+
+    def _scores(self):
+        """Everything the rewards and metrics need, from the turns taken so far (an episode cut
+        short by rollout.max_turns is scored on what it did)."""
+        S = set(self.support)
+        seen, sub_r, useful = set(), [], []
+        retrieved_all, read_all = set(), set()
+        for s in self.subs:
+            new_ret = (set(s["retrieved"]) & S) - seen
+            new_read = (set(s["read"]) & S) - seen
+            sub_r.append(0.5 * bool(new_ret) + 0.5 * bool(new_read))
+            useful.append(bool(new_read))
+            seen |= set(s["read"])
+            retrieved_all |= set(s["retrieved"])
+            read_all |= set(s["read"])
+        n_sub = len(self.plan) if self.planned else 0
+        p = sum(useful) / n_sub if n_sub else 0.0
+        r = len(read_all & S) / len(S) if S else 0.0
+        planner = _f1(p, r) if self.planned else 0.0
+        cited = self.citations
+        hit = len(set(cited) & S)
+        cp = hit / len(cited) if cited else 0.0
+        cr = hit / len(S) if S else 0.0
+        ans_f1 = f1(self.answer, self.gold) if self.answer is not None else 0.0
+        writer = (1 - self.w) * ans_f1 + self.w * _f1(cp, cr)
+        return {"planner": planner, "researcher": sub_r, "writer": writer, "f1": ans_f1,
+                "em": exact_match(self.answer, self.gold) if self.answer is not None else 0.0,
+                "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited), "cited_support": hit,
+                "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
+                "support_read": r, "useful_subs": sum(useful)}
+
+    def turn_rewards(self):
+        s = self._scores()
+        return [s["researcher"][i] if role == "researcher" else s[role] for role, i in self.turns]
+
+    def metrics(self):
+        s = self._scores()
+        subs = s["researcher"]
+        return {"team_reward": s["writer"], "final_correct": s["f1"], "f1": s["f1"], "em": s["em"],
+                "cite_precision": s["cite_precision"], "cite_recall": s["cite_recall"], "cite_f1": s["cite_f1"],
+                "support_retrieved": s["support_retrieved"], "support_read": s["support_read"],
+                "planner_reward": s["planner"], "researcher_reward": sum(subs) / len(subs) if subs else 0.0,
+                "writer_reward": s["writer"], "sub_questions": float(len(self.plan)),
+                "rounds": float(sum(x["rounds"] for x in self.subs)),
+                "tool_errors": float(sum(x["errors"] for x in self.subs)),
+                "no_answer": float(self.answer is None), "no_plan": float(not self.planned), "hops": float(self.hops),
+                # counts, for aggregate's micro averages
+                "n_cited": float(s["cited"]), "n_cited_support": float(s["cited_support"]),
+                "n_support": float(len(self.support))}
+
+
+def aggregate(episodes) -> dict:
+    """Citation precision / recall summed over episodes (micro), and answer F1 per hop count."""
+    ms = [e.metrics for e in episodes if e.metrics and "n_cited" in e.metrics]
+    out = {"cite_precision_micro": sum(m["n_cited_support"] for m in ms) / max(1.0, sum(m["n_cited"] for m in ms)),
+           "cite_recall_micro": sum(m["n_cited_support"] for m in ms) / max(1.0, sum(m["n_support"] for m in ms))}
+    for h in sorted({int(m["hops"]) for m in ms}):
+        group = [m["f1"] for m in ms if int(m["hops"]) == h]
+        out[f"f1_{h}hop"] = sum(group) / len(group)
+    return out
+
+
+def load_tasks(spec: str) -> list[dict]:
+    """Our rows ({"question", "answer", "support", "hops"}) or HotpotQA's; data/research_data.py."""
+    return load_research(spec)
