@@ -30,7 +30,7 @@ import re
 
 from agents.tool_agent import observation_message, read_final, system_prompt
 from envs import Turn
-from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call
+from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
 from rewards.code import extract_code, run_tests
 from rewards.math import math_reward
 from rewards.qa import exact_match, f1
@@ -59,15 +59,17 @@ class ToolAgentEnv:
 
     def __init__(self, style: str = "react", tools=("calculator",), max_tool_calls: int = 4, reward: str = "math",
                  corpus: str = "data/search_corpus.jsonl", search_k: int = 3):
+        from config import ConfigError  # a ValueError that train.py prints as one line
         if reward not in REWARDS:
-            raise ValueError(f"config field data.env_kwargs.reward: unknown reward {reward!r}: known rewards are "
+            raise ConfigError(f"config field data.env_kwargs.reward: unknown reward {reward!r}: known rewards are "
                              f"{', '.join(REWARDS)}")
         if style not in ("chat", "react", "code"):
-            raise ValueError(f"config field data.env_kwargs.style: unknown agent style {style!r}; use chat, react or code")
+            raise ConfigError(f"config field data.env_kwargs.style: unknown agent style {style!r}; use chat, react or code")
         try:
-            chosen = get_tools(tools, corpus=corpus, search_k=search_k)
+            names = tool_names(tools)
         except ValueError as e:
-            raise ValueError(f"config field data.tools / data.env_kwargs.tools: {e}") from None
+            raise ConfigError(f"config field data.tools / data.env_kwargs.tools: {e}") from None
+        chosen = get_tools(names, corpus=corpus, search_k=search_k)  # a bad corpus: DataError naming file:line
         self.style, self.max_calls, self.reward_name = style, int(max_tool_calls), reward
         self.tools = [t for t in chosen if t.name != "answer"] + ([ANSWER] if style == "react" else [])
 

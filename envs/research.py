@@ -73,13 +73,14 @@ class ResearchEnv:
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
                  max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200):
+        from config import ConfigError  # a ValueError that train.py prints as one line
         for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
                             ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
+                raise ConfigError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
         if isinstance(citation_weight, bool) or not isinstance(citation_weight, (int, float)) \
                 or not 0 <= citation_weight <= 1:
-            raise ValueError(f"config field data.env_kwargs.citation_weight: must be in [0, 1], got {citation_weight!r}")
+            raise ConfigError(f"config field data.env_kwargs.citation_weight: must be in [0, 1], got {citation_weight!r}")
         self.corpus, self.k = str(corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars

@@ -162,17 +162,24 @@ def search_tool(corpus_path: str = "data/search_corpus.jsonl", k: int = 3) -> Se
 TOOL_NAMES = ("calculator", "python", "search", "answer")
 
 
-def get_tools(names, corpus: str = "data/search_corpus.jsonl", search_k: int = 3) -> list[Tool]:
-    """Tools by name, in order, once each. `names`: a sequence of names or one comma/space separated
-    string ("search, calculator": what a scalar env_kwargs value can hold)."""
+def tool_names(names) -> list[str]:
+    """Checked tool names, in order, once each: a sequence of names or one comma/space separated
+    string ("search, calculator": what a scalar env_kwargs value can hold). An unknown name is a
+    ValueError listing the known ones."""
     if isinstance(names, str):
-        names = [x for x in re.split(r"[,\s]+", names) if x]
-    build = {"calculator": lambda: CALCULATOR, "python": lambda: PYTHON, "answer": lambda: ANSWER,
-             "search": lambda: search_tool(str(corpus), int(search_k))}
-    unknown = [x for x in names if x not in build]
+        names = re.split(r"[,\s]+", names)
+    names = [str(x).strip() for x in names if str(x).strip()]
+    unknown = [x for x in names if x not in TOOL_NAMES]
     if unknown:
         raise ValueError(f"unknown tool(s) {unknown}: known tools are {', '.join(TOOL_NAMES)}")
-    return [build[x]() for x in dict.fromkeys(names)]
+    return list(dict.fromkeys(names))
+
+
+def get_tools(names, corpus: str = "data/search_corpus.jsonl", search_k: int = 3) -> list[Tool]:
+    """The tools named (see tool_names); `search` is BM25 over `corpus`, `search_k` passages a query."""
+    build = {"calculator": lambda: CALCULATOR, "python": lambda: PYTHON, "answer": lambda: ANSWER,
+             "search": lambda: search_tool(str(corpus), int(search_k))}
+    return [build[x]() for x in tool_names(names)]
 
 
 def tool_prompt(tools: list[Tool]) -> str:
