@@ -11,11 +11,13 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
   - rows with different adapters in ONE forward (lora.set_row_adapters);
   - per-row stopping (EOS / stop ids / stop strings / length); finished rows are dropped from
     the batch (cache compaction), so they stop costing compute;
-  - every row has its own torch.Generator (seeded from the request, else from the engine's
-    seed), so a row's sample does not depend on what else is in the batch;
-  - logits only for the last position, sampling in fp32.
-Not built yet: a static-shape CUDA-graph decode step (gpt-fast's `torch.compile` path); the
-growing cache slice and batch compaction would make torch.compile recompile at every shape.
+  - no Python loop over rows on the hot path: per-row state lives in device tensors (_Rows),
+    sampling is vectorised (inverse CDF with a counter-based uniform keyed by (row seed, token
+    index): a row's sample depends only on its own logits and seed, never on its batch), stop ids
+    are checked on device, and the host syncs every `sync_every` steps (decoding text only for
+    rows that have stop strings);
+  - logits only for the last position, sampling in fp32 (the CDF in fp64).
+compile=True (CUDA): a static-shape decode step captured in a CUDA graph (see TorchEngine).
 Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
 decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
 
@@ -80,44 +82,68 @@ class Result:
 
 
 # --------------------------------------------------------------------------------------------
-# sampling
+# sampling: vectorised, and per row reproducible whatever else is in the batch
+
+_M64 = 2**64
 
 
-def _filter_logits(logits, temp, top_k, top_p):
-    """Temperature, then top-k, then top-p (nucleus), per row. (B, V) -> (B, V) with -inf outside."""
-    logits = logits / temp  # temp (B, 1)
-    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
+def _i64(c: int) -> int:
+    """An unsigned 64-bit constant as the signed int64 with the same bits."""
+    return c - _M64 if c >= 2**63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = _i64(0x9E3779B97F4A7C15), _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
+
+
+def _splitmix64(z):
+    """splitmix64's finaliser on int64 tensors (multiplication wraps mod 2^64; `>>` is
+    arithmetic on int64, so each shift is masked down to the logical shift)."""
+    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * _MIX1
+    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * _MIX2
+    return z ^ ((z >> 31) & ((1 << 33) - 1))
+
+
+def uniform(seed, step):
+    """Counter-based uniform in [0, 1) for every row: a hash of (row seed, step), float64 with
+    53 random bits. seed (B,) int64, step int64 (0-dim or (B,)) -> (B,). Nothing but the row's
+    own seed and step enters, so a row draws the same number in any batch, on any device."""
+    z = _splitmix64(_splitmix64(seed) + (step + 1) * _GOLDEN)
+    return ((z >> 11) & ((1 << 53) - 1)).double() * 2.0**-53
+
+
+def _filter_logits(logits, temp, top_k, top_p, filtered: bool):
+    """Temperature, then top-k, then top-p (nucleus), per row. (B, V) -> (B, V) with -inf outside.
+    temp, top_k, top_p (B, 1); `filtered` (any row with top_k > 0 or top_p < 1) is decided on
+    the host from the requests, so this never syncs."""
+    logits = logits / temp
+    if filtered:
         sorted_l, idx = logits.sort(-1, descending=True)  # (B, V)
         rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_l)
-        drop = (top_k > 0) & (rank >= top_k)  # top_k (B, 1)
+        drop = (top_k > 0) & (rank >= top_k)
         probs = sorted_l.softmax(-1)
-        drop |= (probs.cumsum(-1) - probs) >= top_p  # keep the smallest prefix with mass >= top_p
+        drop |= ((probs.cumsum(-1) - probs) >= top_p) & (top_p < 1)  # smallest prefix with mass >= top_p
         sorted_l = sorted_l.masked_fill(drop, float("-inf"))
         logits = torch.empty_like(logits).scatter_(-1, idx, sorted_l)
     return logits
 
 
-def sample(logits, sp: list[SamplingParams], gens: list[torch.Generator]):
-    """One token per row -> (tokens (B,), logprobs (B,)).
+def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
+    """One token per row -> (tokens (B,), logprobs (B,)), with no host sync and no loop over rows.
 
+    logits (B, V) fp32; temp/top_k/top_p (B, 1) (greedy rows: 1 / 0 / 1); greedy (B,) bool;
+    seed (B,) int64; step: the index of the token being sampled (int64 tensor).
+    Inverse-CDF sampling: the row's uniform u = uniform(seed, step) picks the first token whose
+    cumulative probability exceeds u * total, so a row's token depends only on its own logits,
+    seed and step. The cumulative sum is float64, so a token is picked with its probability to
+    ~1e-12 whatever the vocabulary size, and a token with probability 0 (filtered) never is.
     Logprobs are under the distribution actually sampled from (temperature, top-k, top-p
     applied); greedy rows report the plain model logprob (temperature 1) instead of 0.
     """
-    B = logits.shape[0]
-    dev = logits.device
-    greedy = torch.tensor([s.greedy for s in sp], device=dev)
-    temp = torch.tensor([[1.0 if s.greedy else s.temperature] for s in sp], device=dev)
-    top_k = torch.tensor([[0 if s.greedy else s.top_k] for s in sp], device=dev)
-    top_p = torch.tensor([[1.0 if s.greedy else s.top_p] for s in sp], device=dev)
-    filt = _filter_logits(logits, temp, top_k, top_p)
-    logp = filt.log_softmax(-1)  # (B, V)
-    # exponential race: argmax p_i / E_i with E_i ~ Exp(1) is a sample from p, and per-row noise
-    # keeps each row reproducible from its own generator whatever else is in the batch
-    noise = torch.empty_like(logp)
-    for i in range(B):
-        if not sp[i].greedy:
-            noise[i].exponential_(generator=gens[i])
-    sampled = (logp - noise.log()).argmax(-1)
+    logp = _filter_logits(logits, temp, top_k, top_p, filtered).log_softmax(-1)  # (B, V)
+    cdf = logp.exp().double().cumsum(-1)  # (B, V)
+    total = cdf[:, -1]  # (B,) ~1
+    u = torch.minimum(uniform(seed, step) * total, total.nextafter(torch.zeros_like(total)))  # (B,) in [0, total)
+    sampled = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)  # (B,) first token with cdf > u
     tok = torch.where(greedy, logits.argmax(-1), sampled)  # (B,)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
@@ -128,16 +154,67 @@ def sample(logits, sp: list[SamplingParams], gens: list[torch.Generator]):
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 
 
-class TorchEngine:
-    """Batched generation with a static KV cache on the trainer's own model object."""
+@dataclass
+class _Rows:
+    """The device state of one batch, one entry per batch slot (dim 0 of every tensor)."""
+    tok: torch.Tensor  # (B,) the last sampled token (the next forward's input)
+    pad: torch.Tensor  # (B,) left padding of each prompt
+    key_ok: torch.Tensor  # (B, L) real (non-pad) cache columns
+    kv: list  # per layer (K, V), each (B, Hkv, L, D)
+    temp: torch.Tensor  # (B, 1)
+    top_k: torch.Tensor  # (B, 1)
+    top_p: torch.Tensor  # (B, 1)
+    greedy: torch.Tensor  # (B,)
+    seed: torch.Tensor  # (B,) int64
+    stop_ids: torch.Tensor  # (B, S) stop token ids, -1 = none
+    out_tok: torch.Tensor  # (B, N) sampled tokens
+    out_lp: torch.Tensor  # (B, N) their logprobs
+    end: torch.Tensor  # (B,) completion length: max_new_tokens until a stop id is sampled
+    by_id: torch.Tensor  # (B,) bool: `end` came from a stop id
 
-    def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0):
+    def select(self, k):
+        """Keep slots k (a device index tensor): finished rows leave the batch and the cache."""
+        return _Rows(**{f.name: ([(K[k], V[k]) for K, V in self.kv] if f.name == "kv" else getattr(self, f.name)[k])
+                        for f in dataclasses.fields(self)})
+
+
+class TorchEngine:
+    """Batched generation with a preallocated KV cache on the trainer's own model object.
+
+    Two decode paths, one result (tested token for token and logprob for logprob):
+    - eager (default): finished rows leave the batch and the cache (compaction) at each host sync,
+      and attention reads only the cache columns written so far;
+    - static, compile=True (CUDA only): fixed shapes, gpt-fast style. The batch is padded to a
+      power-of-two number of slots (dummy rows finish at once), the cache length is rounded up to
+      a multiple of 64, rows keep their slots (no compaction: finished rows run on, their tokens
+      are dropped), attention reads the whole cache under a mask, and the decode step (forward +
+      sampling + stop-id checks, all on device) is captured once per shape in a CUDA graph and
+      replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
+      is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
+    sync_every: the host looks at the batch (finished rows, stop strings, compaction) every this
+    many decode steps; a row that finished in between runs on until then and its extra tokens are
+    dropped, so results do not depend on it. None = 8 on CUDA (each sync stalls the GPU), 1 on CPU
+    (there a sync costs nothing and late compaction would cost compute).
+    """
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
+                 sync_every: int | None = None, *, _capture: bool = True):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
+        dev = next(model.parameters()).device
+        if compile and _capture and dev.type != "cuda":
+            raise ValueError(f"TorchEngine(compile=True) captures the decode step in a CUDA graph and needs the "
+                             f"model on a CUDA device; it is on {dev}. Use compile=False on CPU.")
+        if sync_every is None:
+            sync_every = 8 if dev.type == "cuda" else 1
+        if sync_every < 1:
+            raise ValueError(f"TorchEngine: sync_every must be >= 1, got {sync_every}")
         self.model, self.tok = model, tokenizer
-        self.max_batch_size = max_batch_size
-        self.gen = torch.Generator().manual_seed(seed)  # seeds per-row generators when a request has none
+        self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
+        self._capture = _capture
+        self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
+        self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         self._rope = apply_rotary_pos_emb
 
@@ -160,25 +237,41 @@ class TorchEngine:
         for m in fsdp:
             m.unshard()
         lora.clear_cache(self.model)  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        was_training = self.model.training
+        self.model.eval()
         try:
             out = []
             for i in range(0, len(requests), self.max_batch_size):
                 out += self._generate_batch(requests[i:i + self.max_batch_size])
         finally:
+            self.model.train(was_training)
+            if lora.lora_modules(self.model):
+                lora.set_adapter(self.model, None)
             for m in fsdp:
                 m.reshard()
         return out
 
-    # one forward over new tokens x (B, q) written at cache columns [col, col+q) ------------------
+    # one forward over new tokens x (B, q) written at cache column col ---------------------------
     def _forward(self, x, pos, col, kv, key_ok):
+        """col an int: prefill (q > 1) or an eager decode step; attends to the columns [0, col+q).
+        col a 0-dim tensor (static path): one token per row written at column col with index_copy_,
+        attending to the whole cache under the mask key_ok & (column <= col)."""
         m = self.model.model
         h = m.embed_tokens(x)  # (B, q, d)
         cos, sin = m.rotary_emb(h, pos)
         B, q = x.shape
-        L = col + q
-        causal = torch.arange(L, device=x.device)[None, :] <= (col + torch.arange(q, device=x.device))[:, None]
-        mask = causal[None, None] & key_ok[:, None, None, :L]  # (B, 1, q, L)
-        mask[..., col:L] |= torch.eye(q, dtype=torch.bool, device=x.device)  # pad queries see themselves: no NaN
+        static = isinstance(col, torch.Tensor)
+        Lc = key_ok.shape[1]
+        if static:
+            mask = (key_ok & (torch.arange(Lc, device=x.device) <= col))[:, None, None, :]  # (B, 1, 1, L)
+        elif q == 1:
+            Lc = col + 1
+            mask = key_ok[:, None, None, :Lc]  # (B, 1, 1, L)
+        else:
+            Lc = col + q
+            causal = torch.arange(Lc, device=x.device)[None, :] <= (col + torch.arange(q, device=x.device))[:, None]
+            mask = causal[None, None] & key_ok[:, None, None, :Lc]  # (B, 1, q, L)
+            mask[..., col:Lc] |= torch.eye(q, dtype=torch.bool, device=x.device)  # pad queries see themselves: no NaN
         for li, layer in enumerate(m.layers):
             a = layer.self_attn
             r = h
@@ -190,110 +283,215 @@ class TorchEngine:
             qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)  # (B, H, q, D)
             qs, ks = self._rope(qs, ks, cos, sin)
             K, V = kv[li]
-            K[:, :, col:L] = ks
-            V[:, :, col:L] = vs
-            o = F.scaled_dot_product_attention(qs, K[:, :, :L], V[:, :, :L], attn_mask=mask, scale=a.scaling,
-                                               enable_gqa=True)  # (B, H, q, D)
-            h = r + a.o_proj(o.transpose(1, 2).reshape(B, q, -1))
+            if static:
+                K.index_copy_(2, col.view(1), ks)
+                V.index_copy_(2, col.view(1), vs)
+            else:
+                K[:, :, col:Lc] = ks
+                V[:, :, col:Lc] = vs
+            Hkv = K.shape[1]
+            if q == 1:  # decode: the G query heads of a KV head attend as G queries (no K/V repeat)
+                G = qs.shape[1] // Hkv
+                o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G, -1), K[:, :, :Lc], V[:, :, :Lc],
+                                                   attn_mask=mask, scale=a.scaling)  # (B, Hkv, G, D)
+            else:
+                o = F.scaled_dot_product_attention(qs, K[:, :, :Lc], V[:, :, :Lc], attn_mask=mask, scale=a.scaling,
+                                                   enable_gqa=True)  # (B, H, q, D)
+            h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only
 
+    def _sample_into(self, b: _Rows, logits, step, filtered):
+        """Sample token `step` (0-dim int64 tensor) of every row into b.out_tok / b.out_lp and
+        close the rows that drew a stop id. Device ops only (this runs inside the CUDA graph)."""
+        tok, lp = sample(logits, b.temp, b.top_k, b.top_p, b.greedy, b.seed, step, filtered)  # (B,), (B,)
+        b.out_tok.index_copy_(1, step.view(1), tok[:, None])
+        b.out_lp.index_copy_(1, step.view(1), lp[:, None])
+        hit = (tok[:, None] == b.stop_ids).any(-1) & (step < b.end)  # (B,) the first stop id only
+        b.end.copy_(torch.where(hit, step + 1, b.end))
+        b.by_id |= hit
+        b.tok.copy_(tok)
+
     def _generate_batch(self, reqs: list[Request]) -> list[Result]:
-        model, dev = self.model, self.model.device
-        cfg = model.config
-        B = len(reqs)
-        P = max(len(r.prompt_ids) for r in reqs)
+        dev = self.model.device
+        n_real = len(reqs)
         if min(len(r.prompt_ids) for r in reqs) == 0:
             raise ValueError("TorchEngine: empty prompt")
+        static = self.compile
+        if static:  # fixed batch slots (fewer graphs): one-token greedy dummy rows fill them, then are dropped
+            slots = min(1 << (n_real - 1).bit_length(), max(n_real, self.max_batch_size))
+            dummy = Request([reqs[0].prompt_ids[-1]], None, SamplingParams(max_new_tokens=1, greedy=True, stop_token_ids=[]))
+            reqs = reqs + [dummy] * (slots - n_real)
+        B = len(reqs)
+        P = max(len(r.prompt_ids) for r in reqs)
         N = max(r.sampling.max_new_tokens for r in reqs)
-        L = P + N
+        L = P + N if not static else -(-(P + N) // 64) * 64
+        sps = [r.sampling for r in reqs]
         eos = self.tok.eos_token_id
-        stop_ids = [set(r.sampling.stop_token_ids if r.sampling.stop_token_ids is not None else [eos]) for r in reqs]
-        gens = []
-        for r in reqs:
-            g = torch.Generator(device=dev)
-            seed = r.sampling.seed if r.sampling.seed is not None else int(torch.randint(2**62, (1,), generator=self.gen))
-            gens.append(g.manual_seed(seed))
-        pad = torch.tensor([P - len(r.prompt_ids) for r in reqs], device=dev)  # (B,)
-        ids = torch.full((B, P), self.tok.pad_token_id or 0, dtype=torch.long, device=dev)
-        for i, r in enumerate(reqs):
-            ids[i, P - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, device=dev)
-        a0 = model.model.layers[0].self_attn
-        n_kv = cfg.num_key_value_heads
-        dtype = model.lm_head.weight.dtype
-        kv = [(torch.zeros(B, n_kv, L, a0.head_dim, dtype=dtype, device=dev),
-               torch.zeros(B, n_kv, L, a0.head_dim, dtype=dtype, device=dev)) for _ in model.model.layers]
-        key_ok = torch.arange(L, device=dev)[None, :] >= pad[:, None]  # (B, L) real tokens (future cols fill in)
-        was_training = model.training
-        model.eval()
-        alive = list(range(B))  # original row index of each live batch row
+        stops = [list(s.stop_token_ids) if s.stop_token_ids is not None else [eos] for s in sps]
+        S = max([len(x) for x in stops] + [4 if static else 1])
+        seeds = [s.seed if s.seed is not None else int(torch.randint(2**62, (1,), generator=self.gen)) for s in sps]
+        filtered = any(not s.greedy and (s.top_k > 0 or s.top_p < 1) for s in sps)
         names = [r.adapter for r in reqs]
+        ids = torch.full((B, P), self.tok.pad_token_id or 0, dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, P - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+        pad = torch.tensor([P - len(r.prompt_ids) for r in reqs])  # (B,)
+        init = dict(  # every per-row tensor, built on the host once
+            tok=torch.zeros(B, dtype=torch.long), pad=pad,
+            key_ok=torch.arange(L)[None, :] >= pad[:, None],  # (B, L) real tokens (future columns fill in)
+            temp=torch.tensor([[1.0 if s.greedy else s.temperature] for s in sps]),
+            top_k=torch.tensor([[0 if s.greedy else s.top_k] for s in sps]),
+            top_p=torch.tensor([[1.0 if s.greedy else s.top_p] for s in sps]),
+            greedy=torch.tensor([s.greedy for s in sps]), seed=torch.tensor(seeds, dtype=torch.long),
+            stop_ids=torch.tensor([x + [-1] * (S - len(x)) for x in stops], dtype=torch.long),
+            end=torch.tensor([s.max_new_tokens for s in sps]), by_id=torch.zeros(B, dtype=torch.bool))
         self._route(names)
-        pos = (torch.arange(P, device=dev)[None, :] - pad[:, None]).clamp(min=0)  # (B, P)
-        logits = self._forward(ids, pos, 0, kv, key_ok)
-        toks = [[] for _ in reqs]
-        lps = [[] for _ in reqs]
+        if static:
+            decode, b, step, P_t = self._static_step(B, L, S, filtered)
+            for k, v in init.items():
+                getattr(b, k).copy_(v)
+            P_t.fill_(P)
+            step.zero_()
+        else:
+            decode, step = None, torch.zeros((), dtype=torch.long, device=dev)
+            b = self._alloc(B, L, N, init)
+        pos = (torch.arange(P)[None, :] - pad[:, None]).clamp(min=0).to(dev)  # (B, P)
+        logits = self._forward(ids.to(dev), pos, 0, b.kv, b.key_ok)  # prefill
+        self._sample_into(b, logits, step, filtered)  # token 0
+        step += 1
+        alive = list(range(B))  # request index of each batch slot (eager: compacted)
         results: list[Result | None] = [None] * B
-        try:
-            for s in range(N):
-                sp = [reqs[i].sampling for i in alive]
-                tok, lp = sample(logits, sp, [gens[i] for i in alive])
-                tl, ll = tok.tolist(), lp.tolist()
-                keep = []
-                for j, i in enumerate(alive):
-                    toks[i].append(tl[j])
-                    lps[i].append(ll[j])
-                    done = self._stop_check(reqs[i], toks[i], stop_ids[i])
-                    if done is not None:
-                        results[i] = Result(toks[i], lps[i], done[0], done[1])
-                    else:
-                        keep.append(j)
-                if not keep:
+        searched = [0] * B  # stop strings: positions already searched
+        s, n_left = 1, N  # s = tokens sampled so far
+        while True:
+            if s % self.sync_every == 0 or s >= n_left:  # ---- host sync: which rows are done? ----
+                end, by_id = b.end.tolist(), b.by_id.tolist()
+                reason = {}  # slot -> stop string
+                open_ = [j for j, i in enumerate(alive) if results[i] is None]
+                strs = [j for j in open_ if sps[alive[j]].stop]
+                toks = dict(zip(strs, b.out_tok[strs, :s].tolist())) if strs else {}
+                for j in strs:  # decode text only for the rows that have stop strings
+                    i = alive[j]
+                    limit = min(s, end[j] - 1 if by_id[j] else end[j])  # a stop id on the same token wins
+                    hit = self._find_stop_string(sps[i].stop, toks[j], searched[i], limit)
+                    searched[i] = limit
+                    if hit is not None:
+                        end[j], reason[j] = hit
+                done = [j for j in open_ if end[j] <= s]
+                if done:
+                    out_tok, out_lp = b.out_tok[done].tolist(), b.out_lp[done].tolist()
+                    for j, t, lp in zip(done, out_tok, out_lp):
+                        n = end[j]
+                        why = ("stop", reason[j]) if j in reason else ("stop", t[n - 1]) if by_id[j] else ("length", None)
+                        results[alive[j]] = Result(t[:n], lp[:n], *why)
+                left = [j for j in open_ if end[j] > s]
+                if not left:
                     break
-                if len(keep) < len(alive):  # compact: finished rows leave the batch and the cache
-                    kidx = torch.tensor(keep, device=dev)
-                    kv = [(K.index_select(0, kidx), V.index_select(0, kidx)) for K, V in kv]
-                    key_ok, pad, tok = key_ok[kidx], pad[kidx], tok[kidx]
-                    alive = [alive[j] for j in keep]
+                if not static and len(left) < len(alive):  # compact: finished rows leave the batch
+                    b = b.select(torch.tensor(left, device=dev))
+                    alive = [alive[j] for j in left]
                     self._route([names[i] for i in alive])
-                col = P + s
-                logits = self._forward(tok[:, None], (col - pad)[:, None], col, kv, key_ok)
-        finally:
-            model.train(was_training)
-            if lora.lora_modules(model):
-                lora.set_adapter(model, None)
-        for i, r in enumerate(results):
-            if r is None:
-                results[i] = r = Result(toks[i], lps[i], "length")
+                    n_left = max(sps[i].max_new_tokens for i in alive)
+            if static:
+                decode()  # the graph's replay (or the same step run eagerly)
+            else:
+                col = P + s - 1  # the cache column of the token sampled last
+                logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
+                self._sample_into(b, logits, step, filtered)
+                step += 1
+            s += 1
+        results = results[:n_real]  # static: the dummy rows go
+        for r in results:
             r.text = self.tok.decode(r.completion_ids, skip_special_tokens=True)
         return results
+
+    def _alloc(self, B, L, N, init) -> _Rows:
+        m, dev = self.model, self.model.device
+        shape = (B, m.config.num_key_value_heads, L, m.model.layers[0].self_attn.head_dim)
+        dtype = m.lm_head.weight.dtype
+        return _Rows(**{k: v.to(dev) for k, v in init.items()},
+                     kv=[(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
+                         for _ in m.model.layers],
+                     out_tok=torch.zeros(B, N, dtype=torch.long, device=dev),
+                     out_lp=torch.zeros(B, N, dtype=torch.float32, device=dev))
+
+    def _static_step(self, B, L, S, filtered):
+        """The static path's decode step for this shape -> (decode(), static _Rows, step, P): the
+        caller fills the static tensors, then each decode() samples token `step` of every row and
+        advances `step`. With capture (CUDA) decode() replays a CUDA graph captured on first use;
+        it reads the weights and the LoRA routing mask in place (an optimizer step is seen at the
+        next replay) and is captured again when the parameters are new tensors (FSDP gathering, a
+        reloaded model). The last two shapes are kept (each holds its own KV cache)."""
+        mods = list(lora.lora_modules(self.model).values())
+        mask = mods[0].row_mask if mods else None
+        key = (B, L, S, filtered, mask is not None, tuple(p.data_ptr() for p in self.model.parameters()))
+        if key not in self._graphs:
+            dev = self.model.device
+            init = dict(tok=torch.zeros(B, dtype=torch.long), pad=torch.zeros(B, dtype=torch.long),
+                        key_ok=torch.ones(B, L, dtype=torch.bool), temp=torch.ones(B, 1),
+                        top_k=torch.zeros(B, 1, dtype=torch.long), top_p=torch.ones(B, 1),
+                        greedy=torch.zeros(B, dtype=torch.bool), seed=torch.zeros(B, dtype=torch.long),
+                        stop_ids=torch.full((B, S), -1), end=torch.full((B,), L), by_id=torch.zeros(B, dtype=torch.bool))
+            b = self._alloc(B, L, L, init)
+            step = torch.ones((), dtype=torch.long, device=dev)  # the token being sampled
+            P = torch.ones((), dtype=torch.long, device=dev)  # the prompt width (the cache column of token 0)
+            static_mask = mask.clone() if mask is not None else None
+
+            def decode_step():
+                col = P + step - 1  # the cache column of the token sampled last
+                logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
+                self._sample_into(b, logits, step, filtered)
+                step.add_(1)
+
+            for m in mods:
+                m.row_mask = static_mask
+            decode = decode_step
+            if self._capture:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):  # warm-up (cuBLAS handles, lazy inits) off the capture
+                    for _ in range(2):
+                        decode_step()
+                torch.cuda.current_stream().wait_stream(side)
+                lora.clear_cache(self.model)  # the graph concatenates the adapters itself, every replay
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    decode_step()
+                lora.clear_cache(self.model)  # its concatenation buffers belong to the graph
+                decode = graph.replay
+            while len(self._graphs) >= 2:
+                self._graphs.pop(next(iter(self._graphs)))
+            self._graphs[key] = (decode, b, step, P, static_mask)
+        decode, b, step, P, static_mask = self._graphs[key]
+        if mask is not None:
+            static_mask.copy_(mask)
+            for m in mods:
+                m.row_mask = static_mask
+        return decode, b, step, P
+
+    def _find_stop_string(self, stop, toks, start, limit):
+        """The first position j in [start, limit) whose token completes one of the stop strings ->
+        (j + 1, the string), else None. A stop string must end inside token j: a short decoded
+        tail with and without it is compared, so the completion is cut at exactly that token."""
+        w = max(len(x) for x in stop) + 2
+        for j in range(start, limit):
+            tail = self.tok.decode(toks[max(0, j + 1 - w):j + 1])
+            prev = self.tok.decode(toks[max(0, j + 1 - w):j])
+            for x in stop:
+                if tail.count(x) > prev.count(x):
+                    return j + 1, x
+        return None
 
     def _route(self, names):
         if not lora.lora_modules(self.model):
             if any(n is not None for n in names):
                 raise KeyError(f"request asks for adapter(s) {set(names) - {None}} but the model has no LoRA")
             return
-        if len(set(names)) == 1:
+        if len(set(names)) == 1 and (not self.compile or names[0] is None):
             lora.set_adapter(self.model, names[0])  # one adapter: the cheaper single path
-        else:
+        else:  # the static step always routes per row (one graph for any mix of adapters)
             lora.set_row_adapters(self.model, names)
-
-    def _stop_check(self, req, toks, stop_ids):
-        sp = req.sampling
-        if toks[-1] in stop_ids:
-            return "stop", toks[-1]
-        if sp.stop:
-            # a stop string must end inside the newest token: compare a short decoded tail with and
-            # without it, so the completion is cut at exactly the token that completed the string
-            w = max(len(s) for s in sp.stop) + 2
-            tail = self.tok.decode(toks[-w:])
-            prev = self.tok.decode(toks[-w:-1])
-            for s in sp.stop:
-                if tail.count(s) > prev.count(s):
-                    return "stop", s
-        if len(toks) >= sp.max_new_tokens:
-            return "length", None
-        return None
 
 
 # --------------------------------------------------------------------------------------------

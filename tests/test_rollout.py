@@ -1,8 +1,12 @@
+import os
+import sys
+
 import pytest
 import torch
 
 import lora
 import ppo
+import rollout
 from rollout import Request, RoleSpec, SamplingParams, TorchEngine, Turn, run_episodes
 
 TEXTS = ["What is 3 + 4?", "the answer is", "Solve: 12 * 9 = ? then check the result twice", "def f"]
@@ -152,6 +156,166 @@ def test_bad_sampling_params():
         SamplingParams(temperature=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         SamplingParams(max_new_tokens=0)
+
+
+# ------------------------------------------------------- vectorised sampling, sync, static path
+
+
+def _splitmix64_py(z):
+    M = 2**64 - 1
+    z &= M
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return z ^ (z >> 31)
+
+
+def test_uniform_is_splitmix64_of_seed_and_step():
+    """The int64 tensor version (wrapping products, masked shifts) equals plain splitmix64 on
+    unsigned Python ints, for seeds and steps with the top bit set too."""
+    seeds = [0, 1, 11, 2**62 + 12345, 2**63 - 1]
+    for step in (0, 1, 7, 1000):
+        got = rollout.uniform(torch.tensor(seeds, dtype=torch.long), torch.tensor(step)).tolist()
+        want = [(_splitmix64_py(_splitmix64_py(s) + (step + 1) * 0x9E3779B97F4A7C15) >> 11) * 2.0**-53 for s in seeds]
+        assert got == want
+    u = rollout.uniform(torch.arange(20000), torch.tensor(3))
+    assert 0 <= float(u.min()) and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.01
+
+
+def _chi2(counts, probs):
+    n = counts.sum()
+    keep = probs > 0
+    return float((((counts - n * probs) ** 2) / (n * probs))[keep].sum()), int(keep.sum()) - 1
+
+
+def _draws(logits, n, **kw):
+    """n samples of one row's distribution: n rows with seeds 0..n-1 at steps 0..2 (fixed: not flaky)."""
+    V, B = logits.shape[-1], n // 3
+    out = []
+
+    def col(v, dt=None):
+        return torch.full((B, 1), v, dtype=dt)
+
+    for step in range(3):
+        tok, lp = rollout.sample(logits.expand(B, V), col(kw.get("temp", 1.0)), col(kw.get("top_k", 0), torch.long),
+                                 col(kw.get("top_p", 1.0)), torch.zeros(B, dtype=torch.bool),
+                                 torch.arange(B) * 7919 + 5, torch.tensor(step), kw.get("top_k", 0) > 0 or kw.get("top_p", 1.0) < 1)
+        out.append((tok, lp))
+    return torch.cat([t for t, _ in out]), torch.cat([lp for _, lp in out])
+
+
+def test_sampling_distribution_temperature_top_k_top_p():
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5]])
+    n = 30000
+    cases = [dict(), dict(temp=0.7), dict(temp=1.6), dict(top_k=3), dict(top_p=0.8), dict(top_k=5, top_p=0.9, temp=1.3)]
+    for kw in cases:
+        filt = rollout._filter_logits(logits, torch.tensor([[kw.get("temp", 1.0)]]), torch.tensor([[kw.get("top_k", 0)]]),
+                                      torch.tensor([[kw.get("top_p", 1.0)]]), True)
+        probs = filt.softmax(-1)[0].double()
+        tok, lp = _draws(logits, n, **kw)
+        counts = torch.bincount(tok, minlength=8).double()
+        assert counts[probs == 0].sum() == 0, kw  # filtered tokens are never drawn
+        chi2, dof = _chi2(counts, probs)
+        assert chi2 < dof + 6 * (2 * dof) ** 0.5, (kw, chi2, dof)  # ~6 sigma: a wrong sampler is far above
+        assert torch.allclose(lp, probs.log()[tok].float(), atol=1e-5)  # logprob under the sampled distribution
+    # the kept sets themselves: top-k keeps the k largest, top-p the smallest prefix with mass >= p
+    p = logits.softmax(-1)[0]
+    order = p.argsort(descending=True)
+    assert set(_draws(logits, 3000, top_k=3)[0].tolist()) == set(order[:3].tolist())
+    k = int((p[order].cumsum(0) < 0.8).sum()) + 1
+    assert set(_draws(logits, 3000, top_p=0.8)[0].tolist()) == set(order[:k].tolist())
+    # a wrong distribution fails the same check (the test has teeth)
+    tok, _ = _draws(logits, n, temp=1.3)
+    assert _chi2(torch.bincount(tok, minlength=8).double(), logits.softmax(-1)[0].double())[0] > 100
+
+
+def _result_tuples(res):
+    return [(r.completion_ids, r.finish_reason, r.stop_reason, r.text) for r in res]
+
+
+def _assert_same(a, b, atol=1e-5):
+    assert _result_tuples(a) == _result_tuples(b)
+    for x, y in zip(a, b):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=atol)
+
+
+def _hard_requests(m, tok, prompts, eng=None):
+    """Mixed adapters, ragged prompts and max_new_tokens, greedy and sampled (plain, top-k/top-p), a
+    stop id the row emits early, a stop string, the default EOS: every stopping path in one batch."""
+    eng = eng or TorchEngine(m, tok)
+    free = eng.generate([Request(prompts[0], "a", SamplingParams(max_new_tokens=20, greedy=True, stop_token_ids=[]))])[0]
+    stop_str = next(tok.decode(free.completion_ids[:j + 1])[-2:] for j in range(4, 20)
+                    if tok.decode(free.completion_ids[:j + 1])[-2:].strip()
+                    and tok.decode(free.completion_ids[:j + 1])[-2:] not in tok.decode(free.completion_ids[:j]))
+    return [Request(prompts[0], "a", SamplingParams(max_new_tokens=20, greedy=True, stop_token_ids=[], stop=[stop_str])),
+            Request(prompts[0], "a", SamplingParams(max_new_tokens=20, greedy=True, stop_token_ids=[free.completion_ids[5]])),
+            Request(prompts[1], "b", SamplingParams(max_new_tokens=9, seed=4, stop_token_ids=[])),
+            Request(prompts[2], None, SamplingParams(max_new_tokens=17, seed=5, top_k=20, top_p=0.9, stop=["e", "zz"])),
+            Request(prompts[3], "b", SamplingParams(max_new_tokens=3, greedy=True)),
+            Request(prompts[2], "a", SamplingParams(max_new_tokens=13, seed=6, temperature=0.7))]
+
+
+def test_stop_handling_and_greedy_tokens_match_the_old_engine(setup):
+    """The old per-row loop (frozen in bench/_reference_engine.py) cuts rows exactly where this one
+    does: stop ids, stop strings, EOS, lengths, per row in one ragged mixed batch. Greedy rows match
+    token for token; sampled rows differ on purpose (the sampler changed), so only greedy compare."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    from _reference_engine import ReferenceEngine
+    m, tok, prompts = setup
+    reqs = [r for r in _hard_requests(m, tok, prompts) if r.sampling.greedy]
+    reqs.append(Request(prompts[2], "b", SamplingParams(max_new_tokens=30, greedy=True, stop=[" ", "a"])))
+    new, old = TorchEngine(m, tok).generate(reqs), ReferenceEngine(m, tok).generate(reqs)
+    _assert_same(new, old)
+    assert {r.finish_reason for r in new} == {"stop", "length"}
+
+
+@pytest.mark.parametrize("sync_every", [3, 8, 64])
+def test_sync_every_does_not_change_results(setup, sync_every):
+    m, tok, prompts = setup
+    reqs = _hard_requests(m, tok, prompts)
+    ref = TorchEngine(m, tok, sync_every=1).generate(reqs)
+    assert {r.finish_reason for r in ref} == {"stop", "length"} and any(isinstance(r.stop_reason, str) for r in ref)
+    _assert_same(TorchEngine(m, tok, sync_every=sync_every).generate(reqs), ref, atol=0)
+
+
+def test_sample_does_not_depend_on_the_batch(setup):
+    """One seeded row alone, then among rows with other adapters, prompt lengths, sampling settings
+    and max_new_tokens (so the batch is compacted around it): same tokens, same logprobs."""
+    m, tok, prompts = setup
+    eng = TorchEngine(m, tok)
+    for sp in (SamplingParams(max_new_tokens=16, seed=123, stop_token_ids=[]),
+               SamplingParams(max_new_tokens=16, seed=2**62 + 7, temperature=1.4, top_p=0.95, stop_token_ids=[])):
+        alone = eng.generate([Request(prompts[1], "b", sp)])
+        others = [Request(p, n, SamplingParams(max_new_tokens=k, seed=k, top_k=k)) for p, n, k in
+                  zip(prompts, ["a", None, "b", "a"], [3, 20, 7, 11])]
+        batch = eng.generate(others[:2] + [Request(prompts[1], "b", sp)] + others[2:])
+        _assert_same([batch[2]], alone)
+
+
+def test_static_path_equals_eager_path(setup):
+    """compile=True's static decode step (fixed slots and cache length, whole-cache masked
+    attention, no compaction, one step function) run eagerly on CPU (the test hook _capture=False)
+    gives the eager path's tokens and logprobs: greedy and sampled, mixed adapters, ragged lengths,
+    stop ids, stop strings; also across calls of other shapes (cached static buffers reused)."""
+    m, tok, prompts = setup
+    reqs = _hard_requests(m, tok, prompts)
+    eager = TorchEngine(m, tok)
+    static = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4)
+    for batch in (reqs, reqs[2:5], reqs, [reqs[1]]):  # 6 rows -> 8 slots, 3 -> 4, 1 -> 1
+        _assert_same(static.generate(batch), eager.generate(batch))
+    sp = SamplingParams(max_new_tokens=12, greedy=True, stop_token_ids=[])
+    assert ([r.completion_ids for r in static.generate([Request(p, "a", sp) for p in prompts])]
+            == _hf_greedy(m, tok, prompts, 12, "a"))
+    _randomize(m, "a", 7)  # an in-place update is seen by the cached static step
+    assert ([r.completion_ids for r in static.generate([Request(p, "a", sp) for p in prompts])]
+            == _hf_greedy(m, tok, prompts, 12, "a"))
+
+
+def test_compile_needs_cuda(setup):
+    m, tok, _ = setup
+    with pytest.raises(ValueError, match="CUDA"):
+        TorchEngine(m, tok, compile=True)
+    with pytest.raises(ValueError, match="sync_every"):
+        TorchEngine(m, tok, sync_every=0)
 
 
 # ---------------------------------------------------------------------------------- driver
