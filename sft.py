@@ -1,0 +1,668 @@
+"""Supervised fine-tuning of each role's LoRA adapter from trajectory files, the policy's own best
+rollouts, and a programmatic teacher. The adapters it writes are what train.py starts from.
+
+    python sft.py --data 'runs/X/trajectories/train_*.jsonl' --train-config configs/math_3agent.py --out runs/X_sft
+    python sft.py --data 'strong_run/*.jsonl' --model smollm2-135m-instruct --roles solver --min-reward 0.7
+    python sft.py --train-config configs/tiny_math_3agent.py --teacher math --data 'runs/tiny/trajectories/*.jsonl'
+    python sft.py --train-config configs/tiny_math_3agent.py --rejection-k 4 --rejection-tasks 64   # best of 4
+    python sft.py --config configs/sft_tiny_math.py          # an SFTConfig in a file (CLI flags override it)
+then RL from there: each role's `init_from` (config.RoleConfig) = <out>/<adapter>.
+
+The pipeline, as this file reads top to bottom:
+  1. sources -> episode records in the unified trajectory format (trajectories.py):
+       - trajectory files (`data`: globs or directories): train.py's and eval.py's, or any run of a
+         stronger model elsewhere written in the same format;
+       - the current policy's own rollouts (`rejection_k` = k): every task of the train config is
+         rolled out k times with the adapters SFT starts from (`init_from`, else fresh = the base
+         model) and the best episode per task is kept: the highest team_reward (else mean recorded
+         reward), ties broken by the mean weighted reward. All k are written to rejection.jsonl.
+  2. filter: a turn is kept when its reward >= `min_reward`; the reward is the weighted one of
+     rewards/calculator.py (`reward=weighted`, the default; with the default weights a turn that
+     failed its job scores at most 0.6) or the env's recorded one (`reward=recorded`). Replies cut
+     at their token budget (finish_reason "length") are never kept: SFT would teach running out.
+  3. examples: the prompt EXACTLY as the role saw it (the chat-formatted text the trajectory
+     records, re-tokenised) -> the reply, plus EOS when the turn stopped on its own. The loss is on
+     the reply tokens only.
+  4. teacher (`teacher=math`, the math team, where the truth is known): evaluator_critique examples,
+     balanced, one critique of a correct and one of an incorrect solution per task, each with the
+     right verdict (and the true answer, so the critique is calibrated). Correct solutions: the
+     model's own right samples from the trajectories first, else a short synthetic one. Incorrect
+     solutions: the model's OWN WRONG SAMPLES from the trajectories first (real mistakes, shown
+     with the very prompt the evaluator saw); only for tasks without one, a perturbed answer
+     supplements them: a correct solution whose final \\boxed{} answer is changed to a nearby wrong
+     number (checked wrong with math_reward). A task that yields no incorrect solution gives no pair.
+  5. train, one adapter after another on one shared base: AdamW on that adapter's parameters only
+     (every other adapter and the base stay bit-exact), micro-batches of `micro_batch_size`,
+     `grad_accum` of them per optimizer step, the loss the token mean over the optimizer step's
+     reply tokens (so it does not depend on how rows are split), grad clipping, linear warm-up.
+     A held-out split (`val_frac`) is evaluated before, every `eval_every` steps and after: the eval
+     hook (run_sft's `eval_hook(model, adapter, step) -> dict` adds your own numbers to those rows).
+     Per-role LoRA settings (`role_lora`): rank, alpha, dropout and targets may differ per role;
+     roles with other targets train on their own copy of the base (lora.py puts every adapter of
+     one model on the same modules). train.py's init_from needs targets == its lora.targets.
+  6. write: <out>/<adapter>/ (PEFT: adapter_config.json + adapter_model.safetensors, lora.save_adapter),
+     <out>/sft_loss.jsonl + sft_loss.png (train loss per step, held-out loss), <out>/examples/<adapter>.jsonl
+     (what each adapter was trained on), <out>/summary.json (counts per role, losses).
+
+Deliberately left out: sequence packing, full fine-tuning, preference losses (DPO), multi-GPU.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import json
+import math
+import random
+import sys
+import time
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+import lora
+import trajectories
+from agents.math_team import build_messages
+from model import load_model
+from rewards.calculator import RewardCalculator, TrajectoryError, load_records
+from rewards.math import _last_boxed, extract_answer, math_reward
+
+GENERATORS = ("generator_initial", "generator_refinement", "solver")
+
+
+@dataclass
+class SFTConfig:
+    data: tuple[str, ...] = ()
+    """trajectory files: globs (quote them) or directories of *.jsonl in the unified format (trajectories.py)"""
+    train_config: str | None = None
+    """a train.py config (configs/*.py): model, roles (adapter names; max_tokens = token budgets), LoRA
+    defaults, seed, and the workflow and tasks the teacher and rejection sampling use"""
+    model: str = "tiny"
+    """base model when there is no train_config: a preset, a .gguf file, a local directory or a hub id"""
+    dtype: str = "float32"
+    """base weights dtype when there is no train_config (adapters are always fp32)"""
+    roles: tuple[str, ...] = ()
+    """roles to train; empty = every role of the train config, else every role in the data (+ the teacher's)"""
+    min_reward: float = 0.7
+    """keep turns whose reward >= this"""
+    reward: Literal["weighted", "recorded"] = "weighted"
+    """what min_reward reads: rewards/calculator.py's weighted reward, or the env's recorded reward"""
+    weights: dict[str, float] = field(default_factory=dict)
+    """calculator weights, e.g. completion 0.5 (unnamed: completion 0.4, efficiency 0.2, quality 0.3, reasoning 0.1)"""
+    teacher: Literal["none", "math"] = "none"
+    """math: balanced evaluator_critique examples (critiques of correct and incorrect solutions, right verdicts)"""
+    teacher_tasks: int = 0
+    """tasks the teacher makes pairs for (0 = all: the trajectories' tasks, then the train config's)"""
+    rejection_k: int = 0
+    """rejection sampling: roll out the current policy k times per training task, keep the best (0 = off)"""
+    rejection_tasks: int = 0
+    """the first N training tasks for rejection sampling (0 = all)"""
+    init_from: tuple[str, ...] = ()
+    """'adapter=DIR': start that adapter from a saved PEFT adapter (the current policy, e.g. a checkpoint's
+    adapters/<name>); the train config's roles' init_from count too"""
+    rank: int | None = None
+    """LoRA rank of new adapters (None: the train config's lora.rank, else 64)"""
+    alpha: float | None = None
+    """LoRA alpha (None: the train config's lora.alpha, else 16)"""
+    targets: tuple[str, ...] | None = None
+    """LoRA target modules (None: the train config's lora.targets, else q/k/v/o_proj)"""
+    role_lora: tuple[str, ...] = ()
+    """per-role LoRA settings, 'role:rank=8,alpha=16,dropout=0.05,targets=q_proj+v_proj' (any subset)"""
+    lr: float = 2e-5
+    """AdamW learning rate (2e-5 suits full-size models; the tiny CPU configs use ~1e-3)"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    epochs: int = 1
+    """passes over each adapter's examples"""
+    micro_batch_size: int = 2
+    """examples per forward/backward"""
+    grad_accum: int = 4
+    """micro-batches per optimizer step"""
+    grad_clip: float = 1.0
+    """max gradient norm per optimizer step"""
+    warmup_steps: int = 0
+    """linear LR warm-up (optimizer steps), then constant"""
+    max_len: int = 2048
+    """examples longer than this (prompt + reply tokens) are dropped and counted"""
+    val_frac: float = 0.1
+    """share of each adapter's examples held out for the eval (at least one when there are two or more)"""
+    eval_every: int = 0
+    """held-out eval every N optimizer steps (0: before and after training only)"""
+    seed: int = 0
+    """seed of everything: shuffling, the held-out split, new adapters, the teacher, sampling"""
+    out: str = "runs/sft"
+    """output directory: <out>/<adapter>/ PEFT adapters, sft_loss.jsonl/.png, examples/, summary.json"""
+    progress: bool = True
+    """progress bars (stderr)"""
+    device: str = "auto"
+    """auto (cuda if available), cpu or cuda"""
+
+
+@dataclass
+class Example:
+    adapter: str
+    role: str
+    prompt: str  # chat-formatted text, as the role saw it
+    reply: str
+    eos: bool  # append EOS: the reply ended on its own
+    source: str  # where it came from: a file:line, "rejection", "teacher:own_wrong", ...
+    reward: float | None = None
+    ids: list = field(default_factory=list)
+    n_prompt: int = 0
+
+
+def print_(*a):
+    print(*a, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. sources: trajectory files (rewards.calculator.load_records checks them) and rejection sampling
+
+
+def rejection_sample(model, tok, make_env, tasks: list[dict], specs: dict, k: int, calc: RewardCalculator,
+                     max_turns: int = 8, max_model_len: int | None = None, max_batch_size: int = 64, seed: int = 0,
+                     progress: bool = False) -> tuple[list[dict], list[dict]]:
+    """Best of k: roll every task out k times with `specs` (role -> rollout.RoleSpec: the current
+    policy's adapters), return (the best episode record per task, all records). Best = the highest
+    team_reward (else the mean recorded reward), ties broken by the mean weighted reward, then the
+    lowest episode id."""
+    from rollout import TorchEngine, run_episodes
+    engine = TorchEngine(model, tok, max_batch_size=max_batch_size, seed=seed)
+    _, eps = run_episodes(engine, tok, make_env, tasks, specs, num_chains=k, max_turns=max_turns,
+                          max_model_len=max_model_len, progress=progress, seed_ids=list(range(len(tasks))))
+    lora.set_adapter(model, None)
+    records = [trajectories.episode_record(e, tok, "rejection", 0) for e in eps]
+    best: dict[int, tuple] = {}
+    for r in records:
+        turns = r["turns"]
+        team = (r.get("metrics") or {}).get("team_reward")
+        if team is None:
+            team = sum(t["reward"] for t in turns) / len(turns) if turns else 0.0
+        w = calc.score_episode(r)
+        key = (float(team), sum(s.weighted for s in w) / len(w) if w else 0.0, -r["episode_id"])
+        if r["task_id"] not in best or key > best[r["task_id"]][0]:
+            best[r["task_id"]] = (key, r)
+    return [best[t][1] for t in sorted(best)], records
+
+
+# --------------------------------------------------------------------------------------------
+# 2. filter turns by reward, 3. build examples
+
+
+def select_turns(records, calc: RewardCalculator, min_reward: float, reward: str, roles) -> tuple[list, dict]:
+    """[(source, record, turn, reward)] of the turns of `roles` whose reward >= min_reward, and counts per
+    role: turns, kept, below (the threshold), cut (stopped by length), no_reward (recorded mode, null)."""
+    kept, counts = [], defaultdict(lambda: dict.fromkeys(("turns", "kept", "below", "cut", "no_reward"), 0))
+    for source, rec in records:
+        for t, sc in zip(rec["turns"], calc.score_episode(rec)):
+            if t["role"] not in roles:
+                continue
+            c = counts[t["role"]]
+            c["turns"] += 1
+            r = sc.weighted if reward == "weighted" else sc.recorded
+            if t.get("finish_reason") == "length":
+                c["cut"] += 1
+            elif r is None:
+                c["no_reward"] += 1
+            elif r < min_reward:
+                c["below"] += 1
+            else:
+                c["kept"] += 1
+                kept.append((source, rec, t, r))
+    return kept, {k: dict(v) for k, v in counts.items()}
+
+
+def tokenize(ex: Example, tok) -> Example:
+    """ids = prompt tokens + reply tokens (+ EOS); the loss covers ids[n_prompt:]."""
+    p = tok(ex.prompt, add_special_tokens=False)["input_ids"]
+    r = tok(ex.reply, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if ex.eos else [])
+    ex.ids, ex.n_prompt = p + r, len(p)
+    return ex
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the math teacher: balanced critiques with the right verdict
+
+
+def perturb(solution: str, answer: str, rng: random.Random) -> str | None:
+    """`solution` with its last \\boxed{} answer changed to a nearby wrong number; None when the answer
+    is not a plain number or the solution has no \\boxed{}."""
+    boxed = _last_boxed(solution)
+    try:
+        x = float(str(answer).replace(",", ""))
+    except ValueError:
+        return None
+    if boxed is None or not math.isfinite(x):
+        return None
+    cands = [x + 1, x - 1, x + 2, x - 2, x + 10, 2 * x, x / 2]
+    for y in rng.sample(cands, len(cands)):
+        y_txt = str(int(y)) if float(y).is_integer() else f"{y:g}"
+        i = solution.rfind("\\boxed{" + boxed + "}")
+        if i < 0:
+            return None
+        wrong = solution[:i] + "\\boxed{" + y_txt + "}" + solution[i + len(boxed) + 8:]
+        if math_reward(wrong, answer) == 0.0:
+            return wrong
+    return None
+
+
+def teacher_critique(solution: str, answer: str, right: bool) -> str:
+    """A short calibrated critique: what the solution says, the true result, the verdict line."""
+    said = extract_answer(solution)
+    said = None if said is None else " ".join(said.split())[:60]
+    if right:
+        return (f"The solution's final answer is {said}. Solving it myself gives \\boxed{{{answer}}}, the same "
+                "result.\nVerdict: Correct")
+    if said is None:
+        return f"The solution gives no final answer. Solving it myself gives \\boxed{{{answer}}}.\nVerdict: Incorrect"
+    return (f"The solution's final answer is {said}, but solving it myself gives \\boxed{{{answer}}}, so the "
+            "solution is wrong.\nVerdict: Incorrect")
+
+
+def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int) -> tuple[list[Example], dict]:
+    """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
+    solution (see the module docstring for where the solutions come from). Returns (examples, counts)."""
+    rng = random.Random(seed)
+    pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
+
+    def entry(task):
+        return pool.setdefault(str(task["question"]), {"answer": str(task["answer"]), "right": [], "wrong": []})
+
+    for _, rec in records:
+        task = rec.get("task") or {}
+        if task.get("question") is None or task.get("answer") is None:
+            continue
+        e, turns = entry(task), rec["turns"]
+        for i, t in enumerate(turns):
+            if t["role"] not in GENERATORS:
+                continue
+            nxt = turns[i + 1] if i + 1 < len(turns) and turns[i + 1]["role"] == "evaluator_critique" else None
+            prompt = nxt.get("prompt") if nxt else None  # the exact prompt the evaluator judged it with
+            e["right" if math_reward(t["reply"], e["answer"]) == 1.0 else "wrong"].append((t["reply"], prompt))
+    for task in tasks:
+        if task.get("question") is not None and task.get("answer") is not None:
+            entry(task)
+    chosen = list(pool.items())[:n_tasks] if n_tasks else list(pool.items())
+    out, counts = [], defaultdict(int)
+    for q, e in chosen:
+        y = e["answer"]
+        right = rng.choice(e["right"]) if e["right"] else None
+        src_right = "teacher:own_right" if right else "teacher:synthetic_right"
+        if right is None:
+            text = f"Working it out step by step gives {y}.\nSo the final answer is \\boxed{{{y}}}."
+            right = (text, None)
+        if e["wrong"]:
+            wrong, src_wrong = rng.choice(e["wrong"]), "teacher:own_wrong"
+        else:
+            base = right[0] if _last_boxed(right[0]) is not None else f"The result is \\boxed{{{y}}}."
+            bad = perturb(base, y, rng)
+            wrong, src_wrong = ((bad, None), "teacher:perturbed") if bad is not None else (None, None)
+        if wrong is None:
+            counts["tasks_without_incorrect"] += 1
+            continue
+        for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
+            if prompt is None:
+                msgs = build_messages("evaluator_critique", q, [("generator_initial", sol)])
+                prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok), True, src))
+            counts[src] += 1
+    return out, dict(counts)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. training: padded batches, the masked token loss, one adapter's loop
+
+
+def batch(examples: list[Example], pad_id: int, device):
+    """ids (B, L), attention (B, L), mask (B, L-1): 1 on target columns that are reply tokens."""
+    L = max(len(e.ids) for e in examples)
+    ids = torch.full((len(examples), L), pad_id, dtype=torch.long)
+    attn = torch.zeros(len(examples), L, dtype=torch.long)
+    mask = torch.zeros(len(examples), L - 1)
+    for i, e in enumerate(examples):
+        ids[i, :len(e.ids)] = torch.tensor(e.ids)
+        attn[i, :len(e.ids)] = 1
+        mask[i, e.n_prompt - 1:len(e.ids) - 1] = 1  # column t predicts token t+1
+    return ids.to(device), attn.to(device), mask.to(device)
+
+
+def loss_sum(model, examples: list[Example], pad_id: int, device) -> tuple[torch.Tensor, int]:
+    """(sum of the reply tokens' cross-entropy, their number) over one micro-batch."""
+    ids, attn, mask = batch(examples, pad_id, device)
+    start = min(e.n_prompt for e in examples) - 1  # no logits for columns before the first reply token
+    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - start).logits[:, :-1]  # (B, T, V)
+    ce = F.cross_entropy(logits.float().flatten(0, 1), ids[:, start + 1:].flatten(), reduction="none")
+    m = mask[:, start:]  # (B, T)
+    return (ce.view_as(m) * m).sum(), int(m.sum())
+
+
+@torch.no_grad()
+def mean_loss(model, adapter: str, examples: list[Example], mb: int, pad_id: int, device) -> float | None:
+    """Token-mean loss of `adapter` on `examples` (None when there are none)."""
+    if not examples:
+        return None
+    lora.set_adapter(model, adapter)
+    model.eval()
+    tot, n = 0.0, 0
+    for i in range(0, len(examples), mb):
+        s, k = loss_sum(model, examples[i:i + mb], pad_id, device)
+        tot, n = tot + float(s), n + k
+    return tot / max(n, 1)
+
+
+def train_adapter(model, adapter: str, train: list[Example], val: list[Example], cfg: SFTConfig, pad_id: int,
+                  device, log, eval_hook=None) -> dict:
+    """epochs x optimizer steps (grad_accum micro-batches each) of AdamW on `adapter` only."""
+    params = lora.adapter_parameters(model, adapter)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed + zlib.crc32(adapter.encode()))  # str hash() is salted
+    per_step = cfg.micro_batch_size * cfg.grad_accum
+    steps_per_epoch = math.ceil(len(train) / per_step)
+    total, step, skipped, losses = cfg.epochs * steps_per_epoch, 0, 0, []
+
+    def evaluate():
+        row = {"adapter": adapter, "step": step, "val_loss": mean_loss(model, adapter, val, cfg.micro_batch_size,
+                                                                       pad_id, device)}
+        if eval_hook is not None:
+            row.update(eval_hook(model, adapter, step) or {})
+        log(row)
+        return row["val_loss"]
+
+    val_before = evaluate()
+    bar = tqdm(total=total, desc=f"sft {adapter}", disable=not cfg.progress, leave=False)
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(len(train), generator=gen).tolist()
+        for s in range(steps_per_epoch):
+            group = [train[i] for i in order[s * per_step:(s + 1) * per_step]]
+            n_tok = sum(len(e.ids) - e.n_prompt for e in group)  # the loss is the mean over the step's reply tokens
+            lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+            for g in opt.param_groups:
+                g["lr"] = lr
+            lora.set_adapter(model, adapter)
+            model.train()  # LoRA dropout, if the role asked for it
+            step_loss = 0.0
+            for i in range(0, len(group), cfg.micro_batch_size):
+                ls, _ = loss_sum(model, group[i:i + cfg.micro_batch_size], pad_id, device)
+                (ls / n_tok).backward()
+                step_loss += float(ls.detach())
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+            if math.isfinite(grad_norm):
+                opt.step()
+            else:  # a non-finite gradient: skip the step, weights untouched
+                skipped += 1
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            losses.append(step_loss / n_tok)
+            log({"adapter": adapter, "step": step, "epoch": epoch + (s + 1) / steps_per_epoch, "loss": losses[-1],
+                 "lr": lr, "grad_norm": grad_norm, "tokens": n_tok})
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
+                evaluate()
+    bar.close()
+    val_after = evaluate()
+    lora.set_adapter(model, None)
+    return {"steps": step, "skipped": skipped, "train_loss_first": losses[0] if losses else None,
+            "train_loss_last": losses[-1] if losses else None, "val_loss_before": val_before, "val_loss_after": val_after,
+            "train_examples": len(train), "val_examples": len(val)}
+
+
+def plot(rows: list[dict], path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, a in enumerate(sorted({r["adapter"] for r in rows})):
+        color = f"C{i}"
+        tr = [(r["step"], r["loss"]) for r in rows if r["adapter"] == a and "loss" in r]
+        va = [(r["step"], r["val_loss"]) for r in rows if r["adapter"] == a and r.get("val_loss") is not None]
+        if tr:
+            ax.plot(*zip(*tr), color=color, label=f"{a} train")
+        if va:
+            ax.plot(*zip(*va), color=color, ls="--", marker="o", label=f"{a} held-out")
+    ax.set(title="SFT loss per adapter (reply tokens)", xlabel="optimizer step", ylabel="loss")
+    if ax.get_lines():
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# the whole run
+
+
+def parse_role_lora(specs) -> dict[str, dict]:
+    """'role:rank=8,alpha=16,dropout=0.05,targets=q_proj+v_proj' -> {role: {...}}; errors name the spec."""
+    out = {}
+    for spec in specs:
+        role, sep, rest = spec.partition(":")
+        d = {}
+        for part in filter(None, rest.split(",")):
+            k, eq, v = part.partition("=")
+            try:
+                if not sep or not eq or k not in ("rank", "alpha", "dropout", "targets"):
+                    raise ValueError
+                d[k] = int(v) if k == "rank" else tuple(v.split("+")) if k == "targets" else float(v)
+            except ValueError:
+                raise ValueError(f"role_lora {spec!r}: expected 'role:rank=8,alpha=16,dropout=0.0,targets=a+b'") from None
+        out[role] = d
+    return out
+
+
+def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None) -> dict:
+    """The whole pipeline (module docstring). train_cfg: a config.Config (or cfg.train_config's file);
+    model, tok: a loaded base to train on (else loaded here). Returns the summary, whose "adapters"
+    maps each adapter written to its directory (what train.py's init_from takes)."""
+    t0 = time.perf_counter()
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    if train_cfg is None and cfg.train_config:
+        from config import load_config_file
+        train_cfg = load_config_file(cfg.train_config)
+    for name, v, lo in [("epochs", cfg.epochs, 1), ("micro_batch_size", cfg.micro_batch_size, 1),
+                        ("grad_accum", cfg.grad_accum, 1), ("max_len", cfg.max_len, 2), ("rejection_k", cfg.rejection_k, 0)]:
+        if v < lo:
+            raise ValueError(f"sft option {name} must be >= {lo}, got {v}")
+    if not 0 <= cfg.val_frac < 1:
+        raise ValueError(f"sft option val_frac must be in [0, 1), got {cfg.val_frac}")
+    if cfg.rejection_k and train_cfg is None:
+        raise ValueError("rejection sampling (rejection_k) needs train_config: its workflow, roles and tasks")
+    if not cfg.data and not cfg.rejection_k and cfg.teacher == "none":
+        raise ValueError("nothing to learn from: give data (trajectory globs), rejection_k or a teacher")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = (next(model.parameters()).device if model is not None else
+              torch.device("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else
+              torch.device(cfg.device))
+    calc = (RewardCalculator.from_config(train_cfg, cfg.weights or None) if train_cfg is not None
+            else RewardCalculator(cfg.weights or None))
+
+    # --- 1. sources: trajectory files (checked: a bad line is an error naming file:line) ------------
+    records = load_records(cfg.data, with_source=True) if cfg.data else []
+    for where, rec in records:
+        for k, t in enumerate(rec["turns"]):
+            if not isinstance(t.get("prompt"), str):
+                raise TrajectoryError(f"{where}: turns[{k}] has no prompt text: SFT needs the prompt the role saw")
+    tc = train_cfg
+    role_names = list(cfg.roles) or ([r.name for r in tc.roles] if tc else
+                                      sorted({t["role"] for _, r in records for t in r["turns"]}
+                                             | ({"evaluator_critique"} if cfg.teacher == "math" else set())))
+    adapter_of = {r.name: tc.adapter_of(r) for r in tc.roles} if tc else {}
+    adapter_of = {r: adapter_of.get(r, r) for r in role_names}
+    adapters = sorted(set(adapter_of.values()))
+
+    # --- the model and its adapters: fresh, or from a saved adapter (the current policy) ----------
+    spec, dtype, seed = (tc.model.spec, tc.model.dtype, tc.trainer.seed) if tc else (cfg.model, cfg.dtype, cfg.seed)
+    if model is None:
+        model, tok = load_model(spec, dtype, device, seed=seed)
+    inits = {tc.adapter_of(r): r.init_from for r in tc.roles if r.init_from} if tc else {}
+    for s in cfg.init_from:
+        name, eq, path = s.partition("=")
+        if not eq:
+            raise ValueError(f"init_from {s!r}: expected 'adapter=DIR'")
+        inits[name] = path
+    per_role = parse_role_lora(cfg.role_lora)
+    default = {"rank": cfg.rank or (tc.lora.rank if tc else 64), "alpha": cfg.alpha or (tc.lora.alpha if tc else 16.0),
+               "dropout": 0.0, "targets": tuple(cfg.targets or (tc.lora.targets if tc else lora.ALL_LINEAR[:4]))}
+    settings = {}
+    for a in adapters:
+        if a in inits:
+            c = json.loads((Path(inits[a]) / "adapter_config.json").read_text())
+            t = c["target_modules"]
+            settings[a] = {"init_from": inits[a], "targets": tuple(sorted([t] if isinstance(t, str) else t))}
+        else:
+            mine = [per_role[r] for r in role_names if adapter_of[r] == a and r in per_role]
+            settings[a] = {**default, **(mine[0] if mine else per_role.get(a, {}))}
+            settings[a]["targets"] = tuple(sorted(settings[a]["targets"]))
+    groups = defaultdict(list)  # one model per set of target modules (lora.py: one set per model)
+    for a in adapters:
+        groups[settings[a]["targets"]].append(a)
+    if lora.lora_modules(model):  # a caller's model that already wears adapters: its targets come first
+        mine = tuple(sorted({p.rsplit(".", 1)[-1] for p in lora.lora_modules(model)}))
+        groups = dict(sorted(groups.items(), key=lambda kv: kv[0] != mine))
+    pristine = copy.deepcopy(model) if len(groups) > 1 else None
+    model_of = {}
+    for i, (targets, names) in enumerate(groups.items()):
+        m = model if i == 0 else copy.deepcopy(pristine)
+        for a in names:
+            s = settings[a]
+            if "init_from" in s:
+                lora.load_adapter(m, a, s["init_from"])
+            else:
+                lora.add_lora(m, [a], s["rank"], s["alpha"], s["dropout"], targets, seed=seed)
+            model_of[a] = m
+    del pristine
+    if tc and any(settings[a]["targets"] != tuple(sorted(tc.lora.targets)) for a in adapters):
+        print_(f"note: some adapters' targets differ from the train config's lora.targets {tc.lora.targets}: "
+               "train.py's init_from refuses those")
+
+    # --- rejection sampling: the current policy's best of k per task -----------------------------
+    summary: dict = {"sources": {"files": len({w.rsplit(':', 1)[0] for w, _ in records}), "episodes": len(records)}}
+    tasks, teacher_records = [], records
+    if tc is not None and (cfg.rejection_k or cfg.teacher == "math"):
+        from workflows import load_data
+        tasks = load_data(tc)[0]
+    if cfg.rejection_k:
+        from rollout import RoleSpec, SamplingParams
+        from workflows import workflow
+        if len(groups) > 1:
+            raise ValueError("rejection sampling needs every adapter on one model: give all roles the same targets")
+        ro = tc.rollout
+        specs = {r.name: RoleSpec(tc.adapter_of(r), SamplingParams(
+            max_new_tokens=r.max_tokens, temperature=r.temperature, top_p=ro.top_p, top_k=ro.top_k, seed=cfg.seed))
+            for r in tc.roles}
+        rs_tasks = tasks[:cfg.rejection_tasks] if cfg.rejection_tasks else tasks
+        best, every = rejection_sample(model, tok, workflow(tc)[0], rs_tasks, specs, cfg.rejection_k, calc,
+                                       ro.max_turns, ro.max_model_len, ro.max_batch_size, cfg.seed, cfg.progress)
+        trajectories.write(out / "rejection.jsonl", every)
+        trajectories.write(out / "rejection_best.jsonl", best)
+        records += [(f"rejection:task {r['task_id']}", r) for r in best]
+        teacher_records = records + [(f"rejection:all task {r['task_id']}", r) for r in every]  # more own samples
+        summary["sources"].update(rejection_tasks=len(rs_tasks), rejection_rollouts=len(every))
+
+    # --- 2. filter, 3. examples ----------------------------------------------------------------
+    kept, counts = select_turns(records, calc, cfg.min_reward, cfg.reward, set(role_names))
+    examples = [Example(adapter_of[t["role"]], t["role"], t["prompt"], t["reply"], t.get("finish_reason") == "stop",
+                        src, r) for src, _, t, r in kept]
+    if cfg.teacher == "math":
+        ev = adapter_of.get("evaluator_critique")
+        if ev is None:
+            raise ValueError("teacher=math trains evaluator_critique: add it to roles")
+        teach, summary["teacher"] = math_teacher(teacher_records, tasks, tok, ev, cfg.teacher_tasks, cfg.seed)
+        examples += teach
+    by_adapter, too_long = defaultdict(list), defaultdict(int)
+    for ex in examples:
+        tokenize(ex, tok)
+        if len(ex.ids) > cfg.max_len or len(ex.ids) == ex.n_prompt or ex.n_prompt == 0:
+            too_long[ex.adapter] += 1
+        else:
+            by_adapter[ex.adapter].append(ex)
+    summary["counts"] = counts
+    summary["dropped_too_long_or_empty"] = dict(too_long)
+
+    # --- 5. train each adapter, 6. write ---------------------------------------------------------
+    log_path, rows = out / "sft_loss.jsonl", []
+    log_path.write_text("")
+
+    def log(row):
+        rows.append(row)
+        with open(log_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    (out / "examples").mkdir(exist_ok=True)
+    summary["losses"], summary["adapters"] = {}, {}
+    from rundir import hub_id
+    for a in adapters:
+        exs = by_adapter.get(a, [])
+        if not exs:
+            print_(f"{a}: no example passed the filter; its adapter is not written")
+            continue
+        rng = random.Random(cfg.seed + zlib.crc32(a.encode()))
+        order = rng.sample(range(len(exs)), len(exs))
+        n_val = min(len(exs) - 1, max(1, round(cfg.val_frac * len(exs)))) if cfg.val_frac > 0 and len(exs) > 1 else 0
+        val, train = [exs[i] for i in order[:n_val]], [exs[i] for i in order[n_val:]]
+        with open(out / "examples" / f"{a}.jsonl", "w") as f:
+            f.writelines(json.dumps({"split": split, "role": e.role, "source": e.source, "reward": e.reward,
+                                     "prompt": e.prompt, "reply": e.reply, "eos": e.eos}) + "\n"
+                         for split, part in (("train", train), ("val", val)) for e in part)
+        print_(f"{a}: {len(train)} train / {len(val)} held-out examples, {sum(len(e.ids) - e.n_prompt for e in train)} "
+               f"reply tokens | rank/alpha {settings[a].get('rank', 'from ' + str(settings[a].get('init_from')))}"
+               f"/{settings[a].get('alpha', '-')} targets {list(settings[a]['targets'])}")
+        res = train_adapter(model_of[a], a, train, val, cfg, tok.pad_token_id, device, log, eval_hook)
+        lora.save_adapter(model_of[a], a, out / a, base_model_name_or_path=hub_id(spec))
+        summary["losses"][a], summary["adapters"][a] = res, str(out / a)
+        print_(f"{a}: {res['steps']} steps, train loss {res['train_loss_first']:.4f} -> {res['train_loss_last']:.4f}"
+               + (f", held-out {res['val_loss_before']:.4f} -> {res['val_loss_after']:.4f}" if val else "")
+               + f" | saved {out / a}")
+    if rows:
+        plot(rows, out / "sft_loss.png")
+    summary["seconds"] = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps({"config": dataclasses.asdict(cfg), **summary}, indent=1, default=str))
+    return summary
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def load_sft_config(path: str) -> SFTConfig:
+    """Execute a file that builds `config = SFTConfig(...)`."""
+    spec = importlib.util.spec_from_file_location("troupe_sft_config", path)
+    if spec is None or not Path(path).is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = getattr(mod, "config", None)
+    if type(cfg).__name__ != "SFTConfig":
+        raise TypeError(f"{path} must define `config = SFTConfig(...)`, found {type(cfg).__name__}")
+    return SFTConfig(**dataclasses.asdict(cfg))  # the file may have imported sft as another module
+
+
+def cli(argv=None) -> SFTConfig:
+    """`--config file.py` (an SFTConfig) first, then flags on top (tyro; --help lists them)."""
+    import tyro
+    argv = list(sys.argv[1:] if argv is None else argv)
+    base = SFTConfig()
+    for i, x in enumerate(argv):
+        if x == "--config" or x.startswith("--config="):
+            path = x.split("=", 1)[1] if "=" in x else (argv[i + 1] if i + 1 < len(argv) else None)
+            if not path:
+                raise SystemExit("--config needs a path")
+            base = load_sft_config(path)
+            del argv[i:i + (1 if "=" in x else 2)]
+            break
+    return tyro.cli(SFTConfig, default=base, args=argv, description=__doc__.split("\n")[0] +
+                    "\n\n--config PATH: a file building `config = SFTConfig(...)`; flags override its fields.")
+
+
+if __name__ == "__main__":
+    try:
+        run_sft(cli())
+    except (TrajectoryError, ValueError, FileNotFoundError) as e:  # bad input: one clear line, not a traceback
+        sys.exit(f"error: {e}")

@@ -1,0 +1,248 @@
+"""sft.py: SFT lowers the loss on its own examples and touches no other adapter; min_reward counts;
+the teacher is balanced; best-of-k keeps the best; init_from loads exactly what SFT saved."""
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import lora
+import sft
+from agents.math_team import build_messages, parse_verdict
+from rewards.calculator import RewardCalculator, TrajectoryError, load_records
+from rewards.math import math_reward
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = [(f"What is {a} + {b}?", str(a + b)) for a, b in [(2, 3), (4, 4), (7, 1), (6, 3), (5, 5), (9, 2), (8, 8), (3, 1)]]
+
+
+def chat(tok, role, q, history=()):
+    return tok.apply_chat_template(build_messages(role, q, list(history)), add_generation_prompt=True, tokenize=False)
+
+
+def short_chat(tok, role, q, history=()):
+    """A short prompt (the tiny model on 2 shared cores: short sequences keep the test fast)."""
+    text = "\n".join([q] + [h for _, h in history])
+    return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+
+
+def episode(tok, i, q, answer, gen, verdict, finish="stop", prompts=chat):
+    """generator_initial -> evaluator_critique, rewards as the env gives them."""
+    ok = math_reward(gen, answer) == 1.0
+    crit = f"I checked the sum.\nVerdict: {verdict}"
+    return {"split": "train", "step": 1, "task_id": i, "episode_id": i, "task": {"question": q, "answer": answer},
+            "truncated": False, "error": None, "metrics": {"team_reward": float(ok)},
+            "turns": [{"turn": 0, "role": "generator_initial", "prompt": prompts(tok, "generator_initial", q),
+                       "reply": gen, "reply_tokens": len(tok(gen)["input_ids"]) + 1, "finish_reason": finish,
+                       "reward": float(ok)},
+                      {"turn": 1, "role": "evaluator_critique", "reply": crit, "reply_tokens": 8, "finish_reason": "stop",
+                       "prompt": prompts(tok, "evaluator_critique", q, [("generator_initial", gen)]),
+                       "reward": float((verdict == "Correct") == ok)}]}
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def good_records(tok, prompts=chat):
+    return [episode(tok, i, q, a, f"{q[8:-1]} = {a}.\nSo the answer is \\boxed{{{a}}}.", "Correct", prompts=prompts)
+            for i, (q, a) in enumerate(TASKS)]
+
+
+@pytest.fixture(scope="module")
+def run(_tiny_base, tmp_path_factory):
+    """One SFT run of two roles on the tiny model, next to a third adapter SFT must not touch."""
+    from config import load_config_file
+    tmp = tmp_path_factory.mktemp("sft")
+    model, tok = copy.deepcopy(_tiny_base[0]), _tiny_base[1]
+    lora.add_lora(model, ["bystander"], 4, 8.0, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj"), seed=1)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(model, "bystander"):
+            p.normal_(0, 0.05, generator=torch.Generator().manual_seed(3))  # B too: a non-trivial adapter
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    data = write(tmp / "train_step_000001.jsonl", good_records(tok, short_chat))
+    train_cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    cfg = sft.SFTConfig(data=(data,), roles=("generator_initial", "evaluator_critique"), min_reward=0.7, lr=3e-3,
+                        epochs=3, micro_batch_size=2, grad_accum=2, val_frac=0.25,
+                        role_lora=("evaluator_critique:rank=4,alpha=8",), out=str(tmp / "out"), progress=False)
+    hook_calls = []
+    summary = sft.run_sft(cfg, train_cfg, model=model, tok=tok,
+                          eval_hook=lambda m, a, step: hook_calls.append((a, step)) or {"hook": 1.0})
+    return {"model": model, "tok": tok, "before": before, "summary": summary, "out": tmp / "out",
+            "train_cfg": train_cfg, "hook_calls": hook_calls}
+
+
+def test_sft_lowers_the_loss_on_its_own_examples(run):
+    model, tok, out = run["model"], run["tok"], run["out"]
+    for a in ("generator_initial", "evaluator_critique"):
+        exs = [sft.tokenize(sft.Example(a, a, r["prompt"], r["reply"], r["eos"], "x"), tok)
+               for r in map(json.loads, (out / "examples" / f"{a}.jsonl").read_text().splitlines())]
+        assert len(exs) == 8  # every turn passed the filter
+        base = sft.mean_loss(model, None, exs, 4, tok.pad_token_id, "cpu")  # a fresh adapter IS the base (B = 0)
+        after = sft.mean_loss(model, a, exs, 4, tok.pad_token_id, "cpu")
+        assert after < 0.7 * base, (a, base, after)
+        res = run["summary"]["losses"][a]
+        assert res["train_loss_last"] < res["train_loss_first"] and res["val_loss_after"] < res["val_loss_before"]
+        assert res["steps"] == 3 * 2 and res["train_examples"] == 6 and res["val_examples"] == 2
+    rows = [json.loads(x) for x in (out / "sft_loss.jsonl").read_text().splitlines()]
+    assert sum("loss" in r for r in rows) == 12 and sum("val_loss" in r for r in rows) == 4
+    assert all(r["hook"] == 1.0 for r in rows if "val_loss" in r)  # the eval hook's numbers join the eval rows
+    assert run["hook_calls"] == [("evaluator_critique", 0), ("evaluator_critique", 6), ("generator_initial", 0),
+                                 ("generator_initial", 6)]  # adapters train in name order
+    assert (out / "sft_loss.png").stat().st_size > 1000 and (out / "summary.json").is_file()
+
+
+def test_sft_leaves_every_other_adapter_and_the_base_bit_exact(run):
+    model, before = run["model"], run["before"]
+    now = model.state_dict()
+    for k, v in before.items():
+        assert torch.equal(now[k], v), k  # the base and the bystander adapter (and nothing else existed before)
+    for a in ("evaluator_critique", "generator_initial"):  # each saved right after its own training
+        saved = load_file(str(run["out"] / a / "adapter_model.safetensors"))
+        own = lora.adapter_state_dict(model, a)
+        assert all(torch.equal(own[k], v) for k, v in saved.items())  # training the next one left it alone
+        assert any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k)  # and it did train
+
+
+def test_per_role_lora_settings_are_written(run):
+    g = json.loads((run["out"] / "generator_initial" / "adapter_config.json").read_text())
+    e = json.loads((run["out"] / "evaluator_critique" / "adapter_config.json").read_text())
+    assert (g["r"], g["lora_alpha"]) == (8, 16) and (e["r"], e["lora_alpha"]) == (4, 8.0)  # train config's / role's
+    assert g["target_modules"] == e["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
+
+
+def test_init_from_loads_exactly_what_sft_saved(run, tmp_path):
+    import train
+    cfg = run["train_cfg"]
+    roles = tuple(dataclasses.replace(r, init_from=run["summary"]["adapters"].get(r.name)) for r in cfg.roles)
+    cfg = dataclasses.replace(cfg, roles=roles, trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path),
+                                                                            resume="none"))
+    cfg.validate()
+    r, _ = train.build(cfg, None)
+    for name in ("generator_initial", "evaluator_critique"):
+        saved = load_file(str(run["out"] / name / "adapter_model.safetensors"))
+        own = lora.adapter_state_dict(r.model, name)
+        assert set(saved) == set(own) and all(torch.equal(own[k], v) for k, v in saved.items()), name
+    assert lora.adapter_config(r.model, "evaluator_critique")["r"] == 4
+    mod = next(iter(lora.lora_modules(r.model).values()))
+    assert mod.scaling["evaluator_critique"] == 2.0 and mod.scaling["generator_initial"] == 2.0
+    assert all(float(p.detach().abs().sum()) == 0 for k, p in lora.adapter_state_dict(r.model, "generator_refinement").items()
+               if "lora_B" in k)  # a role without init_from starts fresh
+
+
+def test_min_reward_filter_counts(tiny, tmp_path):
+    _, tok = tiny
+    (q0, a0), (q1, a1), (q2, a2) = TASKS[:3]
+    recs = [episode(tok, 0, q0, a0, f"{q0[8:-1]} = {a0}.\nSo \\boxed{{{a0}}}.", "Correct"),  # both right
+            episode(tok, 1, q1, a1, f"{q1[8:-1]} = 1.\nSo \\boxed{{1}}.", "Correct"),  # both wrong
+            episode(tok, 2, q2, a2, f"{q2[8:-1]} = {a2}.\nSo \\boxed{{{a2}}}.", "Incorrect", finish="length")]
+    recs[2]["turns"][1]["reward"] = None
+    pairs = load_records(write(tmp_path / "t.jsonl", recs), with_source=True)
+    calc = RewardCalculator()
+    w = [[s.weighted for s in calc.score_episode(r)] for _, r in pairs]
+    assert w[0][0] > 0.7 and w[0][1] > 0.7 and w[1][0] < 0.6 and w[1][1] < 0.6 and w[2][1] < 0.6
+    roles = {"generator_initial", "evaluator_critique"}
+    kept, counts = sft.select_turns(pairs, calc, 0.7, "weighted", roles)
+    assert [(src.split(":")[-1], t["role"]) for src, _, t, _ in kept] == [("1", "generator_initial"),
+                                                                         ("1", "evaluator_critique")]
+    assert counts == {"generator_initial": {"turns": 3, "kept": 1, "below": 1, "cut": 1, "no_reward": 0},
+                      "evaluator_critique": {"turns": 3, "kept": 1, "below": 2, "cut": 0, "no_reward": 0}}
+    kept, counts = sft.select_turns(pairs, calc, 1.0, "recorded", {"evaluator_critique"})
+    assert counts == {"evaluator_critique": {"turns": 3, "kept": 1, "below": 1, "cut": 0, "no_reward": 1}}
+    kept, counts = sft.select_turns(pairs, calc, 0.0, "recorded", roles)  # >= : a reward of 0 passes 0.0
+    assert counts["generator_initial"]["kept"] == 2 and counts["evaluator_critique"]["kept"] == 2
+
+
+def test_math_teacher_is_balanced_and_prefers_the_models_own_wrong_samples(tiny):
+    _, tok = tiny
+    (q0, a0), (q1, a1) = TASKS[:2]
+    own_wrong = f"{q0[8:-1]} = 9.\nSo \\boxed{{9}}."
+    recs = [("f:1", episode(tok, 0, q0, a0, own_wrong, "Correct")),
+            ("f:2", episode(tok, 1, q1, a1, f"{q1[8:-1]} = {a1}.\nSo \\boxed{{{a1}}}.", "Correct"))]
+    tasks = [{"question": q0, "answer": a0}, {"question": "Simplify x + x.", "answer": "2x"},
+             {"question": TASKS[2][0], "answer": TASKS[2][1]}]
+    exs, counts = sft.math_teacher(recs, tasks, tok, "evaluator_critique", 0, seed=0)
+    # task 0: own wrong sample (+ a synthetic right one); task 1: own right + perturbed; "2x": no pair; task 2: both made
+    assert counts == {"teacher:synthetic_right": 2, "teacher:own_wrong": 1, "teacher:own_right": 1,
+                      "teacher:perturbed": 2, "tasks_without_incorrect": 1}
+    right = [e for e in exs if e.source.endswith("right")]
+    wrong = [e for e in exs if not e.source.endswith("right")]
+    assert len(right) == len(wrong) == 3
+    assert all(parse_verdict(e.reply) is True for e in right) and all(parse_verdict(e.reply) is False for e in wrong)
+    ow = next(e for e in wrong if e.source == "teacher:own_wrong")
+    assert ow.prompt == recs[0][1]["turns"][1]["prompt"]  # the very prompt the evaluator saw
+    calc, truth = RewardCalculator(), {t["question"]: t["answer"] for t in tasks + [r["task"] for _, r in recs]}
+    for e in exs:  # each critique is right, calibrated (states the true answer) and well formatted
+        q = next(q for q in truth if q in e.prompt)
+        a = truth[q]
+        sol = e.prompt.split("Solution:\n", 1)[1].split("\n\nIs the latest", 1)[0]
+        assert (math_reward(sol, a) == 1.0) == e.source.endswith("right")
+        rec = {"task": {"question": q, "answer": a}, "turns": [{"role": "generator_initial", "reply": sol},
+                                                              {"role": "evaluator_critique", "reply": e.reply}]}
+        assert calc.score_episode(rec)[1].components["quality"] == 1.0
+    again, _ = sft.math_teacher(recs, tasks, tok, "evaluator_critique", 0, seed=0)
+    assert [(e.prompt, e.reply) for e in again] == [(e.prompt, e.reply) for e in exs]  # seeded
+    exs, counts = sft.math_teacher(recs, tasks, tok, "evaluator_critique", 1, seed=0)
+    assert len(exs) == 2  # teacher_tasks limits the pairs
+
+
+def test_perturbed_answers_are_wrong_and_only_the_answer_changes():
+    import random
+    sol = "4 + 4 = 8.\nSo \\boxed{8}."
+    for s in range(20):
+        bad = sft.perturb(sol, "8", random.Random(s))
+        assert bad.startswith("4 + 4 = 8.\nSo \\boxed{") and math_reward(bad, "8") == 0.0
+    assert sft.perturb(sol, "2x", random.Random(0)) is None and sft.perturb("no box", "8", random.Random(0)) is None
+
+
+def test_rejection_sampling_keeps_the_best_of_k(tiny):
+    from envs import toy
+    from rollout import RoleSpec, SamplingParams
+    model, tok = tiny
+    lora.add_lora(model, ["speaker"], 4, 8.0, 0.0, ("q_proj", "v_proj"), seed=0)
+    specs = {"speaker": RoleSpec("speaker", SamplingParams(max_new_tokens=4, temperature=1.0, seed=5))}
+    tasks = toy.load_tasks()[:3]
+    best, every = sft.rejection_sample(model, tok, toy.ToyEnv, tasks, specs, 3, RewardCalculator(), max_turns=1)
+    assert len(every) == 9 and len(best) == 3 and [b["task_id"] for b in best] == [0, 1, 2]
+    for b in best:
+        group = [r for r in every if r["task_id"] == b["task_id"]]
+        assert b["metrics"]["team_reward"] == max(r["metrics"]["team_reward"] for r in group)
+        assert b["turns"][0]["prompt"].startswith("<|im_start|>user")
+    assert len({r["turns"][0]["reply"] for r in every}) > 3  # sampled, not greedy
+    best2, _ = sft.rejection_sample(model, tok, toy.ToyEnv, tasks, specs, 3, RewardCalculator(), max_turns=1)
+    assert best2 == best  # seeded
+
+
+def test_bad_input_is_a_clear_error(tiny, tmp_path):
+    model, tok = tiny
+    good = json.dumps(good_records(tok)[0])
+    f = tmp_path / "t.jsonl"
+    f.write_text(good + "\n" + good[:-5] + "\n")
+    cfg = sft.SFTConfig(data=(str(f),), out=str(tmp_path / "o"), progress=False)
+    with pytest.raises(TrajectoryError, match=r"t\.jsonl:2: .*bad JSON"):
+        sft.run_sft(cfg, model=model, tok=tok)
+    rec = good_records(tok)[0]
+    del rec["turns"][1]["prompt"]
+    f.write_text(good + "\n" + json.dumps(rec) + "\n")
+    with pytest.raises(TrajectoryError, match=r"t\.jsonl:2: turns\[1\] has no prompt"):
+        sft.run_sft(cfg, model=model, tok=tok)
+    f.write_text(good + "\n")
+    with pytest.raises(ValueError, match="role_lora 'x:rank=two'"):
+        sft.run_sft(dataclasses.replace(cfg, role_lora=("x:rank=two",)), model=model, tok=tok)
+    with pytest.raises(ValueError, match="nothing to learn from"):
+        sft.run_sft(sft.SFTConfig(out=str(tmp_path / "o")), model=model, tok=tok)
+
+
+def test_cli_and_config_file(tmp_path):
+    f = tmp_path / "sft_cfg.py"
+    f.write_text("from sft import SFTConfig\nconfig = SFTConfig(lr=1e-3, roles=('solver',), min_reward=0.5)\n")
+    cfg = sft.cli(["--config", str(f), "--data", "a.jsonl", "b/*.jsonl", "--role-lora", "solver:rank=4",
+                   "--weights", "completion", "0.5", "--min-reward", "0.9"])
+    assert cfg.lr == 1e-3 and cfg.roles == ("solver",) and cfg.data == ("a.jsonl", "b/*.jsonl")
+    assert cfg.min_reward == 0.9 and cfg.weights == {"completion": 0.5} and cfg.role_lora == ("solver:rank=4",)
+    assert sft.parse_role_lora(cfg.role_lora + ("x:targets=q_proj+v_proj,alpha=4",)) == {
+        "solver": {"rank": 4}, "x": {"targets": ("q_proj", "v_proj"), "alpha": 4.0}}
