@@ -1,0 +1,753 @@
+"""The software-engineering team on SWE-bench-format instances: analyzer -> writer -> validator.
+
+    analyzer   reads the issue and the repository through tools (list_files, read_file, grep), up
+               to max_analyzer_calls calls; its first reply without a tool call is the diagnosis
+               (the files and functions to change)
+    writer     sees the issue, the diagnosis and the files it names; replies with search/replace
+               edit blocks (agents/swe_team.py; a unified diff is read too). The env applies them to
+               the episode's working copy, all or nothing; an edit outside the repository or to a
+               test file is rejected with the reason
+    validator  runs the repository's tests (run_tests) or a Python snippet (python) against the
+               patched copy, up to max_validator_calls calls, then says ACCEPT (the episode ends) or
+               REJECT with feedback: back to the writer, up to max_refinement_iterations times
+
+Reward: SWE-bench's resolution rule, measured in the sandbox (envs/sandbox.py; no code of the
+model's or the repository's runs on the host). A fresh copy of the base repository + the model's
+changes to non-test files + the instance's test_patch; the FAIL_TO_PASS and PASS_TO_PASS tests run;
+    score    = (FAIL_TO_PASS tests passing / their number) if every PASS_TO_PASS test passes, else 0
+    resolved = score == 1
+Per model turn: analyzer = fraction of the files the gold patch touches that its diagnosis names;
+writer = the score of the repository after its edits (0 when they did not apply); validator (every
+turn of a review) = 1 when its verdict on that attempt matches `resolved`, else 0. Team reward =
+the score of the final repository.
+
+Tests run with the standard library inside the sandbox (the sandbox sees no site-packages): test
+ids are pytest-style `path.py::function`, `path.py::Class::method` (plain classes and
+unittest.TestCase); no fixtures, parametrisation or third-party imports. Each test gets a SIGALRM
+deadline; results come back on lines prefixed by a per-run secret read from stdin, so output
+printed by the code under test cannot pose as a result. What this cannot stop: the code under test
+runs in the same interpreter as the harness and could hunt for it in memory (frames) to forge a
+result, as rewards/code.py says of its in-process tests.
+
+Data: data/swe_data.py (load_swe: SWE-bench JSONL, repositories inline or from local git checkouts;
+the generator of the small offline instances in data/swe_{train,val}.jsonl).
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import json
+import posixpath
+import re
+import secrets
+import subprocess
+from dataclasses import dataclass
+
+from agents.swe_team import build_messages, extract_diff, parse_edits, parse_verdict
+from envs import Turn
+from envs.sandbox import run_python
+from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
+
+ROLES = ("analyzer", "writer", "validator")
+
+
+# --------------------------------------------------------------------------------------------
+# paths: what counts as inside the repository, and as a test
+
+
+def clean_path(path: str) -> str | None:
+    """A repository-relative POSIX path, or None when it points outside the repository."""
+    p = str(path).strip().replace("\\", "/")
+    p = p.removeprefix("./")
+    if not p or p.startswith("/") or "\x00" in p:
+        return None
+    p = posixpath.normpath(p)
+    return None if p in (".", "..") or p.startswith("../") or p.startswith(".git/") or p == ".git" else p
+
+
+def is_test_path(path: str) -> bool:
+    """Test files by the usual conventions: a tests/test/testing directory, test_*.py, *_test.py, conftest.py."""
+    parts = path.split("/")
+    name = parts[-1]
+    return (any(d in ("tests", "test", "testing") for d in parts[:-1]) or name.startswith("test_")
+            or name.endswith("_test.py") or name == "conftest.py")
+
+
+# --------------------------------------------------------------------------------------------
+# unified diffs: SWE-bench's `patch` and `test_patch`, applied to an in-memory {path: text}
+
+
+class PatchError(ValueError):
+    pass
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _diff_path(s: str) -> str | None:
+    s = s.split("\t")[0].strip()
+    if s == "/dev/null":
+        return None
+    return s[2:] if s[:2] in ("a/", "b/") else s
+
+
+def _header_at(lines: list[str], i: int) -> bool:
+    return lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+
+
+def parse_patch(text: str) -> list[tuple[str | None, str | None, list[tuple[int, list[str], list[str]]]]]:
+    """[(old path, new path, hunks)] of a unified diff, hunk = (old start line, old lines, new lines);
+    None for /dev/null (a new or deleted file). Tolerant of what models write: a hunk whose header
+    counts are wrong is read up to the next hunk, file header or non-diff line instead; a context
+    line whose single space was stripped (an empty line) is context. Raises PatchError naming the
+    diff's line when a hunk has no body."""
+    if not isinstance(text, str):
+        raise PatchError("the diff is not text")
+    out, lines, i = [], text.replace("\r\n", "\n").rstrip("\n").split("\n"), 0
+    while i < len(lines):
+        if not _header_at(lines, i):
+            i += 1
+            continue
+        old, new, hunks = _diff_path(lines[i][4:]), _diff_path(lines[i + 1][4:]), []
+        i += 2
+        while i < len(lines) and (m := _HUNK.match(lines[i])):
+            n_old, n_new = int(m[2] if m[2] is not None else 1), int(m[4] if m[4] is not None else 1)
+            start, body = i, []
+            i += 1
+            while i < len(lines) and not _HUNK.match(lines[i]) and not _header_at(lines, i) \
+                    and lines[i][:1] in (" ", "-", "+", "\\", ""):
+                body.append(lines[i])
+                i += 1
+            a, b, k = [], [], 0  # by the header's counts first
+            while k < len(body) and (len(a) < n_old or len(b) < n_new):
+                tag, rest = (body[k][:1] or " "), body[k][1:]
+                if tag in " -":
+                    a.append(rest)
+                if tag in " +":
+                    b.append(rest)
+                k += 1
+            if len(a) != n_old or len(b) != n_new or any(x[:1] in "-+" for x in body[k:]):
+                while body and body[-1] == "":  # counts wrong: the whole body, minus trailing blank lines
+                    body.pop()
+                a = [x[1:] for x in body if x[:1] in (" ", "-", "")]
+                b = [x[1:] for x in body if x[:1] in (" ", "+", "")]
+            if not a and not b:
+                raise PatchError(f"diff line {start + 1}: the hunk has no lines")
+            hunks.append((int(m[1]), a, b))
+        if hunks:  # a file header with no hunk changes nothing
+            out.append((old, new, hunks))
+    return out
+
+
+def patched_paths(text: str) -> set[str]:
+    """The files a diff touches (its new paths, or old ones for deletions); empty when it does not parse."""
+    try:
+        return {p for old, new, _ in parse_patch(text) for p in (new or old,) if p}
+    except PatchError:
+        return set()
+
+
+def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
+    """A new {path: text} with the diff applied (hunks must match exactly, at the stated line or the
+    nearest place they do). Raises PatchError naming the file and hunk. Files keep a final newline."""
+    out = dict(files)
+    patches = parse_patch(text)
+    if not patches:
+        raise PatchError("no file in the diff (expected --- a/path and +++ b/path lines)")
+    for old, new, hunks in patches:
+        path = new or old
+        if (old and clean_path(old) is None) or (new and clean_path(new) is None):
+            raise PatchError(f"{old or new}: outside the repository")
+        if old is None:
+            if path in out:
+                raise PatchError(f"{path}: the diff creates it, but it exists")
+            lines = []
+        else:
+            if old not in out:
+                raise PatchError(f"{old}: no such file")
+            src = out[old]
+            lines = (src.removesuffix("\n")).split("\n") if src else []
+        delta = 0
+        for start, a, b in hunks:
+            want = max(0, start - 1 + delta) if a else max(0, start + delta)
+            at = [k for k in range(len(lines) - len(a) + 1) if lines[k:k + len(a)] == a] if a else [min(want, len(lines))]
+            if not at:  # forgive trailing whitespace, as models (and editors) drop it
+                ra = [x.rstrip() for x in a]
+                at = [k for k in range(len(lines) - len(a) + 1) if [x.rstrip() for x in lines[k:k + len(a)]] == ra]
+            if not at:
+                raise PatchError(f"{path}: hunk @@ -{start},{len(a)} does not match the file")
+            k = min(at, key=lambda x: abs(x - want))
+            lines[k:k + len(a)] = b
+            delta += len(b) - len(a)
+        if new is None:
+            out.pop(old, None)
+        else:
+            if old is not None and old != new:
+                out.pop(old, None)
+            out[new] = "\n".join(lines) + "\n" if lines else ""
+    return out
+
+
+def make_patch(old: dict[str, str], new: dict[str, str]) -> str:
+    """A unified diff from one {path: text} to another (git's a/ b/ prefixes)."""
+    chunks = []
+    for p in sorted(set(old) | set(new)):
+        if old.get(p) == new.get(p):
+            continue
+        a = old[p].splitlines() if p in old else []
+        b = new[p].splitlines() if p in new else []
+        body = list(difflib.unified_diff(a, b, f"a/{p}" if p in old else "/dev/null",
+                                         f"b/{p}" if p in new else "/dev/null", lineterm=""))
+        chunks.append(f"diff --git a/{p} b/{p}\n" + "\n".join(body) + "\n")
+    return "".join(chunks)
+
+
+# --------------------------------------------------------------------------------------------
+# running a repository's tests (or a snippet) in the sandbox
+
+RUNNER = r'''
+def _harness():  # everything in locals: no name in __main__ for the code under test to replace
+    import importlib, io, json, os, runpy, signal, sys, traceback, types, unittest
+    nonce = sys.stdin.readline().strip()
+    os.close(0)  # the secret is in this process's memory only
+    with open("job.json", encoding="utf-8") as f:
+        job = json.load(f)
+    os.remove("job.json")
+    root = os.path.abspath("repo")
+    files = job.pop("files")
+    for path, text in files.items():
+        full = os.path.join(root, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w", encoding="utf-8") as f:
+            f.write(text)
+    os.chdir(root)
+    sys.path.insert(0, root)
+    if job.get("code") is not None:  # a snippet: its output is the result
+        with open("/sandbox/_snippet.py", "w", encoding="utf-8") as f:
+            f.write(job["code"])
+        runpy.run_path("/sandbox/_snippet.py", run_name="__main__")
+        return
+    # test modules run from their text as it was given: code under test that rewrites a test file
+    # on disk (or adds one) before it is imported changes nothing
+    sources = {p: files[p] for p in job["test_files"]}
+    del files
+    out_fd, per_test = os.dup(1), job["per_test"]
+
+    def report(test_id, passed, message=""):
+        os.write(out_fd, (nonce + json.dumps({"id": test_id, "passed": passed, "message": message[:400]}) + "\n").encode())
+
+    class Timeout(BaseException):
+        pass
+
+    def alarm(*_):
+        raise Timeout(f"the test ran longer than {per_test} s")
+
+    def describe(e):
+        where = [fr for fr in traceback.extract_tb(e.__traceback__) if fr.filename.startswith(root)]
+        msg = f"{type(e).__name__}: {e}".strip().rstrip(":")
+        if where:
+            fr = where[-1]
+            msg += f" at {os.path.relpath(fr.filename, root)}:{fr.lineno}: {(fr.line or '').strip()}"
+        return msg
+
+    def module(path):
+        name = path[:-3].replace("/", ".")
+        if name in sys.modules or path not in sources:
+            return importlib.import_module(name)
+        parent = name.rpartition(".")[0]
+        if parent:
+            importlib.import_module(parent)
+        mod = types.ModuleType(name)
+        mod.__file__, mod.__package__ = os.path.join(root, path), parent
+        sys.modules[name] = mod
+        try:
+            exec(compile(sources[path], mod.__file__, "exec"), mod.__dict__)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return mod
+
+    def collect(target):
+        t = target.strip("/")
+        paths = [t] if t.endswith(".py") else sorted(
+            p for p in sources if (not t or p.startswith(t + "/"))
+            and (p.rsplit("/", 1)[-1].startswith("test_") or p.endswith("_test.py")))
+        ids = []
+        for p in paths:
+            try:
+                m = module(p)
+            except BaseException as e:
+                report(p, False, "collecting: " + describe(e))
+                continue
+            for name, obj in list(vars(m).items()):
+                if getattr(obj, "__module__", None) != m.__name__:
+                    continue
+                if callable(obj) and not isinstance(obj, type) and name.startswith("test"):
+                    ids.append(f"{p}::{name}")
+                elif isinstance(obj, type) and (name.startswith("Test") or issubclass(obj, unittest.TestCase)):
+                    ids += [f"{p}::{name}::{k}" for k in vars(obj) if k.startswith("test") and callable(getattr(obj, k))]
+        return ids
+
+    def run(test_id):
+        path, *names = test_id.split("::")
+        sys.stdout = sys.stderr = io.StringIO()
+        signal.signal(signal.SIGALRM, alarm)
+        signal.alarm(per_test)
+        try:
+            obj = module(path)
+            for n in names[:-1]:
+                obj = getattr(obj, n)
+            if isinstance(obj, type) and issubclass(obj, unittest.TestCase):
+                res = unittest.TestResult()
+                obj(names[-1]).run(res)
+                bad = res.errors + res.failures + [(t, "skipped: " + why) for t, why in res.skipped]
+                if bad:
+                    return False, bad[0][1].strip().splitlines()[-1][:400]
+            else:
+                getattr(obj() if isinstance(obj, type) else obj, names[-1])()
+            return True, ""
+        except BaseException as e:
+            return False, describe(e)
+        finally:
+            signal.alarm(0)
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+    ids = list(job["tests"])
+    for target in job["collect"]:
+        ids += collect(target)
+    for test_id in dict.fromkeys(ids):
+        passed, message = run(test_id)
+        report(test_id, passed is True, str(message))
+
+
+_harness()
+del _harness
+'''
+
+
+@dataclass
+class TestRun:
+    outcomes: dict  # test id -> (passed, message), in the order they ran
+    reason: str  # the sandbox's: ok, timeout, memory limit, ...
+
+    @property
+    def passed(self) -> list[str]:
+        return [t for t, (ok, _) in self.outcomes.items() if ok]
+
+    def summary(self, limit: int = 5) -> str:
+        bad = [(t, m) for t, (ok, m) in self.outcomes.items() if not ok]
+        head = f"{len(self.outcomes) - len(bad)} passed, {len(bad)} failed"
+        if self.reason != "ok":
+            head += f" (the run ended: {self.reason})"
+        return "\n".join([head] + [f"FAILED {t}: {m}" for t, m in bad[:limit]] +
+                         ([f"... {len(bad) - limit} more"] if len(bad) > limit else []))
+
+
+def run_tests(files: dict[str, str], tests=(), collect=(), timeout: float = 30.0, per_test: int = 5,
+              disk_mb: int = 16) -> TestRun:
+    """Run test ids and/or every test found under `collect` paths of a repository given as
+    {path: text}, in one sandboxed process. A test with no trustworthy result line failed."""
+    nonce = secrets.token_hex(16)
+    job = {"files": files, "tests": list(tests), "collect": list(collect), "per_test": int(per_test),
+           "test_files": sorted(p for p in files if p.endswith(".py") and is_test_path(p))}
+    r = run_python(RUNNER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb, stdin=nonce + "\n",
+                   files={"job.json": json.dumps(job)})
+    outcomes = {}
+    for line in r.stdout.split("\n"):
+        if not line.startswith(nonce):
+            continue  # whatever the code printed: never a result
+        try:
+            rec = json.loads(line[len(nonce):])
+            outcomes.setdefault(str(rec["id"]), (rec["passed"] is True, str(rec.get("message", ""))))
+        except (ValueError, KeyError, TypeError):
+            continue
+    for t in tests:
+        outcomes.setdefault(t, (False, f"no result (the run ended: {r.reason})"))
+    return TestRun(outcomes, r.reason)
+
+
+def run_snippet(files: dict[str, str], code: str, timeout: float = 10.0, disk_mb: int = 16) -> str:
+    """What a Python snippet prints, run in the sandbox with the repository as its working directory."""
+    r = run_python(RUNNER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb, stdin="x\n",
+                   files={"job.json": json.dumps({"files": files, "code": code})})
+    out = r.stdout
+    if r.reason != "ok":
+        err = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("  ")][-3:]
+        out += ("\n" if out else "") + f"[{r.reason}] " + " | ".join(err)
+    return out.strip() or "(no output)"
+
+
+@dataclass
+class Resolution:
+    score: float  # FAIL_TO_PASS fraction, 0 unless every PASS_TO_PASS test passed
+    resolved: bool
+    f2p: float  # FAIL_TO_PASS fraction, ungated
+    p2p_ok: bool
+
+
+def evaluate(task: dict, base: dict[str, str], work: dict[str, str], timeout: float = 60.0,
+             disk_mb: int = 16, per_test: int = 5, force: bool = False) -> Resolution:
+    """SWE-bench's rule on a fresh copy: base + the working copy's changes to non-test files + the
+    instance's test_patch; then FAIL_TO_PASS and PASS_TO_PASS run in the sandbox. An unchanged
+    repository scores 0 without running anything (FAIL_TO_PASS fail on the base by definition)
+    unless `force` (the data generator checks that definition)."""
+    f2p, p2p = task["FAIL_TO_PASS"], task["PASS_TO_PASS"]
+    if not f2p:
+        return Resolution(0.0, False, 0.0, True)
+    fresh = dict(base)
+    for p in set(base) | set(work):
+        if not is_test_path(p) and base.get(p) != work.get(p):
+            if p in work:
+                fresh[p] = work[p]
+            else:
+                fresh.pop(p, None)
+    if fresh == base and not force:
+        return Resolution(0.0, False, 0.0, True)
+    try:
+        fresh = apply_patch(fresh, task["test_patch"]) if task["test_patch"].strip() else fresh
+    except PatchError:  # the model's edits broke the test patch's context: nothing can pass
+        return Resolution(0.0, False, 0.0, False)
+    run = run_tests(fresh, tests=list(f2p) + list(p2p), timeout=timeout, per_test=per_test, disk_mb=disk_mb)
+    ok = set(run.passed)
+    frac = sum(t in ok for t in f2p) / len(f2p)
+    p2p_ok = all(t in ok for t in p2p)
+    score = frac if p2p_ok else 0.0
+    return Resolution(score, score == 1.0, frac, p2p_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# edits: the writer's blocks applied to the working copy, with the rules that keep them honest
+
+
+def apply_edits(files: dict[str, str], edits, protected: set[str]) -> tuple[dict[str, str], list[str]]:
+    """(new files, problems): every edit applies, or none does (problems say why, one line each).
+    SEARCH must occur exactly once (trailing whitespace is forgiven); an empty SEARCH creates a
+    new file. Paths outside the repository and test files are refused."""
+    out, problems = dict(files), []
+    for k, e in enumerate(edits, 1):
+        path = clean_path(e.path)
+        if path is None:
+            problems.append(f"edit {k}: rejected: {e.path[:80]!r} is outside the repository")
+            continue
+        if path in protected or is_test_path(path):
+            problems.append(f"edit {k}: rejected: {path} is a test file; fix the code, not the tests")
+            continue
+        if not e.search.strip():
+            if path in out:
+                problems.append(f"edit {k}: {path} exists; an empty SEARCH only creates new files")
+            else:
+                out[path] = e.replace.rstrip("\n") + "\n"
+            continue
+        if path not in out:
+            problems.append(f"edit {k}: no file {path} in the repository")
+            continue
+        src, n = out[path], out[path].count(e.search)
+        if n == 0:  # forgive trailing whitespace: compare line by line, rstripped
+            lines, want = src.split("\n"), [ln.rstrip() for ln in e.search.split("\n")]
+            hits = [i for i in range(len(lines) - len(want) + 1)
+                    if [ln.rstrip() for ln in lines[i:i + len(want)]] == want]
+            if len(hits) == 1:
+                i = hits[0]
+                out[path] = "\n".join(lines[:i] + e.replace.split("\n") + lines[i + len(want):])
+                continue
+            n = len(hits)
+        if n == 0:
+            problems.append(f"edit {k}: the SEARCH text is not in {path} (copy the lines exactly)")
+        elif n > 1:
+            problems.append(f"edit {k}: the SEARCH text occurs {n} times in {path}; include more lines")
+        else:
+            out[path] = src.replace(e.search, e.replace, 1)
+    return (files, problems) if problems else (out, [])
+
+
+# --------------------------------------------------------------------------------------------
+# the repository of a task: inline (the generated instances) or a local git checkout
+
+
+@functools.lru_cache(maxsize=8)
+def _git_files(repo_dir: str, commit: str) -> tuple[tuple[str, str], ...]:
+    """Every text file of a git checkout at a commit, read with git (the checkout is not touched)."""
+    ls = subprocess.run(["git", "-C", repo_dir, "ls-tree", "-r", "-z", "--name-only", commit], capture_output=True,
+                        check=True).stdout.decode("utf-8", "replace").split("\0")
+    paths = [p for p in ls if p]
+    cat = subprocess.run(["git", "-C", repo_dir, "cat-file", "--batch"], input="".join(f"{commit}:{p}\n" for p in paths)
+                         .encode(), capture_output=True, check=True).stdout
+    out, pos = [], 0
+    for p in paths:
+        header_end = cat.index(b"\n", pos)
+        size = int(cat[pos:header_end].split()[2])
+        blob = cat[header_end + 1:header_end + 1 + size]
+        pos = header_end + 1 + size + 1
+        if b"\0" not in blob[:8000]:  # text files only
+            try:
+                out.append((p, blob.decode("utf-8")))
+            except UnicodeDecodeError:
+                pass
+    return tuple(out)
+
+
+def repo_files(task: dict) -> dict[str, str]:
+    """The base repository of a task as {path: text} (a fresh dict: mutate it freely)."""
+    if "repo_files" in task:
+        return dict(task["repo_files"])
+    return dict(_git_files(task["repo_dir"], task["base_commit"]))
+
+
+# --------------------------------------------------------------------------------------------
+# the env
+
+
+def names(path: str, text: str, all_paths) -> bool:
+    """Does the text name this file: its path, or its base name when no other file shares it?"""
+    base = posixpath.basename(path)
+    return path in text or (base in text and sum(posixpath.basename(p) == base for p in all_paths) == 1)
+
+
+def _arg(args: dict, key: str, default: int) -> int:
+    try:
+        return int(str(args.get(key, default)).strip())
+    except ValueError:
+        return default
+
+
+class SWETeamEnv:
+    roles = ROLES
+
+    def __init__(self, max_refinement_iterations: int = 2, max_analyzer_calls: int = 4, max_validator_calls: int = 2,
+                 test_timeout: float = 60.0, obs_chars: int = 3000, file_chars: int = 6000, disk_mb: int = 16):
+        self.max_refinements, self.max_analyzer_calls = max_refinement_iterations, max_analyzer_calls
+        self.max_validator_calls, self.timeout, self.obs_chars = max_validator_calls, test_timeout, obs_chars
+        self.file_chars, self.disk_mb = file_chars, disk_mb
+
+    # -- tools (built per call: nothing bound is stored, so copy.deepcopy / ReMax forks stay plain) --
+
+    def _tools(self, role: str) -> list[Tool]:
+        def one(name, desc, extra=None):
+            props = {name: {"type": "string", "description": desc}, **(extra or {})}
+            return {"type": "object", "properties": props, "required": [name]}
+        line = {"type": "integer"}
+        if role == "analyzer":
+            return [Tool("list_files", "List the repository's files under a directory ('' for all).",
+                         one("path", "a directory"), self._list_files),
+                    Tool("read_file", "Read a file (optionally lines start..end, numbered).",
+                         one("path", "the file", {"start": line, "end": line}), self._read_file),
+                    Tool("grep", "Find lines containing a text (not a regex), optionally under a path.",
+                         one("text", "what to look for", {"path": {"type": "string"}}), self._grep)]
+        return [Tool("run_tests", "Run the repository's tests: 'tests', a test file, or one test id path.py::name.",
+                     one("path", "what to run"), self._run_tests),
+                Tool("python", "Run a Python snippet with the patched repository importable; returns what it prints.",
+                     one("code", "the Python code"), lambda a: run_snippet(self.work, a["code"], 10.0, self.disk_mb))]
+
+    def _list_files(self, a):
+        d = (clean_path(a["path"]) or "") if a["path"].strip() not in ("", ".", "/") else ""
+        ps = [p for p in sorted(self.work) if not d or p == d or p.startswith(d + "/")]
+        return "\n".join(ps[:200] + ([f"... {len(ps) - 200} more"] if len(ps) > 200 else [])) or f"no files under {d!r}"
+
+    def _read_file(self, a):
+        p = clean_path(a["path"])
+        if p is None or p not in self.work:
+            return f"error: no file {a['path'][:80]!r} (list_files shows what there is)"
+        lines = self.work[p].split("\n")
+        start = max(1, _arg(a, "start", 1))
+        end = min(len(lines), _arg(a, "end", start + 199))
+        return "\n".join(f"{i:4d}| {lines[i - 1]}" for i in range(start, end + 1)) or "(empty)"
+
+    def _grep(self, a):
+        text, d = a["text"], clean_path(a.get("path", "")) or ""
+        if not text.strip():
+            return "error: grep needs a text to look for"
+        hits = [f"{p}:{i}: {ln.strip()[:160]}" for p in sorted(self.work) if not d or p == d or p.startswith(d + "/")
+                for i, ln in enumerate(self.work[p].split("\n"), 1) if text in ln]
+        return "\n".join(hits[:50] + ([f"... {len(hits) - 50} more"] if len(hits) > 50 else [])) or "no match"
+
+    def _run_tests(self, a):
+        t = a["path"].strip()
+        if "::" in t:
+            return run_tests(self.work, tests=[t], timeout=self.timeout, disk_mb=self.disk_mb).summary()
+        p = "" if t in ("", ".", "/", "./") else clean_path(t)
+        if p is None or p and not (p in self.work or any(q.startswith(p + "/") for q in self.work)):
+            return f"error: no file or directory {t[:80]!r} in the repository"
+        run = run_tests(self.work, collect=[p], timeout=self.timeout, disk_mb=self.disk_mb)
+        return run.summary() if run.outcomes else f"no tests found under {p or 'the repository'!r} ({run.reason})"
+
+    def _use_tool(self, role: str, reply: str) -> str | None:
+        """The observation of the reply's tool call, or None when it calls none."""
+        tools = self._tools(role)
+        call = parse_tool_call(reply, tools)
+        if call is None:
+            return None
+        if isinstance(call, str):
+            return call  # a malformed call: the parser's error message
+        assert isinstance(call, ToolCall)
+        try:
+            obs = str(next(t for t in tools if t.name == call.name).fn(call.arguments))
+        except Exception as e:  # noqa: BLE001 — a tool failure is an observation
+            obs = f"error: {type(e).__name__}: {e}"
+        return obs if len(obs) <= self.obs_chars else obs[:self.obs_chars] + "\n... (truncated)"
+
+    # -- the episode --
+
+    def reset(self, task):
+        self.task, self.issue = task, task["problem_statement"]
+        self.base = repo_files(task)
+        self.work = dict(self.base)
+        self.protected = patched_paths(task["test_patch"])
+        self.gold = sorted(p for p in patched_paths(task["patch"]) if not is_test_path(p))
+        self.history = []  # (label, text, roles that see it)
+        self.turns = []  # per model turn: (role, attempt index)
+        self.calls = {"analyzer": 0, "validator": 0}
+        self.diagnosis, self.attempts, self.verdicts, self._scores = None, [], {}, {}
+        return self._turn("analyzer")
+
+    def _turn(self, role):
+        self.role = role
+        shown = [(w, t) for w, t, who in self.history if role in who]
+        context, tools, last = "", "", False
+        if role == "analyzer":
+            tools, last = tool_prompt(self._tools(role)), self.calls["analyzer"] >= self.max_analyzer_calls
+        elif role == "writer":
+            context = self._files_for_writer()
+        else:
+            diff = make_patch(self.base, self.work)
+            context = "The patch (all changes so far):\n" + (f"```diff\n{diff[:self.file_chars]}```" if diff else "(no change)")
+            tools, last = tool_prompt(self._tools(role)), self.calls["validator"] >= self.max_validator_calls
+        if last:
+            tools = ""
+        return Turn(role, build_messages(role, self.issue, shown, context, tools, last))
+
+    def _files_for_writer(self) -> str:
+        code = [p for p in sorted(self.work) if not is_test_path(p)]
+        named = [p for p in code if names(p, self.diagnosis or "", self.work)]
+        if not named:
+            return "Files in the repository:\n" + "\n".join(code[:100])
+        parts, left = [], self.file_chars
+        for p in named:
+            body = self.work[p] if len(self.work[p]) <= left else self.work[p][:left] + "\n... (truncated)"
+            parts.append(f"{p}\n```python\n{body.rstrip()}\n```")
+            left -= len(body)
+            if left <= 0:
+                break
+        return "Current contents:\n\n" + "\n\n".join(parts)
+
+    def step(self, reply):
+        role = self.role
+        self.turns.append((role, len(self.attempts) - 1))
+        if role == "analyzer":
+            obs = self._use_tool(role, reply) if self.calls[role] < self.max_analyzer_calls else None
+            if obs is not None:
+                self.calls[role] += 1
+                self.history += [("analyzer", reply, {"analyzer"}), ("observation", obs, {"analyzer"})]
+                return self._turn("analyzer")
+            self.diagnosis = reply
+            self.history.append(("diagnosis", reply, {"writer", "validator"}))
+            return self._turn("writer")
+        if role == "writer":
+            edits, problems = parse_edits(reply)
+            diff = extract_diff(reply) if not edits and not problems else None
+            if diff is not None:
+                try:
+                    new, problems = self._apply_diff(diff), []
+                except PatchError as e:
+                    new, problems = self.work, [f"the diff does not apply: {e}"]
+            elif not edits and not problems:
+                new, problems = self.work, ["no edit block found (path, <<<<<<< SEARCH, =======, >>>>>>> REPLACE)"]
+            else:
+                new, more = apply_edits(self.work, edits, self.protected)
+                problems += more
+                new = self.work if problems else new
+            applied = not problems
+            self.work = new
+            self.attempts.append({"applied": applied, "work": dict(new)})
+            self.turns[-1] = ("writer", len(self.attempts) - 1)
+            note = (f"applied {len(edits) or 'the diff'} edit(s) to "
+                    f"{', '.join(sorted(p for p in set(new) | set(self.base) if new.get(p) != self.base.get(p))) or 'nothing'}"
+                    if applied else "NOT applied (nothing changed):\n" + "\n".join(problems[:5]))
+            self.history.append(("applied", note, {"writer", "validator"}))
+            self.calls["validator"] = 0
+            return self._turn("validator")
+        # validator
+        obs = self._use_tool(role, reply) if self.calls[role] < self.max_validator_calls else None
+        if obs is not None:
+            self.calls[role] += 1
+            self.history += [("validator", reply, {"validator"}), ("observation", obs, {"validator"})]
+            return self._turn("validator")
+        verdict = parse_verdict(reply)
+        self.verdicts[len(self.attempts) - 1] = verdict  # None (no verdict) acts as REJECT but earns nothing
+        if verdict or len(self.attempts) > self.max_refinements:
+            return None
+        self.history.append(("feedback", reply, {"writer", "validator"}))
+        return self._turn("writer")
+
+    def _apply_diff(self, diff: str) -> dict[str, str]:
+        bad = sorted(p for p in patched_paths(diff) if clean_path(p) is None or p in self.protected or is_test_path(p))
+        if bad:
+            raise PatchError(f"rejected: {bad[0]} is outside the repository or a test file")
+        return apply_patch(self.work, diff)
+
+    # -- rewards --
+
+    def _score(self, k: int) -> Resolution:
+        """The resolution of the repository after writer attempt k (-1: the base), cached by content."""
+        work = self.attempts[k]["work"] if k >= 0 else self.base
+        key = hashlib.sha256(json.dumps(sorted(work.items())).encode()).hexdigest()
+        if key not in self._scores:
+            self._scores[key] = evaluate(self.task, self.base, work, self.timeout, self.disk_mb)
+        return self._scores[key]
+
+    def named_files(self) -> set[str]:
+        """The repository's code files (not tests) that the diagnosis names."""
+        return {p for p in self.base if not is_test_path(p) and names(p, self.diagnosis or "", self.base)}
+
+    def localised(self) -> float:
+        """Recall: the share of the gold patch's files that the diagnosis names (the metric)."""
+        return len(set(self.gold) & self.named_files()) / len(self.gold) if self.gold else 0.0
+
+    def analyzer_reward(self) -> float:
+        """|named & gold| / |named | gold|: naming every file in the repository does not pay."""
+        named, gold = self.named_files(), set(self.gold)
+        return len(named & gold) / len(named | gold) if gold else 0.0
+
+    def turn_rewards(self):
+        out = []
+        for role, k in self.turns:
+            if role == "analyzer":
+                out.append(self.analyzer_reward())
+            elif role == "writer":
+                out.append(self._score(k).score if self.attempts[k]["applied"] else 0.0)
+            else:
+                v = self.verdicts.get(k)
+                out.append(float(v is not None and v == self._score(k).resolved))
+        return out
+
+    def metrics(self):
+        final = self._score(len(self.attempts) - 1)
+        judged = [(v, self._score(k).resolved) for k, v in self.verdicts.items()]
+        return {"team_reward": final.score, "resolved": float(final.resolved), "f2p_frac": final.f2p,
+                "p2p_ok": float(final.p2p_ok), "patch_applied": float(any(a["applied"] for a in self.attempts)),
+                "files_localised": self.localised(), "iterations": len(self.attempts),
+                "analyzer_calls": self.calls["analyzer"], "accepted": float(any(v is True for v in self.verdicts.values())),
+                "validator_correct": sum(v == r for v, r in judged) / len(judged) if judged else 0.0}
+
+    def model_patch(self) -> str:
+        """The episode's patch as a unified diff (SWE-bench's `model_patch`), test files left out."""
+        return make_patch({p: t for p, t in self.base.items() if not is_test_path(p)},
+                          {p: t for p, t in self.work.items() if not is_test_path(p)})
+
+
+def load_tasks(spec: str) -> list[dict]:
+    """data.train_files / val_files: a SWE-bench JSONL, or `FILE.jsonl@REPOS_DIR` (data/swe_data.py)."""
+    from data.swe_data import load_swe
+    return load_swe(spec)
+
+
+def aggregate(episodes) -> dict:
+    """Rates over the episodes, and mean tokens per turn of each role."""
+    ms = [e.metrics for e in episodes if e.metrics and "resolved" in e.metrics]
+    n = max(1, len(ms))
+    out = {f"{k}_rate" if k in ("resolved", "patch_applied") else k: sum(m[k] for m in ms) / n
+           for k in ("resolved", "patch_applied", "files_localised", "iterations", "validator_correct")}
+    for role in ROLES:
+        steps = [s for e in episodes for s in e.steps if s.role == role]
+        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
+    return out
