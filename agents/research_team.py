@@ -121,10 +121,8 @@ def parse_citations(text) -> list[str]:
         return []
     try:
         found = []
-        for m in _BRACKET.finditer(text):
+        for m in _BRACKET.finditer(text):  # linear: brackets do not nest in the pattern
             found.append((m.start(), _ids(m.group(1))))
-            if len(found) > 4 * MAX_CITATIONS:
-                break
         for m in _CITE_LINE.finditer(text):
             found.append((m.start(1), _ids(_BRACKET.sub(" ", m.group(1)))))
         out = []
@@ -142,20 +140,22 @@ _BOXED = re.compile(r"\\boxed\{([^{}\n]{0,200})\}")
 
 def parse_report(text) -> tuple[str | None, list[str]]:
     """(answer, citations) of a writer reply. The answer: the text after the last non-empty
-    'Answer:', else a \\boxed{} one, else the first non-empty line that is not a citation line;
+    'Answer:', else a \\boxed{} one, else (no 'Answer:' at all) the first non-empty line that is not a
+    citation line;
     [doc id] brackets are taken out of it (unless nothing else is left). None when there is none."""
     if not isinstance(text, str):
         return None, []
     try:
         cites = parse_citations(text)
-        ans = None
+        ans, labelled = None, False
         for m in _ANSWER.finditer(text):
+            labelled = True
             if m.group(1).strip():
                 ans = m.group(1)
         if ans is None:
             b = _BOXED.findall(text)
-            ans = b[-1] if b else next((ln for ln in text.splitlines()[:MAX_LINES]
-                                        if ln.strip() and not _CITE_LINE.match(ln.strip())), None)
+            ans = b[-1] if b else None if labelled else next(
+                (ln for ln in text.splitlines()[:MAX_LINES] if ln.strip() and not _CITE_LINE.match(ln.strip())), None)
         if ans is None:
             return None, cites
         ans = _CITE_LINE.split(ans)[0]  # "Answer: X Citations: [a]" on one line

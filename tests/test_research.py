@@ -1,0 +1,311 @@
+"""The deep-research team (envs/research.py): scripted teams through every branch with rewards worked
+out by hand, the parsers on edge cases and hostile text, the 3-/4-hop generator and the HotpotQA
+loader, and two training steps on the tiny model."""
+import dataclasses
+import json
+import os
+
+import pytest
+
+import train
+from agents.research_team import clean_doc_id, parse_citations, parse_plan, parse_report
+from config import ConfigError, load_config_file
+from data.math_data import DataError
+from data.research_data import generate, load_research
+from data.search_data import generate as generate_world
+from envs.research import ResearchEnv, aggregate
+from rollout import Episode
+from workflows import check_roles, load_data, workflow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "data")
+CORPUS = {d["id"]: d for d in map(json.loads, open(os.path.join(DATA, "search_corpus.jsonl")))}
+# product4 (Huljorfel, a loom) is made by company11 (Yrwes Foundry), headquartered in city8_2 (Rutem),
+# a city of country8 (Ultemwes), whose capital is Felmi
+T4 = {"question": "What is the capital of the country where the company that makes Huljorfel has its headquarters?",
+      "answer": "Felmi", "support": ["product4", "company11", "city8_2", "country8"], "hops": 4}
+
+
+def perfect(task, docs=CORPUS):
+    """A scripted team that does everything right: one sub-question per supporting document."""
+    sup = task["support"]
+    out = ["\n".join(f"{i + 1}. What does the document about {docs[d]['title']} say?" for i, d in enumerate(sup))]
+    for d in sup:
+        out += [f"Action: search[{docs[d]['title']}]", f"Action: read_doc[{d}]",
+                f"Action: note[{docs[d]['text']} [{d}]]"]
+    return out + [f"Answer: {task['answer']}\nCitations: " + " ".join(f"[{d}]" for d in sup)]
+
+
+def play(env, task, replies):
+    turn, roles, seen = env.reset(task), [], []
+    for r in replies:
+        assert turn is not None, "ended early"
+        roles.append(turn.role)
+        seen.append(turn)
+        turn = env.step(r)
+    assert turn is None, "did not end"
+    return roles, env.turn_rewards(), env.metrics(), seen
+
+
+def test_perfect_team_scores_one_on_every_generated_question():
+    env = ResearchEnv()
+    tasks = load_research(os.path.join(DATA, "research_train.jsonl")) + load_research(os.path.join(DATA, "research_val.jsonl"))
+    assert len(tasks) == 80
+    for task in tasks:
+        roles, rew, m, _ = play(env, task, perfect(task))
+        n = len(task["support"])
+        assert roles == ["planner"] + ["researcher"] * 3 * n + ["writer"]
+        assert rew == [1.0] * len(roles), (task, rew)
+        for k in ("team_reward", "f1", "em", "cite_precision", "cite_recall", "support_retrieved", "support_read",
+                  "planner_reward", "researcher_reward", "writer_reward"):
+            assert m[k] == 1.0, (k, task)
+        assert m["sub_questions"] == n and m["rounds"] == 3 * n and m["tool_errors"] == 0 and m["hops"] == n
+
+
+def test_writer_rewards_by_hand():
+    env = ResearchEnv()
+    base = perfect(T4)[:-1]
+    cites = "Citations: [product4] [company11] [city8_2] [country8]"
+    # wrong answer, every citation right: 0.5 * F1 0 + 0.5 * citation F1 1
+    _, rew, m, _ = play(env, T4, base + ["Answer: Rutem\n" + cites])
+    assert rew[-1] == 0.5 and m["team_reward"] == 0.5 and m["f1"] == 0.0 and m["cite_f1"] == 1.0
+    assert rew[:-1] == [1.0] * 13  # the others did their part
+    # right answer, no citations: 0.5 * 1 + 0.5 * 0
+    _, rew, m, _ = play(env, T4, base + ["Answer: Felmi"])
+    assert rew[-1] == 0.5 and m["cite_precision"] == 0.0 and m["cite_recall"] == 0.0 and m["em"] == 1.0
+    # partial answer and citations on the answer line: F1("the Felmi republic", "Felmi") = 2/3 (P 1/2, R 1);
+    # citations P = 2/3, R = 2/4, F1 = 4/7; writer = 0.5 * 2/3 + 0.5 * 4/7 = 13/21
+    _, rew, m, _ = play(env, T4, base + ["Answer: the Felmi republic [product4] [company11] [bogus7]"])
+    assert m["f1"] == pytest.approx(2 / 3) and m["em"] == 0.0
+    assert (m["cite_precision"], m["cite_recall"], m["cite_f1"]) == pytest.approx((2 / 3, 1 / 2, 4 / 7))
+    assert rew[-1] == pytest.approx(13 / 21) and m["team_reward"] == pytest.approx(13 / 21)
+    # citation_weight moves the mix: 0.75 * 2/3 + 0.25 * 4/7 = 1/2 + 1/7
+    _, rew, _, _ = play(ResearchEnv(citation_weight=0.25), T4, base + ["Answer: the Felmi republic [product4] "
+                                                                       "[company11] [bogus7]"])
+    assert rew[-1] == pytest.approx(1 / 2 + 1 / 7)
+    # no answer at all
+    _, rew, m, _ = play(env, T4, base + [""])
+    assert rew[-1] == 0.0 and m["no_answer"] == 1.0
+
+
+def test_planner_and_researcher_rewards_by_hand():
+    env = ResearchEnv()
+    replies = ["1. What is Huljorfel?\n2. Who made it?",
+               "Action: search[Huljorfel]", "Action: read_doc[product4]", "Action: note[Huljorfel is made by Yrwes "
+                                                                          "Foundry [product4]]",
+               "Action: search[weather]", "Action: read_doc[product4]", "nothing new here",
+               "Answer: Felmi\nCitations: [product4]"]
+    roles, rew, m, seen = play(env, T4, replies)
+    assert roles == ["planner"] + ["researcher"] * 6 + ["writer"]
+    # sub-question 1 found a new supporting document (retrieved and read): 1; sub-question 2 found nothing
+    # new (re-reading product4 does not count): 0. Planner: precision 1/2 useful sub-questions, recall 1/4
+    # supporting documents read -> 2 * 1/2 * 1/4 / (3/4) = 1/3. Writer: F1 1, citations P 1 R 1/4 -> F1 2/5,
+    # 0.5 + 0.5 * 2/5 = 0.7
+    assert rew == pytest.approx([1 / 3, 1, 1, 1, 0, 0, 0, 0.7])
+    assert m["support_read"] == 0.25 and m["support_retrieved"] == 0.25 and m["researcher_reward"] == 0.5
+    # what the later roles saw: the second researcher gets the first one's note and ids; the writer, all
+    assert "Huljorfel is made by Yrwes Foundry [product4]" in seen[4].messages[1]["content"]
+    assert "Documents read: [product4]" in seen[4].messages[1]["content"]
+    assert "Your sub-question (2 of 2): Who made it?" in seen[4].messages[1]["content"]
+    writer = seen[-1].messages[1]["content"]
+    assert "Note: nothing new here" in writer and "(no results)" not in writer
+    assert "(no results)" in seen[5].messages[-1]["content"]  # the search for 'weather' found nothing
+    # a researcher's rounds extend one conversation (what rollout.merge_turns needs)
+    for a, b in ((seen[1], seen[2]), (seen[2], seen[3])):
+        assert b.messages[:len(a.messages)] == a.messages and b.messages[len(a.messages)]["role"] == "assistant"
+    # retrieved but the wrong document read: 0.5; the planner's one sub-question led to nothing read: 0
+    _, rew, m, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[city0_0]",
+                                  "Action: note[no idea]", "Answer: x"])
+    assert rew[:4] == [0.0, 0.5, 0.5, 0.5] and m["support_retrieved"] == 0.25 and m["support_read"] == 0.0
+
+
+def test_branches_plan_fallback_budget_errors_truncation():
+    env = ResearchEnv(max_rounds=2, max_sub_questions=2)
+    # no plan: the question itself is researched; the planner earns 0
+    roles, rew, m, seen = play(env, T4, ["I will not plan", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                         "Answer: Felmi [product4]"])
+    assert roles == ["planner", "researcher", "researcher", "writer"] and m["no_plan"] == 1.0 and rew[0] == 0.0
+    assert f"Your sub-question (1 of 1): {T4['question']}" in seen[1].messages[1]["content"]
+    assert rew[1:3] == [1.0, 1.0] and "Note: (none)" in seen[3].messages[1]["content"]  # budget of 2 rounds spent
+    # the plan is capped at max_sub_questions; errors cost a round and are counted
+    roles, rew, m, seen = play(ResearchEnv(max_rounds=3, max_sub_questions=2), T4, [
+        "1. a b c?\n2. d e f?\n3. g h i?", "Action: read_doc[nosuchdoc]", "Action: fly[away]",
+        "Action: read_doc[[Product4]]",
+        '<tool_call>{"name": "read_doc", "arguments": {"id": "id: company11"}}</tool_call>', "Action: note[done]",
+        "Answer: x"])
+    assert roles == ["planner"] + ["researcher"] * 5 + ["writer"]
+    assert m["sub_questions"] == 2 and m["tool_errors"] == 2
+    assert "no document with id 'nosuchdoc'" in seen[2].messages[-1]["content"]
+    assert "unknown tool 'fly'; available: search, read_doc, note" in seen[3].messages[-1]["content"]
+    assert seen[5].messages[-1]["content"].startswith("Observation:\n[company11] Yrwes Foundry: Yrwes Foundry is a")
+    assert "Your sub-question (2 of 2): d e f?" in seen[4].messages[1]["content"]
+    # ids written loosely were read (not retrieved: 0.5 each); planner P 2/2, R 2/4 -> 2/3
+    assert rew == pytest.approx([2 / 3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.0]) and m["support_read"] == 0.5
+    # cut short by rollout.max_turns: scored on the turns taken
+    env.reset(T4)
+    env.step("1. What is Huljorfel?")
+    env.step("Action: search[Huljorfel]")
+    assert env.turn_rewards() == [pytest.approx(0.0), 0.5] and env.metrics()["no_answer"] == 1.0
+    # a fork (ReMax's greedy twin) shares the index, copies the state
+    twin = env.fork()
+    assert twin.tool is env.tool and twin.subs == env.subs and twin.subs is not env.subs
+    twin.step("Action: read_doc[product4]")
+    assert env.subs[0]["read"] == [] and twin.subs[0]["read"] == ["product4"]
+
+
+def test_env_kwargs_are_checked():
+    with pytest.raises(ConfigError, match=r"data\.env_kwargs\.max_rounds: must be an integer >= 1, got 0"):
+        ResearchEnv(max_rounds=0)
+    with pytest.raises(ConfigError, match=r"data\.env_kwargs\.citation_weight: must be in \[0, 1\], got 2"):
+        ResearchEnv(citation_weight=2)
+
+
+# ---------------------------------------------------------------------------------- parsers
+
+HOSTILE = ["1. " + " " * 32_000, "Answer:" + " " * 32_000 + "x", "[" * 50_000, "[a]" * 20_000, "\x00" * 5_000,
+           "1" * 5_000, "Sub-question" + " " * 30_000 + "1", "\ud800 lone surrogate", "Citations:" + " ," * 20_000,
+           "Action: read_doc[" + "[" * 30_000, "- " * 20_000 + "?"]
+
+
+def test_parse_plan():
+    assert parse_plan("1. Who founded X?\n2) Where was that person born?\n- In which country is that city?\n"
+                      "* What is its capital?\n5. One too many?") == [
+        "Who founded X?", "Where was that person born?", "In which country is that city?", "What is its capital?"]
+    assert parse_plan("Sub-questions:\nSub-question 1: Who made Huljorfel?\nQ2: Where is it made?\n"
+                      "2. **Who made Huljorfel?**") == ["Who made Huljorfel?", "Where is it made?"]
+    assert parse_plan("Who made X?\nWhere is it?\nThanks.") == ["Who made X?", "Where is it?"]  # no list: the '?' lines
+    assert parse_plan("1. a\n2.\n3. ok ok ok", max_items=2) == ["ok ok ok"]  # too short / empty items dropped
+    assert parse_plan("1. x y z?\n2. u v w?", max_items=1) == ["x y z?"]
+    assert parse_plan("") == [] and parse_plan(None) == [] and parse_plan("Just answer it.") == []
+    assert len(parse_plan("1. " + "a" * 100_000)[0]) == 200
+    for h in HOSTILE:
+        assert isinstance(parse_plan(h), list)
+
+
+def test_parse_report_and_ids():
+    assert parse_report("Answer: Felmi\nCitations: [product4] [company11]") == ("Felmi", ["product4", "company11"])
+    assert parse_report("Answer: Felmi [product4][country8].") == ("Felmi", ["product4", "country8"])
+    assert parse_report("Answer: Felmi Citations: [p1], p2") == ("Felmi", ["p1", "p2"])
+    assert parse_report("The answer is \\boxed{Felmi}. Sources: product4, city8_2") == ("Felmi", ["product4", "city8_2"])
+    assert parse_report("Felmi\n") == ("Felmi", []) and parse_report("Citations: [a1]") == (None, ["a1"])
+    assert parse_report("Answer: [Felmi]") == ("Felmi", ["Felmi"])  # a bracketed answer: kept, and a (wrong) citation
+    assert parse_report("Answer: x\nCitations: none") == ("x", [])
+    assert parse_report("Answer: x [a, b; c] [a]") == ("x", ["a", "b", "c"])
+    assert parse_report("") == (None, []) and parse_report(None) == (None, []) and parse_report("Answer: ") == (None, [])
+    assert len(parse_citations("[a]" * 20_000 + " " + " ".join(f"[d{i}]" for i in range(30)))) == 20
+    for s in ("[city0_0]", '"city0_0"', "id: city0_0", "Document ID = city0_0.", " `city0_0` "):
+        assert clean_doc_id(s) == "city0_0", s
+    assert clean_doc_id(None) == ""
+    for h in HOSTILE:
+        a, c = parse_report(h)
+        assert (a is None or isinstance(a, str)) and isinstance(c, list) and len(c) <= 20
+        assert isinstance(clean_doc_id(h), str)
+
+
+def test_env_never_raises_on_hostile_replies():
+    env = ResearchEnv(max_rounds=2, max_sub_questions=2)
+    for h in HOSTILE + [None, 12]:
+        for at in range(6):  # the hostile reply at every position of the episode
+            turn, n = env.reset(T4), 0
+            while turn is not None and n < 20:
+                turn, n = env.step(h if n == at else "Action: search[Huljorfel]"), n + 1
+            assert turn is None and len(env.turn_rewards()) == n
+            assert all(0.0 <= r <= 1.0 for r in env.turn_rewards())
+
+
+# ---------------------------------------------------------------------------------- data
+
+
+def _rows(name):
+    return [json.loads(ln) for ln in open(os.path.join(DATA, name))]
+
+
+def test_generator_is_seeded_disjoint_and_shipped():
+    a, b = generate(1), generate(1)
+    assert a == b and generate(2) != a
+    docs, tr, va = a
+    assert (tr, va) == (_rows("research_train.jsonl"), _rows("research_val.jsonl"))  # the files = generate(1)
+    # the corpus: search_data's 120 documents unchanged and first, then ours
+    assert _rows("search_corpus.jsonl") == generate_world(0)[0] + docs
+    assert len(CORPUS) == 160 and len({d["title"] for d in CORPUS.values()}) == 160
+    assert not {q["question"] for q in tr} & {q["question"] for q in va}
+    assert not {q["support"][0] for q in tr} & {q["support"][0] for q in va}  # no company / product in both
+    for split in (tr, va):
+        assert {q["hops"] for q in split} == {3, 4}
+        for q in split:
+            s = q["support"]
+            assert len(s) == q["hops"] and all(i in CORPUS for i in s)
+            assert CORPUS[s[0]]["title"] in q["question"]
+            for x, y in zip(s, s[1:]):  # a chain: each document names the next one
+                assert CORPUS[y]["title"] in CORPUS[x]["text"], (x, y)
+            assert q["answer"] in CORPUS[s[-1]]["text"]
+
+
+HOTPOT = {"_id": "h1", "question": "In which country was the author of Book A born?", "answer": "Freedonia",
+          "type": "bridge", "level": "hard",
+          "supporting_facts": [["Book A", 1], ["Jane Roe", 1]],
+          "context": [["Book A", ["Book A is a novel.", " It was written by Jane Roe."]],
+                      ["Jane Roe", ["Jane Roe is a writer.", " She was born in Freedonia."]],
+                      ["Ships", ["Ships sail on water."]]]}
+
+
+def test_hotpotqa_loader_and_episode(tmp_path):
+    p = tmp_path / "hotpot.json"  # the official release: one JSON list
+    p.write_text(json.dumps([HOTPOT]))
+    (t,) = load_research(str(p))
+    assert t["support"] == ["p0", "p1"] and t["hops"] == 2 and t["id"] == "h1"
+    assert t["docs"][1] == {"id": "p1", "title": "Jane Roe", "text": "Jane Roe is a writer. She was born in Freedonia."}
+    hf = dict(HOTPOT, context={"title": [c[0] for c in HOTPOT["context"]], "sentences": [c[1] for c in HOTPOT["context"]]},
+              supporting_facts={"title": ["Book A", "Jane Roe"], "sent_id": [1, 1]})
+    q = tmp_path / "hotpot.jsonl"  # the Hugging Face export, as JSONL
+    q.write_text(json.dumps(hf) + "\n")
+    assert load_research(str(q)) == [t]
+    docs = {d["id"]: d for d in t["docs"]}
+    _, rew, m, seen = play(ResearchEnv(), t, perfect(t, docs))
+    assert rew == [1.0] * 8 and m["team_reward"] == 1.0 and "[p0] Book A" in seen[2].messages[-1]["content"]
+    for row, line, msg in [(dict(HOTPOT, supporting_facts=[["Nope", 0]]), 1, "'supporting_facts' names 'Nope'"),
+                           (dict(HOTPOT, context="text"), 1, "field 'context' must be a list of"),
+                           ({k: v for k, v in HOTPOT.items() if k != "context"}, 1, "needs field 'context'"),
+                           (dict(HOTPOT, answer={"a": 1}), 1, "field 'answer' must be a non-empty string")]:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps(HOTPOT) + "\n" + json.dumps(row) + "\n")
+        with pytest.raises(DataError, match=f"bad.jsonl:{line + 1}: .*{msg}"):
+            load_research(str(bad))
+    ours = tmp_path / "ours.jsonl"
+    ours.write_text(json.dumps(T4) + "\n" + json.dumps(dict(T4, support="city0_0")) + "\n")
+    with pytest.raises(DataError, match=r"ours.jsonl:2: field 'support' must be a non-empty list of document ids"):
+        load_research(str(ours))
+    ours.write_text(json.dumps({"question": "q?", "support": ["a"]}) + "\n")
+    with pytest.raises(DataError, match=r"ours.jsonl:1: missing field 'answer'"):
+        load_research(str(ours))
+
+
+# ---------------------------------------------------------------------------------- config and training
+
+
+def test_aggregate_micro_and_per_hop():
+    env, eps = ResearchEnv(), []
+    for reply in ("Answer: Felmi [product4] [bogus]", "Answer: Rutem"):
+        play(env, T4, perfect(T4)[:-1] + [reply])
+        eps.append(Episode(0, 0, None, [], env.metrics()))
+    out = aggregate(eps)
+    assert out["cite_precision_micro"] == 0.5 and out["cite_recall_micro"] == 1 / 8 and out["f1_4hop"] == 0.5
+
+
+def test_configs_route_and_tiny_training(tmp_path):
+    for name in ("research", "tiny_research"):
+        cfg = load_config_file(os.path.join(ROOT, "configs", f"{name}.py")).validate()
+        check_roles(cfg)
+        tr, va = load_data(cfg)
+        assert len(tr) == 60 and all(len(t["support"]) == t["hops"] for t in tr + va)
+        assert isinstance(workflow(cfg)[0](), ResearchEnv)
+    # the built-in name (config.py's list of built-ins does not take it yet; workflows.py does)
+    builtin = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="research", env_kwargs={}))
+    assert isinstance(workflow(builtin)[0](), ResearchEnv) and workflow(builtin)[2] is workflow(cfg)[2]
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / "run")))
+    metrics = train.main(cfg)
+    for role in ("planner", "researcher", "writer"):
+        assert f"train/reward/{role}" in metrics and f"val/reward/{role}" in metrics, role
+    rows = [json.loads(ln) for ln in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 2]  # two train steps and the final eval
+    assert {"train/cite_precision_micro", "train/support_read", "val/planner_reward"} <= set(rows[0]) | set(rows[2])
