@@ -68,8 +68,9 @@ def observation_message(text: str) -> dict:
 
 MAX_ITEM_CHARS = 200
 MAX_LINES = 200
-_ITEM = re.compile(r"\s*+(?:(?:sub[- ]?questions?|q(?:uestion)?|step)\s*+\d{0,3}\s*+[:.)\-]|\(?\d{1,3}\s*+[.):]|[-*•])"
-                   r"\s*+(.*)", re.IGNORECASE)
+# a list item: "Sub-question 2:", "Q2.", "Step 2)", "2.", "(2)", "- ", "* ", "• "; then the item
+_ITEM = re.compile(r"\s*+(?:(?:sub[- ]?questions?|q(?:uestion)?|step)\s*+\d{0,3}\s*+[:.)\-]"
+                   r"|\(?\d{1,3}\s*+[.):]|[-*•])\s*+(.*)", re.IGNORECASE)
 _WORD = re.compile(r"\w")
 
 

@@ -9,7 +9,8 @@ from config import AlgoConfig, Config, DataConfig, LoRAConfig, ModelConfig, Role
 
 config = Config(
     model=ModelConfig(spec="smollm2-135m-instruct"),
-    roles=(RoleConfig("planner", max_tokens=64, temperature=0.7), RoleConfig("researcher", max_tokens=32, temperature=0.7),
+    roles=(RoleConfig("planner", max_tokens=64, temperature=0.7),
+           RoleConfig("researcher", max_tokens=32, temperature=0.7),
            RoleConfig("writer", max_tokens=40, temperature=0.7)),
     lora=LoRAConfig(rank=16, alpha=32, dropout=0.0),
     algo=AlgoConfig(adv_estimator="grpo", lr=2e-4, mini_batch_size=64, micro_batch_size=8),

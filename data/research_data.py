@@ -35,8 +35,9 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data.math_data import DataError, read_rows  # noqa: E402
-from data.search_data import SYL, generate as generate_world  # noqa: E402
+from data.math_data import DataError, read_rows
+from data.search_data import SYL
+from data.search_data import generate as generate_world
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KINDS = ["lamp", "boat", "clock", "bicycle", "radio", "kettle", "loom", "telescope"]
@@ -179,8 +180,7 @@ def write(seed: int = 1) -> tuple[int, int, int]:
     world = generate_world(0)[0]
     for name_, rows in (("search_corpus", world + docs), ("research_train", train), ("research_val", val)):
         with open(os.path.join(HERE, f"{name_}.jsonl"), "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+            f.writelines(json.dumps(r) + "\n" for r in rows)
     return len(docs), len(train), len(val)
 
 

@@ -64,7 +64,8 @@ class ToolAgentEnv:
             raise ConfigError(f"config field data.env_kwargs.reward: unknown reward {reward!r}: known rewards are "
                              f"{', '.join(REWARDS)}")
         if style not in ("chat", "react", "code"):
-            raise ConfigError(f"config field data.env_kwargs.style: unknown agent style {style!r}; use chat, react or code")
+            raise ConfigError(f"config field data.env_kwargs.style: unknown agent style {style!r}; "
+                              "use chat, react or code")
         try:
             names = tool_names(tools)
         except ValueError as e:
@@ -103,7 +104,8 @@ class ToolAgentEnv:
                 obs = call_tool(call, self.tools)
             elif isinstance(call, str):
                 obs, self.errors = call, self.errors + 1
-        elif self.style == "code" and _FENCE.search(reply) and (self.reward_name == "code" or read_final(reply) is None):
+        elif self.style == "code" and _FENCE.search(reply) and (self.reward_name == "code"
+                                                                or read_final(reply) is None):
             # code is run; a math/QA reply that already gives its answer ends instead (a code task's
             # replies never do: its answer is the function, and a reply without code ends it)
             code = extract_code(reply)

@@ -80,7 +80,8 @@ class ResearchEnv:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
         if isinstance(citation_weight, bool) or not isinstance(citation_weight, (int, float)) \
                 or not 0 <= citation_weight <= 1:
-            raise ConfigError(f"config field data.env_kwargs.citation_weight: must be in [0, 1], got {citation_weight!r}")
+            raise ConfigError("config field data.env_kwargs.citation_weight: must be in [0, 1], "
+                              f"got {citation_weight!r}")
         self.corpus, self.k = str(corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
@@ -101,7 +102,8 @@ class ResearchEnv:
         else:
             self.tool, self.by_id = _corpus(self.corpus, self.k)
         self.lower_ids = {i.lower(): i for i in self.by_id}
-        self.hops = int(task.get("hops", len(self.support))) if str(task.get("hops", "")).isdigit() else len(self.support)
+        hops = task.get("hops")
+        self.hops = hops if isinstance(hops, int) and not isinstance(hops, bool) else len(self.support)
         self.plan, self.planned, self.subs, self.turns = [], False, [], []
         self.answer, self.citations, self.wrote = None, [], False
         self.role = "planner"
@@ -201,7 +203,8 @@ class ResearchEnv:
         writer = (1 - self.w) * ans_f1 + self.w * _f1(cp, cr)
         return {"planner": planner, "researcher": sub_r, "writer": writer, "f1": ans_f1,
                 "em": exact_match(self.answer, self.gold) if self.answer is not None else 0.0,
-                "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited), "cited_support": hit,
+                "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited),
+                "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
                 "support_read": r, "useful_subs": sum(useful)}
 
