@@ -136,8 +136,9 @@ class SFTConfig:
     """held-out eval every N optimizer steps (0: before and after training only)"""
     seed: int = 0
     """seed of everything: shuffling, the held-out split, new adapters, the teacher, sampling"""
-    out: str = "runs/sft"
-    """output directory: <out>/<adapter>/ PEFT adapters, sft_loss.jsonl/.png, examples/, summary.json"""
+    out: str | None = None
+    """output directory: <out>/<adapter>/ PEFT adapters, sft_loss.jsonl/.png, examples/, summary.json
+    (None: <the train config's output_dir>/sft, else runs/sft)"""
     progress: bool = True
     """progress bars (stderr)"""
     device: str = "auto"
@@ -476,7 +477,7 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         raise ValueError("rejection sampling (rejection_k) needs train_config: its workflow, roles and tasks")
     if not cfg.data and not cfg.rejection_k and cfg.teacher == "none":
         raise ValueError("nothing to learn from: give data (trajectory globs), rejection_k or a teacher")
-    out = Path(cfg.out)
+    out = Path(cfg.out or (Path(train_cfg.trainer.output_dir) / "sft" if train_cfg is not None else "runs/sft"))
     out.mkdir(parents=True, exist_ok=True)
     device = (next(model.parameters()).device if model is not None else
               torch.device("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else
@@ -524,9 +525,10 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     groups = defaultdict(list)  # one model per set of target modules (lora.py: one set per model)
     for a in adapters:
         groups[settings[a]["targets"]].append(a)
-    if lora.lora_modules(model):  # a caller's model that already wears adapters: its targets come first
-        mine = tuple(sorted({p.rsplit(".", 1)[-1] for p in lora.lora_modules(model)}))
-        groups = dict(sorted(groups.items(), key=lambda kv: kv[0] != mine))
+    # the base itself takes the group on the targets it already wears (a caller's model), else the
+    # default targets; any other group trains on its own copy
+    first = ({p.rsplit(".", 1)[-1] for p in lora.lora_modules(model)} or set(default["targets"]))
+    groups = dict(sorted(groups.items(), key=lambda kv: set(kv[0]) != first))
     pristine = copy.deepcopy(model) if len(groups) > 1 else None
     model_of = {}
     for i, (targets, names) in enumerate(groups.items()):

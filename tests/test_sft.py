@@ -246,3 +246,18 @@ def test_cli_and_config_file(tmp_path):
     assert cfg.min_reward == 0.9 and cfg.weights == {"completion": 0.5} and cfg.role_lora == ("solver:rank=4",)
     assert sft.parse_role_lora(cfg.role_lora + ("x:targets=q_proj+v_proj,alpha=4",)) == {
         "solver": {"rank": 4}, "x": {"targets": ("q_proj", "v_proj"), "alpha": 4.0}}
+
+
+def test_roles_with_other_targets_train_on_their_own_copy_of_the_base(tiny, tmp_path):
+    model, tok = tiny
+    data = write(tmp_path / "t.jsonl", good_records(tok, short_chat)[:2])
+    cfg = sft.SFTConfig(data=(data,), roles=("generator_initial", "evaluator_critique"), lr=1e-3, grad_accum=1, rank=8,
+                        val_frac=0, role_lora=("evaluator_critique:targets=v_proj+q_proj,rank=2",),
+                        out=str(tmp_path / "o"), progress=False)
+    summary = sft.run_sft(cfg, model=model, tok=tok)
+    e = json.loads((tmp_path / "o" / "evaluator_critique" / "adapter_config.json").read_text())
+    g = json.loads((tmp_path / "o" / "generator_initial" / "adapter_config.json").read_text())
+    assert e["target_modules"] == ["q_proj", "v_proj"] and e["r"] == 2
+    assert g["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"] and g["r"] == 8
+    assert lora.adapter_names(model) == ["generator_initial"]  # the evaluator trained on a copy
+    assert summary["losses"]["evaluator_critique"]["steps"] == 1 == summary["losses"]["generator_initial"]["steps"]
