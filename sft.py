@@ -12,10 +12,11 @@ The pipeline, as this file reads top to bottom:
   1. sources -> episode records in the unified trajectory format (trajectories.py):
        - trajectory files (`data`: globs or directories): train.py's and eval.py's, or any run of a
          stronger model elsewhere written in the same format;
-       - the current policy's own rollouts (`rejection_k` = k): every task of the train config is
-         rolled out k times with the adapters SFT starts from (`init_from`, else fresh = the base
-         model) and the best episode per task is kept: the highest team_reward (else mean recorded
-         reward), ties broken by the mean weighted reward. All k are written to rejection.jsonl.
+       - the current policy's own rollouts (`rejection_k` = k): the train config's training tasks
+         (the first `rejection_tasks`) are rolled out k times each with the adapters SFT starts from
+         (`init_from`, else fresh = the base model) and the best episode per task is kept: the
+         highest team_reward (else mean recorded reward), ties broken by the mean weighted reward.
+         All k are written to rejection.jsonl (and the teacher draws own samples from all of them).
   2. filter: a turn is kept when its reward >= `min_reward`; the reward is the weighted one of
      rewards/calculator.py (`reward=weighted`, the default; with the default weights a turn that
      failed its job scores at most 0.6) or the env's recorded one (`reward=recorded`). Replies cut

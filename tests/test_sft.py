@@ -67,12 +67,12 @@ def run(_tiny_base, tmp_path_factory):
     data = write(tmp / "train_step_000001.jsonl", good_records(tok, short_chat))
     train_cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
     cfg = sft.SFTConfig(data=(data,), roles=("generator_initial", "evaluator_critique"), min_reward=0.7, lr=3e-3,
-                        epochs=3, micro_batch_size=2, grad_accum=2, val_frac=0.25,
+                        epochs=3, micro_batch_size=2, grad_accum=2, val_frac=0.25, eval_every=4,
                         role_lora=("evaluator_critique:rank=4,alpha=8",), out=str(tmp / "out"), progress=False)
     hook_calls = []
     summary = sft.run_sft(cfg, train_cfg, model=model, tok=tok,
                           eval_hook=lambda m, a, step: hook_calls.append((a, step)) or {"hook": 1.0})
-    return {"model": model, "tok": tok, "before": before, "summary": summary, "out": tmp / "out",
+    return {"model": model, "tok": tok, "before": before, "summary": summary, "out": tmp / "out", "cfg": cfg,
             "train_cfg": train_cfg, "hook_calls": hook_calls}
 
 
@@ -89,10 +89,10 @@ def test_sft_lowers_the_loss_on_its_own_examples(run):
         assert res["train_loss_last"] < res["train_loss_first"] and res["val_loss_after"] < res["val_loss_before"]
         assert res["steps"] == 3 * 2 and res["train_examples"] == 6 and res["val_examples"] == 2
     rows = [json.loads(x) for x in (out / "sft_loss.jsonl").read_text().splitlines()]
-    assert sum("loss" in r for r in rows) == 12 and sum("val_loss" in r for r in rows) == 4
+    assert sum("loss" in r for r in rows) == 12 and sum("val_loss" in r for r in rows) == 6
     assert all(r["hook"] == 1.0 for r in rows if "val_loss" in r)  # the eval hook's numbers join the eval rows
-    assert run["hook_calls"] == [("evaluator_critique", 0), ("evaluator_critique", 6), ("generator_initial", 0),
-                                 ("generator_initial", 6)]  # adapters train in name order
+    assert run["hook_calls"] == [("evaluator_critique", 0), ("evaluator_critique", 4), ("evaluator_critique", 6),
+                                 ("generator_initial", 0), ("generator_initial", 4), ("generator_initial", 6)]
     assert (out / "sft_loss.png").stat().st_size > 1000 and (out / "summary.json").is_file()
 
 
@@ -261,3 +261,45 @@ def test_roles_with_other_targets_train_on_their_own_copy_of_the_base(tiny, tmp_
     assert g["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"] and g["r"] == 8
     assert lora.adapter_names(model) == ["generator_initial"]  # the evaluator trained on a copy
     assert summary["losses"]["evaluator_critique"]["steps"] == 1 == summary["losses"]["generator_initial"]["steps"]
+
+
+def test_the_loss_does_not_depend_on_how_a_step_is_split(tiny):
+    model, tok = tiny
+    exs = [sft.tokenize(sft.Example("a", "a", short_chat(tok, "a", q), f"It is {a}.", True, "x"), tok) for q, a in TASKS[:4]]
+    exs[0] = sft.tokenize(sft.Example("a", "a", exs[0].prompt, "A much longer reply: " + "1 + " * 12 + "1.", True, "x"), tok)
+    lora.add_lora(model, ["a", "b"], 4, 8.0, 0.0, ("q_proj", "v_proj"), seed=0)
+    start = [p.detach().clone() for p in lora.adapter_parameters(model, "a")]
+    after = {}
+    for name, mb, acc in (("a", 4, 1), ("b", 1, 4)):  # one optimizer step on the same 4 examples
+        if name == "b":
+            with torch.no_grad():
+                for p, q in zip(lora.adapter_parameters(model, "b"), start):
+                    p.copy_(q)
+        cfg = sft.SFTConfig(lr=1e-2, micro_batch_size=mb, grad_accum=acc, grad_clip=1e9, progress=False)
+        sft.train_adapter(model, name, [dataclasses.replace(e, adapter=name) for e in exs], [], cfg,
+                          tok.pad_token_id, "cpu", lambda row: None)
+        after[name] = [p.detach().clone() for p in lora.adapter_parameters(model, name)]
+    assert any(not torch.equal(x, y) for x, y in zip(after["a"], start))
+    for x, y in zip(after["a"], after["b"]):
+        # Adam's first step is about lr * sign(grad): float noise moves only near-zero gradients, by far
+        # less than lr; a loss normalised per micro-batch reweights rows and flips signs (~2 * lr)
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-4)
+
+
+def test_sft_continues_from_a_saved_adapter_and_drops_long_examples(run, tiny, tmp_path):
+    model, tok = tiny
+    first = run["summary"]["losses"]["generator_initial"]
+    recs = good_records(tok, short_chat)
+    recs[0]["turns"][0]["reply"] += " And so on," * 40  # too long for max_len
+    data = write(tmp_path / "t.jsonl", recs)
+    cfg = dataclasses.replace(run["cfg"], data=(data,), roles=("generator_initial",), epochs=1, max_len=64,
+                              init_from=(f"generator_initial={run['out'] / 'generator_initial'}",), eval_every=0,
+                              out=str(tmp_path / "o"))
+    res = sft.run_sft(cfg, run["train_cfg"], model=model, tok=tok)
+    assert res["dropped_too_long_or_empty"] == {"generator_initial": 1} and res["counts"]["generator_initial"]["kept"] == 8
+    got = res["losses"]["generator_initial"]
+    assert got["train_examples"] + got["val_examples"] == 7
+    assert got["val_loss_before"] < 0.8 * first["val_loss_before"]  # it starts where the saved adapter left off
+    saved = load_file(str(run["out"] / "generator_initial" / "adapter_model.safetensors"))
+    assert json.loads((tmp_path / "o" / "generator_initial" / "adapter_config.json").read_text())["r"] == 8
+    assert any(not torch.equal(lora.adapter_state_dict(model, "generator_initial")[k], v) for k, v in saved.items())
