@@ -12,6 +12,7 @@ import math
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 import lora
 import ppo
@@ -38,12 +39,12 @@ def gather_objects(obj) -> list:
     return out
 
 
-def lockstep_chunks(rows: list[int], size: int) -> list[tuple[list[int], float]]:
+def lockstep_chunks(rows: list, size: int, dummy=0) -> list[tuple[list, float]]:
     """Micro-batches of `rows` as (rows, weight); every rank gets as many as the busiest rank, the
-    extra ones are (row 0, weight 0) dummies."""
+    extra ones are ([dummy], weight 0)."""
     chunks = [(rows[i:i + size], 1.0) for i in range(0, len(rows), size)]
     n = int(max(gather_objects(len(chunks))))
-    return chunks + [([0], 0.0)] * (n - len(chunks))
+    return chunks + [([dummy], 0.0)] * (n - len(chunks))
 
 
 def backward(loss):
@@ -63,7 +64,7 @@ class RoleBatch:
     """All turns of one adapter in this step, right-padded. A dummy step (info dummy) has mask 0."""
 
     def __init__(self, steps: list[Step], temps: list[float], pad_id: int, norm_len: int):
-        self.steps, self.norm_len = steps, norm_len  # norm_len: Dr. GRPO's constant (the role's budget)
+        self.steps, self.norm_len, self.pad_id = steps, norm_len, pad_id  # norm_len: Dr. GRPO's constant
         L = max(len(s.prompt_ids) + len(s.completion_ids) for s in steps)
         N = len(steps)
         self.ids = torch.full((N, L), pad_id, dtype=torch.long)
@@ -72,6 +73,7 @@ class RoleBatch:
         self.sample_logp = torch.zeros(N, L - 1)
         self.scores = torch.tensor([s.reward for s in steps])  # (N,)
         self.last = torch.zeros(N, dtype=torch.long)  # target column of each row's last token
+        self.first = torch.zeros(N, dtype=torch.long)  # target column of each row's first generated token
         for i, s in enumerate(steps):
             P, C = len(s.prompt_ids), len(s.completion_ids)
             if (s.logprobs and len(s.logprobs) != C) or P == 0:
@@ -83,20 +85,34 @@ class RoleBatch:
             self.mask[i, P - 1:P + C - 1] = m * float(not s.info.get("dummy", False))
             if s.logprobs:
                 self.sample_logp[i, P - 1:P + C - 1] = torch.tensor(s.logprobs)
-            self.last[i] = P + C - 2
+            self.last[i], self.first[i] = P + C - 2, P - 1
         self.temps = torch.tensor(temps)
         self.rows_len = self.attn.sum(1)
 
-    def micro(self, rows):
-        """(ids, attn, number of target columns) for a list of row indices, trimmed to their length."""
-        L = int(self.rows_len[rows].max())
-        return self.ids[rows, :L], self.attn[rows, :L], L - 1
+    def micro(self, rows, L: int | None = None):
+        """(ids, attn, number of target columns) for a list of row indices, trimmed (or padded) to L,
+        by default their own length."""
+        n = int(self.rows_len[rows].max())
+        L = n if L is None else L
+        ids, attn = self.ids[rows, :n], self.attn[rows, :n]
+        if L > n:
+            ids, attn = F.pad(ids, (0, L - n), value=self.pad_id), F.pad(attn, (0, L - n))
+        return ids, attn, L - 1
 
 
-def forward_logits(model, rb: RoleBatch, rows, device):
-    ids, attn, T = rb.micro(rows)
-    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits[:, :-1]  # (b, T, V)
-    return logits.float() / rb.temps[rows].to(device)[:, None, None], ids[:, 1:].to(device), T
+def forward_logits(model, pieces: list[tuple[RoleBatch, list[int]]], device):
+    """ONE forward over rows of one or more RoleBatches, padded together; each row wears the adapter
+    already set (lora.set_adapter / set_row_adapters). Logits are computed only from the first
+    generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
+    Returns (logits (b, T - start, V) / temperature, targets (b, T - start), start, T): column j is
+    target column start + j of the batch."""
+    L = max(int(rb.rows_len[rows].max()) for rb, rows in pieces)
+    parts = [rb.micro(rows, L) for rb, rows in pieces]
+    ids, attn = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    start = min(int(rb.first[rows].min()) for rb, rows in pieces)
+    temps = torch.cat([rb.temps[rows] for rb, rows in pieces]).to(device)
+    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), logits_to_keep=L - start).logits[:, :-1]
+    return logits.float() / temps[:, None, None], ids[:, start + 1:].to(device), start, L - 1
 
 
 @torch.no_grad()
@@ -104,17 +120,29 @@ def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
     """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
     full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
     out = torch.zeros_like(rb.sample_logp)
-    for rows, w in lockstep_chunks(list(range(len(rb.steps))), cfg.algo.micro_batch_size):
+    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), cfg.algo.micro_batch_size):
         lora.set_adapter(model, adapter)
-        logits, tgt, T = forward_logits(model, rb, rows, device)
+        logits, tgt, start, T = forward_logits(model, [(rb, rows)], device)
         if full_kl_to_ref:
             lora.set_adapter(model, None)
-            val = ppo.full_kl(logits, forward_logits(model, rb, rows, device)[0])
+            val = ppo.full_kl(logits, forward_logits(model, [(rb, rows)], device)[0])
         else:
             val = ppo.token_logprobs(logits, tgt)
         if w:
-            out[rows, :T] = val.cpu()
+            out[rows, start:T] = val.cpu()
     return out
+
+
+def window(t: torch.Tensor, rows, start: int, T: int) -> torch.Tensor:
+    """Target columns start..T-1 of `rows` of a per-batch tensor (N, T_own), zero past its own width
+    (rows padded together with a longer batch's)."""
+    x = t[rows, start:T]
+    return F.pad(x, (0, T - start - x.shape[1])) if x.shape[1] < T - start else x
+
+
+def by_length(rb: RoleBatch, rows) -> list[int]:
+    """Rows longest first: consecutive micro-batches then hold rows of similar length (less padding)."""
+    return sorted(rows, key=lambda i: -int(rb.rows_len[i]))
 
 
 class Critic:
@@ -144,7 +172,7 @@ class Critic:
     def values(self, model, rb: RoleBatch):
         model.eval()
         values = torch.zeros_like(rb.mask)
-        for rows, w in lockstep_chunks(list(range(len(rb.steps))), self.cfg.algo.micro_batch_size):
+        for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), self.cfg.algo.micro_batch_size):
             v, T = self.forward(model, rb, rows)
             if w:
                 values[rows, :T] = v.cpu()
@@ -158,7 +186,7 @@ class Critic:
         vf_loss = 0.0  # each chunk's share of the global token-mean loss, summed
         for _ in range(a.ppo_epochs):
             denom = max(all_sum(float(rb.mask.sum())), 1.0)
-            for rows, w in lockstep_chunks(list(range(len(rb.steps))), a.micro_batch_size):
+            for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), a.micro_batch_size):
                 v, T = self.forward(model, rb, rows)
                 loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
                                          rb.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 
@@ -41,6 +43,10 @@ class RoleConfig:
     trainable: bool = True
     """False freezes this role's adapter: it acts in rollouts but is never updated (roles sharing
     an adapter must agree)"""
+    init_from: str | None = None
+    """start this role's adapter from a saved PEFT adapter directory (sft.py's output, a checkpoint's
+    adapters/<name>) instead of a fresh one; its rank and alpha are kept, its target modules must
+    be lora.targets. A checkpoint being resumed overrides it"""
 
 
 @dataclass
@@ -105,6 +111,10 @@ class AlgoConfig:
     """sequences (turns) per optimizer step, per role"""
     micro_batch_size: int = 8
     """sequences per forward/backward (gradient accumulation inside a mini-batch)"""
+    fused_update: bool = True
+    """one forward/backward per micro-batch for every adapter's rows (each row wearing its own
+    adapter), then each adapter's own optimizer step: the same weights as updating the adapters
+    one after another (False: that sequential reference), in fewer, fuller forwards"""
     grad_clip: float = 1.0
     """max gradient norm per adapter"""
     lr: float = 1e-5
@@ -277,6 +287,20 @@ class Config:
             same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
             if any(o.trainable != r.trainable for o in same):
                 bad(f"roles[{i}].trainable", f"roles sharing adapter {self.adapter_of(r)!r} disagree on trainable")
+            if any(o.init_from != r.init_from for o in same):
+                bad(f"roles[{i}].init_from", f"roles sharing adapter {self.adapter_of(r)!r} disagree on init_from")
+            if r.init_from is not None:
+                d = Path(r.init_from)
+                if not (d / "adapter_config.json").is_file() or not (d / "adapter_model.safetensors").is_file():
+                    bad(f"roles[{i}].init_from", f"{d} is not a PEFT adapter directory (adapter_config.json + "
+                        "adapter_model.safetensors)")
+                try:
+                    t = json.loads((d / "adapter_config.json").read_text())["target_modules"]
+                except (ValueError, KeyError, TypeError) as e:
+                    bad(f"roles[{i}].init_from", f"{d / 'adapter_config.json'} is unreadable: {e}")
+                if set([t] if isinstance(t, str) else t) != set(self.lora.targets):
+                    bad(f"roles[{i}].init_from", f"{d} adapts {sorted(t)}, lora.targets is {sorted(self.lora.targets)}: "
+                        "every adapter must sit on the same modules (mixed-adapter batches)")
         if not self.trainable_adapters:
             bad("roles", "every role has trainable=False: nothing would train")
         a, ro, t = self.algo, self.rollout, self.trainer

@@ -58,6 +58,7 @@ class LoRALinear(nn.Module):
         self.dropout_p: dict[str, float] = {}
         self.active: str | None = None  # single adapter for every row
         self.row_mask: torch.Tensor | None = None  # (B, 1, R) per-row routing, overrides active
+        self.row_dropout = 0.0  # the largest dropout of the adapters routed to (training mode only)
         self._cat_cache = None  # (key, A_cat, B_cat) for no-grad routed forwards
 
     def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None):
@@ -73,7 +74,6 @@ class LoRALinear(nn.Module):
         self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=torch.float32))
         self.scaling[name] = alpha / rank
         self.dropout_p[name] = dropout
-        self._max_dropout = max(self.dropout_p.values())
         self._cat_cache = None
 
     def _drop(self, x, p):
@@ -95,8 +95,8 @@ class LoRALinear(nn.Module):
         y = self.base_layer(x)  # (B, T, out)
         if self.row_mask is not None:
             A_cat, B_cat = self._cat_weights()
-            if self.training and self._max_dropout > 0:
-                x = F.dropout(x, self._max_dropout)
+            if self.training and self.row_dropout > 0:
+                x = F.dropout(x, self.row_dropout)
             h = x.to(A_cat.dtype) @ A_cat.t()  # (B, T, R)
             h = h * self.row_mask  # (B, T, R): the row's adapter scale on its slots, 0 elsewhere
             return y + (h @ B_cat.t()).to(y.dtype)  # (B, T, out)
@@ -202,8 +202,9 @@ def set_row_adapters(model, names_per_row):
             j = names.index(n)
             mask[i, 0, offsets[j]: offsets[j] + ranks[j]] = m0.scaling[n]
     mask = mask.to(device=m0.lora_A[names[0]].device, dtype=m0.lora_A[names[0]].dtype)
+    p = max([m0.dropout_p[n] for n in set(names_per_row) if n is not None], default=0.0)
     for m in mods:
-        m.active, m.row_mask = None, mask
+        m.active, m.row_mask, m.row_dropout = None, mask, p
 
 
 def adapter_config(model, name: str) -> dict:

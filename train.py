@@ -30,6 +30,7 @@ import sys
 import time
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ import lora
 import ppo
 import trajectories
 from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
-                   score)
+                   score, window)
 from config import Config, ConfigError, load_config_file
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
@@ -76,88 +77,132 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef):
                                            gamma=a.gamma, lam=a.lam, norm_by_std=a.norm_by_std)
 
 
-def policy_update(model, opt, sched, adapter, rb, adv, old_logp, ref_logp, cfg, device, kl_coef, gen):
-    """ppo_epochs x mini-batches x micro-batches on one adapter. A non-finite loss or gradient skips
-    that optimizer step (grads dropped, weights untouched) and is counted in `skipped`."""
+@dataclass
+class Part:
+    """One adapter's share of a step, ready for the policy update."""
+    adapter: str
+    rb: RoleBatch
+    adv: torch.Tensor  # (N, T) advantages
+    old_logp: torch.Tensor  # (N, T) logprobs of the policy that sampled (or recomputed)
+    ref_logp: torch.Tensor | None  # (N, T) under the reference (adapters off), when KL is in the loss
+    opt: torch.optim.Optimizer
+    sched: object
+    gen: torch.Generator  # its mini-batch permutations
+
+
+def policy_update(model, parts: list[Part], cfg, device, kl_coef) -> dict[str, dict]:
+    """ppo_epochs x mini-batches x micro-batches for one or more adapters at once. Each part keeps its
+    own permutation, mini-batches, loss denominators, grad clip and optimizer step; only the forward
+    and backward of a micro-batch are shared, each row wearing its own adapter. The adapters are
+    disjoint and the base is frozen, so a part's gradient is what it would get alone (one part =
+    the sequential reference, algo.fused_update=False). A non-finite loss or gradient skips that
+    optimizer step (grads dropped, weights untouched) and is counted in `skipped`; when fused, a
+    non-finite row can poison the other parts of its micro-batch (NaN * 0), which then skip too."""
     a = cfg.algo
     loss_fn, (clip_low, clip_high), agg = ppo.LOSSES[a.policy_loss], a.clip, a.agg
     kl_in_loss = a.kl_coef > 0 and not a.kl_in_reward
-    lora.set_adapter(model, adapter)
     model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
-    params = lora.adapter_parameters(model, adapter)
-    N = len(rb.steps)
-    sums, ratio_max, grad_norms, skipped = defaultdict(float), [], [], 0  # token-weighted sums, reduced over ranks
-    lr = opt.param_groups[0]["lr"]
-    n_mb = max(1, math.ceil(all_sum(float(N)) / a.mini_batch_size))
+    names = [p.adapter for p in parts]
+    if len(parts) == 1:
+        lora.set_adapter(model, names[0])
+    params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
+    N = {p.adapter: len(p.rb.steps) for p in parts}
+    n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(N[x]) for x in names]))}
+    sums = {x: defaultdict(float) for x in names}  # token-weighted sums, reduced over ranks at the end
+    ratio_max, grad_norms = {x: [] for x in names}, {x: [] for x in names}
+    skipped, lr = dict.fromkeys(names, 0), {p.adapter: p.opt.param_groups[0]["lr"] for p in parts}
     for epoch in range(a.ppo_epochs):
-        perm = torch.randperm(N, generator=gen).tolist()
-        for k in range(n_mb):
-            mb = perm[k * N // n_mb:(k + 1) * N // n_mb]
-            count = rb.mask[mb].sum() if agg == "token-mean" else (rb.mask[mb].sum(1) > 0).sum()
-            denom = max(all_sum(float(count)), 1.0)  # global, so chunking and ranks do not change the loss
-            bad, mb_ratio_max = False, 0.0
-            for rows, w in lockstep_chunks(mb, a.micro_batch_size):
-                logits, tgt, T = forward_logits(model, rb, rows, device)
-                logp = ppo.token_logprobs(logits, tgt)  # (b, T)
-                m = rb.mask[rows, :T].to(device) * w
-                # before the first optimizer step this forward IS the old policy: ratio exactly 1
-                old = logp.detach() if epoch == 0 and k == 0 else old_logp[rows, :T].to(device)
-                pg_loss, pm = loss_fn(logp, old, adv[rows, :T].to(device), m, clip_low,
-                                      clip_high, a.dual_clip, agg, denom, rb.norm_len)
-                ent = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), m)  # a metric always
-                loss = pg_loss - a.entropy_coef * ppo.agg_loss(ent, m, agg, denom, rb.norm_len)
-                if kl_in_loss:
-                    if a.kl_kind == "full":
-                        with torch.no_grad():
-                            lora.set_adapter(model, None)
-                            ref_logits = forward_logits(model, rb, rows, device)[0]
-                            lora.set_adapter(model, adapter)
-                        kl = ppo.full_kl(logits, ref_logits)
-                    else:
-                        kl = ppo.kl_penalty(logp, ref_logp[rows, :T].to(device), a.kl_kind)
-                    kl_loss = ppo.agg_loss(kl, m, agg, denom, rb.norm_len)
-                    loss = loss + kl_coef * kl_loss
-                    sums["kl_loss"] += kl_loss.item()
-                bad |= not bool(torch.isfinite(loss))
+        perm = {p.adapter: torch.randperm(N[p.adapter], generator=p.gen).tolist() for p in parts}
+        for k in range(max(n_mb.values())):
+            now = [p for p in parts if k < n_mb[p.adapter]]
+            mb = {p.adapter: perm[p.adapter][k * N[p.adapter] // n_mb[p.adapter]:(k + 1) * N[p.adapter] // n_mb[p.adapter]]
+                  for p in now}
+            counts = [p.rb.mask[mb[p.adapter]].sum() if agg == "token-mean" else (p.rb.mask[mb[p.adapter]].sum(1) > 0).sum()
+                      for p in now]
+            denom = {p.adapter: max(c, 1.0) for p, c in zip(now, all_sum([float(c) for c in counts]))}  # global
+            rows = sorted(((p, r) for p in now for r in mb[p.adapter]), key=lambda x: -int(x[0].rb.rows_len[x[1]]))
+            bad, mb_ratio_max = dict.fromkeys(names, False), dict.fromkeys(names, 0.0)
+            for chunk, w in lockstep_chunks(rows, a.micro_batch_size, dummy=(now[0], 0)):
+                pieces = [(p, [r for q, r in chunk if q is p]) for p in now if any(q is p for q, _ in chunk)]
+                batch = [(p.rb, rs) for p, rs in pieces]
+                if len(parts) > 1:
+                    lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
+                logits, tgt, start, T = forward_logits(model, batch, device)
+                if kl_in_loss and a.kl_kind == "full":
+                    with torch.no_grad():
+                        lora.set_adapter(model, None)
+                        ref_logits = forward_logits(model, batch, device)[0]
+                        if len(parts) > 1:
+                            lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
+                        else:
+                            lora.set_adapter(model, names[0])
+                loss, off = 0.0, 0
+                for p, rs in pieces:  # each adapter's own loss on its own rows
+                    x, sl = p.adapter, slice(off, off + len(rs))
+                    off += len(rs)
+                    logp = ppo.token_logprobs(logits[sl], tgt[sl])  # (b, T - start)
+                    m = window(p.rb.mask, rs, start, T).to(device) * w
+                    # before the first optimizer step this forward IS the old policy: ratio exactly 1
+                    old = logp.detach() if epoch == 0 and k == 0 else window(p.old_logp, rs, start, T).to(device)
+                    pg_loss, pm = loss_fn(logp, old, window(p.adv, rs, start, T).to(device), m, clip_low, clip_high, a.dual_clip,
+                                          agg, denom[x], p.rb.norm_len)
+                    ent = ppo.entropy(logits[sl] if a.entropy_coef > 0 else logits[sl].detach(), m)  # a metric always
+                    part_loss = pg_loss - a.entropy_coef * ppo.agg_loss(ent, m, agg, denom[x], p.rb.norm_len)
+                    if kl_in_loss:
+                        kl = (ppo.full_kl(logits[sl], ref_logits[sl]) if a.kl_kind == "full"
+                              else ppo.kl_penalty(logp, window(p.ref_logp, rs, start, T).to(device), a.kl_kind))
+                        kl_loss = ppo.agg_loss(kl, m, agg, denom[x], p.rb.norm_len)
+                        part_loss = part_loss + kl_coef * kl_loss
+                        sums[x]["kl_loss"] += kl_loss.item()
+                    bad[x] |= not bool(torch.isfinite(part_loss))
+                    loss = loss + part_loss
+                    n = float(m.sum())
+                    sums[x]["pg_loss"] += pg_loss.item()
+                    sums[x]["tokens"] += n
+                    sums[x]["entropy"] += float((ent.detach() * m).sum())
+                    for key in ("clipfrac", "approx_kl"):
+                        sums[x][key] += pm[key] * n
+                    if n:
+                        mb_ratio_max[x] = max(mb_ratio_max[x], pm["ratio_max"])
                 backward(loss)
-                n = float(m.sum())
-                sums["pg_loss"] += pg_loss.item()
-                sums["tokens"] += n
-                sums["entropy"] += float((ent.detach() * m).sum())
-                for key in ("clipfrac", "approx_kl"):
-                    sums[key] += pm[key] * n
-                if n:
-                    mb_ratio_max = max(mb_ratio_max, pm["ratio_max"])
-            ratio_max.append(mb_ratio_max)
-            norm = clip_grad(params, a.grad_clip)
-            if all_sum(float(bad)) or not math.isfinite(norm):  # every rank skips together
-                skipped += 1
-                opt.zero_grad(set_to_none=True)
-                continue
-            lr = opt.param_groups[0]["lr"]  # the rate this optimizer step used
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            grad_norms.append(norm)
-    keys = sorted(sums)
-    tot = dict(zip(keys, all_sum([sums[k] for k in keys])))
-    ratio_max = np.max(gather_objects(ratio_max), axis=0)  # (epochs x mini-batches,) max over ranks
-    out = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
-    out["pg_loss"] = tot["pg_loss"] / (a.ppo_epochs * n_mb)  # mean over mini-batches of the loss stepped on
-    if "kl_loss" in tot:
-        out["kl_loss"] = tot["kl_loss"] / (a.ppo_epochs * n_mb)
-    out.update(ratio_max=float(ratio_max.max()), ratio_max_first=float(ratio_max[0]), skipped=skipped, lr=lr)
-    if grad_norms:
-        out["grad_norm"] = float(np.mean(grad_norms))
+            flags = all_sum([float(bad[p.adapter]) for p in now])
+            for p, flag in zip(now, flags):
+                x = p.adapter
+                ratio_max[x].append(mb_ratio_max[x])
+                norm = clip_grad(params[x], a.grad_clip)
+                if flag or not math.isfinite(norm):  # every rank skips together
+                    skipped[x] += 1
+                    p.opt.zero_grad(set_to_none=True)
+                    continue
+                lr[x] = p.opt.param_groups[0]["lr"]  # the rate this optimizer step used
+                p.opt.step()
+                p.sched.step()
+                p.opt.zero_grad(set_to_none=True)
+                grad_norms[x].append(norm)
+    out = {}
+    for x in names:
+        keys = sorted(sums[x])
+        tot = dict(zip(keys, all_sum([sums[x][k] for k in keys])))
+        rmax = np.max(gather_objects(ratio_max[x]), axis=0)  # (epochs x mini-batches,) max over ranks
+        o = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
+        o["pg_loss"] = tot["pg_loss"] / (a.ppo_epochs * n_mb[x])  # mean over mini-batches of the loss stepped on
+        if "kl_loss" in tot:
+            o["kl_loss"] = tot["kl_loss"] / (a.ppo_epochs * n_mb[x])
+        o.update(ratio_max=float(rmax.max()), ratio_max_first=float(rmax[0]), skipped=skipped[x], lr=lr[x])
+        if grad_norms[x]:
+            o["grad_norm"] = float(np.mean(grad_norms[x]))
+        out[x] = o
+    lora.set_adapter(model, None)
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# one adapter's share of a step: score -> advantages -> (critic) -> policy update
+# one adapter's share of a step: score -> advantages -> (critic); then the policy update
 
 
-def update_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> dict:
-    """Everything one adapter does in a step; returns its metrics (keys without the adapter name)."""
+def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> tuple[Part | None, dict]:
+    """Everything one adapter does in a step before its policy update; returns its Part (None when
+    it is not updated: frozen, or the critic is warming up) and its metrics (keys without the name)."""
     cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
     roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
     if not steps:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
@@ -186,12 +231,11 @@ def update_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: i
         s.info["advantage"] = float(a_mean)  # for the trajectory files
     if run.critic:
         out.update(run.critic.update(model, rb, returns, values))
-    if adapter in run.opts and not (run.critic and step <= a.critic_warmup_steps):
-        gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
-        out.update(policy_update(model, run.opts[adapter], run.scheds[adapter], adapter, rb, adv, old_logp, ref_logp,
-                                 cfg, device, run.kl_ctrl.value, gen))
     lora.set_adapter(model, None)
-    return out
+    if adapter not in run.opts or (run.critic and step <= a.critic_warmup_steps):
+        return None, out
+    gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
+    return Part(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,7 +415,14 @@ def build(cfg: Config, ckpt: Path | None):
             m.attention_dropout = 0.0
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    lora.add_lora(model, cfg.adapters, cfg.lora.rank, cfg.lora.alpha, 0.0, cfg.lora.targets, seed=t_cfg.seed)
+    inits = {cfg.adapter_of(r): r.init_from for r in cfg.roles if r.init_from}  # e.g. sft.py's adapters
+    lora.add_lora(model, [x for x in cfg.adapters if x not in inits], cfg.lora.rank, cfg.lora.alpha, 0.0,
+                  cfg.lora.targets, seed=t_cfg.seed)
+    for name, path in inits.items():
+        lora.load_adapter(model, name, path)  # its own rank and alpha; a policy adapter never drops out
+        for m in lora.lora_modules(model).values():
+            m.dropout_p[name] = 0.0
+        model._lora_config[name]["lora_dropout"] = 0.0
     run = Run(cfg, model, tok, device)
     run.critic = Critic(model, cfg, device) if a.adv_estimator == "gae" else None
     if ckpt is not None:  # adapters go into the plain model, before sharding
@@ -463,12 +514,20 @@ def main(cfg: Config):
         by_adapter = defaultdict(list)
         for s in kept:
             by_adapter[cfg.adapter_of(next(r for r in cfg.roles if r.name == s.role))].append(s)
-        for adapter in tqdm(cfg.adapters, desc=f"step {step} update", leave=False,
-                            disable=not (cfg.rollout.progress and RANK == 0)):
-            if all_sum(float(len(by_adapter[adapter]))) == 0:
-                continue
-            um = update_adapter(run, adapter, by_adapter[adapter], step, step_seed)
+        busy = [x for x, n in zip(cfg.adapters, all_sum([float(len(by_adapter[x])) for x in cfg.adapters])) if n]
+        bar = tqdm(total=2 * len(busy), desc=f"step {step} update", leave=False,
+                   disable=not (cfg.rollout.progress and RANK == 0))
+        parts = []
+        for adapter in busy:
+            part, um = prepare_adapter(run, adapter, by_adapter[adapter], step, step_seed)
             metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
+            parts += [part] if part else []
+            bar.update(1 if part else 2)
+        for group in ([parts] if a.fused_update and parts else [[p] for p in parts]):
+            for adapter, um in policy_update(run.model, group, cfg, run.device, run.kl_ctrl.value).items():
+                metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
+            bar.update(len(group))
+        bar.close()
         save_trajectories(run, eps, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
         kls = [v for k, v in metrics.items() if k.startswith("train/kl/")]
         if kls:

@@ -123,12 +123,10 @@ def test_nan_loss_skips_step_and_leaves_weights(tiny):
     opt = torch.optim.AdamW(lora.adapter_parameters(m, "a"), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     adv = torch.full_like(rb.mask, float("nan"))
-    out = train.policy_update(m, opt, sched, "a", rb, adv, rb.sample_logp, None, cfg, torch.device("cpu"), 0.0,
-                              torch.Generator().manual_seed(0))
+    out = train.policy_update(m, [train.Part("a", rb, adv, rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
     assert out["skipped"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, lora.adapter_parameters(m, "a")))
-    out = train.policy_update(m, opt, sched, "a", rb, torch.ones_like(rb.mask), rb.sample_logp, None, cfg,
-                              torch.device("cpu"), 0.0, torch.Generator().manual_seed(0))
+    out = train.policy_update(m, [train.Part("a", rb, torch.ones_like(rb.mask), rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
     assert out["skipped"] == 0 and not all(torch.equal(a, b) for a, b in zip(before, lora.adapter_parameters(m, "a")))
 
 
@@ -264,3 +262,31 @@ def test_a_rerun_with_another_config_does_not_silently_resume(tmp_path):
     assert [r["step"] for r in rows(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
     train.main(dataclasses.replace(changed, trainer=dataclasses.replace(changed.trainer, total_steps=3)))  # length only
     assert [r["step"] for r in rows(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_init_from_starts_a_role_from_a_saved_adapter(tmp_path):
+    """A role's adapter starts from a PEFT directory (sft.py writes them): exactly its weights, its own
+    rank, no dropout; bad directories are config errors naming the field."""
+    from model import load_model
+    cfg = tiny_cfg(tmp_path)
+    m, _ = load_model("tiny")
+    lora.add_lora(m, ["sft"], rank=4, alpha=8, dropout=0.1, targets=cfg.lora.targets, seed=3)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(m, "sft"):
+            p.add_(0.05)
+    lora.save_adapter(m, "sft", tmp_path / "sft")
+    saved = load_file(tmp_path / "sft" / "adapter_model.safetensors")
+    roles = (dataclasses.replace(cfg.roles[0], init_from=str(tmp_path / "sft")),) + cfg.roles[1:]
+    run, _ = train.build(dataclasses.replace(cfg, roles=roles), None)
+    name = cfg.adapter_of(roles[0])
+    got = lora.adapter_state_dict(run.model, name)
+    assert got.keys() == saved.keys() and all(torch.equal(got[k], saved[k]) for k in saved)
+    assert next(iter(got.values())).shape[0] == 4 and cfg.lora.rank != 4
+    assert all(m.dropout_p[name] == 0.0 for m in lora.lora_modules(run.model).values())
+    for bad_dir, msg in ((tmp_path / "nope", "is not a PEFT adapter directory"),):
+        bad = (dataclasses.replace(cfg.roles[0], init_from=str(bad_dir)),) + cfg.roles[1:]
+        with pytest.raises(train.ConfigError, match=r"roles\[0\]\.init_from: .*" + msg):
+            dataclasses.replace(cfg, roles=bad).validate()
+    other = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, targets=("q_proj",)), roles=roles)
+    with pytest.raises(train.ConfigError, match=r"roles\[0\]\.init_from: .* same modules"):
+        other.validate()
