@@ -203,7 +203,9 @@ def _draws(logits, n, **kw):
     return torch.cat([t for t, _ in out]), torch.cat([lp for _, lp in out])
 
 
-def test_sampling_distribution_temperature_top_k_top_p():
+@pytest.mark.parametrize("block", [1024, 3])  # one block; three blocks of 3 (padded) with zeros inside
+def test_sampling_distribution_temperature_top_k_top_p(monkeypatch, block):
+    monkeypatch.setattr(rollout, "BLOCK", block)
     logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5]])
     n = 30000
     cases = [dict(), dict(temp=0.7), dict(temp=1.6), dict(top_k=3), dict(top_p=0.8), dict(top_k=5, top_p=0.9, temp=1.3)]
@@ -226,6 +228,23 @@ def test_sampling_distribution_temperature_top_k_top_p():
     # a wrong distribution fails the same check (the test has teeth)
     tok, _ = _draws(logits, n, temp=1.3)
     assert _chi2(torch.bincount(tok, minlength=8).double(), logits.softmax(-1)[0].double())[0] > 100
+
+
+def test_two_level_inverse_cdf_equals_one_level(monkeypatch):
+    """Blocks of 7 over a 50-token vocabulary (with filtered zeros) pick exactly the token that one
+    float64 cumulative sum over the whole vocabulary picks, for 3000 fixed seeds."""
+    g = torch.Generator().manual_seed(0)
+    B = 3000
+    logits = torch.randn(B, 50, generator=g) * 3
+    args = (logits, torch.full((B, 1), 0.9), torch.full((B, 1), 20), torch.full((B, 1), 0.95),
+            torch.zeros(B, dtype=torch.bool), torch.arange(B) * 31 + 1, torch.tensor(5), True)
+    monkeypatch.setattr(rollout, "BLOCK", 7)
+    tok, lp = rollout.sample(*args)
+    logp = rollout._filter_logits(*args[:4], True).log_softmax(-1)
+    cdf = logp.exp().double().cumsum(-1)
+    u = rollout.uniform(args[5], args[6]) * cdf[:, -1]
+    assert tok.tolist() == torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1).tolist()
+    assert torch.isfinite(lp).all()
 
 
 def _result_tuples(res):
