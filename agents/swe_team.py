@@ -10,31 +10,39 @@ import re
 from dataclasses import dataclass
 
 SYSTEM = {
-    "analyzer": "You are a software engineer localising a bug. Explore the repository with the tools, then reply "
-                "WITHOUT a tool call with your diagnosis: the file(s) and function(s) to change, and why.",
+    "analyzer": "You are a software engineer localising a bug in a Python repository. Reply with your diagnosis: "
+                "the file(s) and function(s) to change, and why.",
     "writer": "You are a software engineer fixing a bug. Reply with edit blocks, one per change:\n"
               "path/to/file.py\n<<<<<<< SEARCH\nexact lines from the file\n=======\nthe new lines\n>>>>>>> REPLACE\n"
               "SEARCH must match the file exactly once. Do not edit the tests.",
-    "validator": "You review a patch. Check it with the tools (run the tests, or run Python that reproduces the "
-                 "issue), then reply WITHOUT a tool call: 'Verdict: ACCEPT' if the issue is fixed, or "
+    "validator": "You review a patch for an issue. Reply 'Verdict: ACCEPT' if the patch fixes the issue, or "
                  "'Verdict: REJECT' followed by what is still wrong.",
+}
+WITH_TOOLS = {  # added to the system prompt while the role may still call tools
+    "analyzer": "First explore the repository with the tools below, one call per reply; your first reply without a "
+                "tool call is the diagnosis.",
+    "validator": "First check the patch with the tools below (run the tests, or Python that reproduces the issue), "
+                 "one call per reply; your first reply without a tool call is the verdict.",
 }
 LABEL = {"analyzer": "Analyzer", "observation": "Tool result", "diagnosis": "Diagnosis", "writer": "Writer",
          "applied": "Applying the edits", "validator": "Validator", "feedback": "Validator feedback"}
-ASK = {"analyzer": "Call one tool, or write your diagnosis.", "analyzer_last": "No more tool calls: write your diagnosis now.",
-       "writer": "Write the edit blocks.", "validator": "Call one tool, or give your verdict.",
+ASK = {"analyzer": "Write your diagnosis.", "analyzer_tools": "Call one tool, or write your diagnosis.",
+       "analyzer_last": "No more tool calls: write your diagnosis now.", "writer": "Write the edit blocks.",
+       "validator": "Give your verdict.", "validator_tools": "Call one tool, or give your verdict.",
        "validator_last": "No more tool calls: give your verdict now."}
 
 
 def build_messages(role: str, issue: str, history: list[tuple[str, str]], context: str = "", tools: str = "",
                    last_call: bool = False) -> list[dict]:
-    """The chat a role sees: its system prompt (+ the tools it may call), the issue, the history
-    entries the env shows it (label, text), extra context (files, the patch) and what to do now."""
-    system = SYSTEM[role] + ("\n\n" + tools if tools else "")
+    """The chat a role sees: its system prompt (+ the tools it may still call), the issue, the
+    history entries the env shows it (label, text), extra context (files, the patch) and what to do
+    now (last_call: it had tools and used them all)."""
+    system = SYSTEM[role] + (f"\n{WITH_TOOLS[role]}\n\n{tools}" if tools else "")
     parts = [f"Issue:\n{issue.strip()}"] + [f"{LABEL.get(w, w)}:\n{t.strip()}" for w, t in history]
     if context:
         parts.append(context.strip())
-    parts.append(ASK[f"{role}_last"] if last_call and f"{role}_last" in ASK else ASK[role])
+    ask = f"{role}_last" if last_call else f"{role}_tools" if tools else role
+    parts.append(ASK.get(ask, ASK[role]))
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 

@@ -3,31 +3,38 @@
     analyzer   reads the issue and the repository through tools (list_files, read_file, grep), up
                to max_analyzer_calls calls; its first reply without a tool call is the diagnosis
                (the files and functions to change)
-    writer     sees the issue, the diagnosis and the files it names; replies with search/replace
-               edit blocks (agents/swe_team.py; a unified diff is read too). The env applies them to
-               the episode's working copy, all or nothing; an edit outside the repository or to a
-               test file is rejected with the reason
+    writer     sees the issue, the diagnosis and the current text of the files it names; replies
+               with search/replace edit blocks (agents/swe_team.py; a unified diff is read too,
+               tolerant of wrong hunk counts and stripped whitespace). The env applies them to the
+               episode's working copy, all or nothing; an edit outside the repository or to a test
+               file is rejected with the reason, which the writer and validator see
     validator  runs the repository's tests (run_tests) or a Python snippet (python) against the
                patched copy, up to max_validator_calls calls, then says ACCEPT (the episode ends) or
-               REJECT with feedback: back to the writer, up to max_refinement_iterations times
+               REJECT with feedback (no verdict acts as REJECT): back to the writer, up to
+               max_refinement_iterations times
 
 Reward: SWE-bench's resolution rule, measured in the sandbox (envs/sandbox.py; no code of the
 model's or the repository's runs on the host). A fresh copy of the base repository + the model's
 changes to non-test files + the instance's test_patch; the FAIL_TO_PASS and PASS_TO_PASS tests run;
     score    = (FAIL_TO_PASS tests passing / their number) if every PASS_TO_PASS test passes, else 0
     resolved = score == 1
-Per model turn: analyzer = fraction of the files the gold patch touches that its diagnosis names;
-writer = the score of the repository after its edits (0 when they did not apply); validator (every
-turn of a review) = 1 when its verdict on that attempt matches `resolved`, else 0. Team reward =
-the score of the final repository.
+Per model turn: analyzer = |named & gold| / |named | gold| over the repository's code files, where
+gold = the files the gold patch touches and named = the files the diagnosis names (by path, or by
+a base name no other file shares): naming every file does not pay (the metric `files_localised`
+is the plain recall); writer = the score of the repository after its edits (0 when they did not
+apply); validator (every turn of one review) = 1 when its verdict on that attempt matches
+`resolved`, 0 when it does not or gives no verdict. Team reward = the score of the final repository.
 
 Tests run with the standard library inside the sandbox (the sandbox sees no site-packages): test
 ids are pytest-style `path.py::function`, `path.py::Class::method` (plain classes and
 unittest.TestCase); no fixtures, parametrisation or third-party imports. Each test gets a SIGALRM
-deadline; results come back on lines prefixed by a per-run secret read from stdin, so output
-printed by the code under test cannot pose as a result. What this cannot stop: the code under test
-runs in the same interpreter as the harness and could hunt for it in memory (frames) to forge a
-result, as rewards/code.py says of its in-process tests.
+deadline. Results come back on lines prefixed by a per-run secret read from stdin, so output
+printed by the code under test cannot pose as a result; the harness keeps its state in a
+function's locals (nothing in __main__ to replace) and runs the test modules from the text it was
+given (a patch that rewrites test files on disk changes nothing). What this cannot stop: the code
+under test runs in the same interpreter as the harness and could walk the interpreter's frames to
+find the secret and forge a result, as rewards/code.py says of its in-process tests; the sandbox
+still contains it (tests/test_swe.py attacks both).
 
 Data: data/swe_data.py (load_swe: SWE-bench JSONL, repositories inline or from local git checkouts;
 the generator of the small offline instances in data/swe_{train,val}.jsonl).
@@ -604,16 +611,15 @@ class SWETeamEnv:
         self.role = role
         shown = [(w, t) for w, t, who in self.history if role in who]
         context, tools, last = "", "", False
-        if role == "analyzer":
-            tools, last = tool_prompt(self._tools(role)), self.calls["analyzer"] >= self.max_analyzer_calls
-        elif role == "writer":
+        if role == "writer":
             context = self._files_for_writer()
         else:
-            diff = make_patch(self.base, self.work)
-            context = "The patch (all changes so far):\n" + (f"```diff\n{diff[:self.file_chars]}```" if diff else "(no change)")
-            tools, last = tool_prompt(self._tools(role)), self.calls["validator"] >= self.max_validator_calls
-        if last:
-            tools = ""
+            if role == "validator":
+                diff = make_patch(self.base, self.work)
+                context = "The patch (all changes so far):\n" + (f"```diff\n{diff[:self.file_chars]}```" if diff else "(no change)")
+            cap = self.max_analyzer_calls if role == "analyzer" else self.max_validator_calls
+            last = 0 < cap <= self.calls[role]
+            tools = tool_prompt(self._tools(role)) if self.calls[role] < cap else ""
         return Turn(role, build_messages(role, self.issue, shown, context, tools, last))
 
     def _files_for_writer(self) -> str:
