@@ -1,0 +1,281 @@
+"""GPU benchmark (issue 13 §3): TorchEngine's static CUDA-graph decode and the fused update, on random-init
+models with the real shapes of Qwen2.5-0.5B and Qwen2.5-1.5B (config only, no weights), bf16.
+
+    python bench/gpu.py                 # CUDA: both models, batch 1/32/256, 0 and 3 mixed adapters, one train step
+    python bench/gpu.py --models qwen2.5-0.5b --batches 32 --peak-tflops 989
+    python bench/gpu.py --cpu-smoke     # any machine (automatic without CUDA): a tiny config through every code
+                                        # path in seconds, and the static step checked against the eager one
+
+Decode: TorchEngine(compile=True) (the decode step captured in a CUDA graph); every row generates exactly
+--new-tokens tokens after a --prompt-len token prompt. Decode tokens/s counts decode steps only: the time
+of a max_new_tokens=1 call (prefill + first token) is subtracted, and the median of --repeats is taken.
+With 3 adapters (LoRA rank 16 on all 7 projections) rows cycle through them in one batch (per-row routing).
+HBM roofline: a decode step must read every weight once (the tied embedding/lm_head counted once, adapters
+included) plus the KV cache of every row at its mean context (prompt + new/2): roofline tokens/s =
+batch * bandwidth / bytes per step, with the bandwidth measured here (a large device-to-device copy).
+The static step actually reads the whole rounded-up cache (masked), which the percentage pays for.
+Train: one fused policy_update (train.py) over 3 adapters' rows, micro-batches of --train-micro rows;
+MFU = model FLOPs / time / peak, where model FLOPs = 4 x matmul params x tokens (forward 2, backward 2:
+the frozen base has no weight gradients) + the lm_head on the generated columns + causal attention
+(x3 for forward + backward); the peak is bf16 dense, looked up from the device name or --peak-tflops.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [ROOT] + [x for x in sys.path if os.path.abspath(x or ".") != os.path.join(ROOT, "bench")]  # not bench/lora.py
+import lora  # noqa: E402
+from rollout import Request, SamplingParams, Step, TorchEngine  # noqa: E402
+
+# the real shapes (the models' config.json on the hub); weights are random
+CONFIGS = {
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "smoke": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=512, tie_word_embeddings=True),
+}
+COMMON = dict(model_type="qwen2", rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=32768,
+              hidden_act="silu", use_sliding_window=False, attention_dropout=0.0)
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}  # dense
+ADAPTERS = ["a0", "a1", "a2"]
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class IdTokenizer:
+    """What TorchEngine and RoleBatch read from a tokenizer; the text is the ids (nothing here reads it)."""
+    eos_token_id, pad_token_id = 0, 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+def build(name, dtype, device, adapters: bool, seed=0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(**COMMON, **CONFIGS[name])
+    with torch.device(device):
+        m = Qwen2ForCausalLM(cfg).to(dtype).eval()
+    if adapters:
+        lora.add_lora(m, ADAPTERS, rank=16, alpha=32, targets=TARGETS, seed=seed)
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for n in ADAPTERS:  # B starts at zero: give every adapter a real (small) delta
+                for p in lora.adapter_parameters(m, n):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+    return m
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bandwidth(device, nbytes) -> float:
+    """Bytes/s of a large device-to-device copy (read + write)."""
+    x = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    sync(device)
+    ts = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(4):
+            y.copy_(x)
+        sync(device)
+        ts.append((time.perf_counter() - t) / 4)
+    return 2 * nbytes / min(ts)
+
+
+def weight_bytes(m) -> int:
+    seen, n = set(), 0
+    for p in m.parameters():  # tied embedding / lm_head: one tensor, counted once
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            n += p.numel() * p.element_size()
+    return n
+
+
+def kv_bytes_per_row(m, ctx) -> int:
+    c = m.config
+    head_dim = c.hidden_size // c.num_attention_heads
+    return c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * ctx * m.lm_head.weight.element_size()
+
+
+def decode_bench(m, device, B, n_adapters, prompt_len, new_tokens, repeats, capture):
+    tok = IdTokenizer()
+    eng = TorchEngine(m, tok, max_batch_size=B, compile=True, _capture=capture)
+    g = torch.Generator().manual_seed(B)
+    V = m.config.vocab_size
+    prompts = [torch.randint(1, V, (prompt_len,), generator=g).tolist() for _ in range(B)]
+    names = [ADAPTERS[i % 3] if n_adapters else None for i in range(B)]
+
+    def run(n):
+        reqs = [Request(p, a, SamplingParams(max_new_tokens=n, temperature=1.0, stop_token_ids=[], seed=i))
+                for i, (p, a) in enumerate(zip(prompts, names))]
+        sync(device)
+        t = time.perf_counter()
+        out = eng.generate(reqs)
+        sync(device)
+        assert all(len(r.completion_ids) == n for r in out)
+        return time.perf_counter() - t
+
+    run(new_tokens)  # capture (the graph for this shape) and warm up
+    run(1)
+    t_full = statistics.median([run(new_tokens) for _ in range(repeats)])
+    t_first = statistics.median([run(1) for _ in range(repeats)])
+    dt = max(t_full - t_first, 1e-9) / (new_tokens - 1)  # seconds per decode step
+    return B / dt, dt
+
+
+def static_equals_eager(device, capture) -> bool:
+    """The static step (graph replay on CUDA) against the eager loop, fp32 smoke model, mixed adapters,
+    ragged lengths, greedy and sampled: the same tokens."""
+    m = build("smoke", torch.float32, device, adapters=True, seed=3)
+    tok = IdTokenizer()
+    g = torch.Generator().manual_seed(0)
+    reqs = [Request(torch.randint(1, 512, (5 + 3 * i,), generator=g).tolist(), [None, *ADAPTERS][i % 4],
+                    SamplingParams(max_new_tokens=6 + 5 * i, greedy=i % 2 == 0, seed=i, stop_token_ids=[7]))
+            for i in range(6)]
+    a = TorchEngine(m, tok, compile=True, _capture=capture, sync_every=4).generate(reqs)
+    b = TorchEngine(m, tok).generate(reqs)
+    return [r.completion_ids for r in a] == [r.completion_ids for r in b]
+
+
+def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats):
+    """Seconds per fused policy_update (3 adapters) and its model FLOPs."""
+    import train
+    from batch import RoleBatch
+    from config import AlgoConfig, Config, LoRAConfig, RoleConfig
+    roles = tuple(RoleConfig(n, max_tokens=reply_len) for n in ADAPTERS)
+    cfg = Config(roles=roles, lora=LoRAConfig(rank=16, alpha=32, dropout=0.0, targets=TARGETS),
+                 algo=AlgoConfig(adv_estimator="grpo", mini_batch_size=rows_per_adapter, micro_batch_size=micro,
+                                 ppo_epochs=1, fused_update=True))
+    g = torch.Generator().manual_seed(0)
+    V = m.config.vocab_size
+    opts = {n: torch.optim.AdamW(lora.adapter_parameters(m, n), lr=1e-5) for n in ADAPTERS}
+
+    def parts():
+        out = []
+        for k, n in enumerate(ADAPTERS):
+            steps = []
+            for i in range(rows_per_adapter):
+                P, C = prompt_len - (i * 7) % (prompt_len // 4), reply_len - (i * 13) % (reply_len // 2)
+                ids = torch.randint(1, V, (P + C,), generator=g).tolist()
+                steps.append(Step(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
+            rb = RoleBatch(steps, [1.0] * len(steps), 0, reply_len)
+            adv = torch.randn(rb.mask.shape, generator=g) * rb.mask  # (N, T)
+            out.append(train.Part(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
+                                  torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0),
+                                  torch.Generator().manual_seed(k)))
+        return out
+
+    m.train()
+    ps = parts()
+    train.policy_update(m, ps, cfg, device, 0.0)  # warm-up
+    ts = []
+    for _ in range(repeats):
+        ps = parts()
+        sync(device)
+        t = time.perf_counter()
+        train.policy_update(m, ps, cfg, device, 0.0)
+        sync(device)
+        ts.append(time.perf_counter() - t)
+    m.eval()
+    # model FLOPs of the rows actually trained (padding not counted)
+    c = m.config
+    hd = c.hidden_size // c.num_attention_heads
+    body = sum(mod.weight.numel() for name, mod in m.named_modules()
+               if isinstance(mod, torch.nn.Linear) and ".layers." in name)  # base linears (LoRA's inner ones too)
+    flops = 0.0
+    for p in ps:
+        for s in p.rb.steps:
+            T, C = len(s.prompt_ids) + len(s.completion_ids), len(s.completion_ids)
+            flops += 4 * body * T + 4 * c.vocab_size * c.hidden_size * C
+            flops += 3 * 2 * c.num_hidden_layers * c.num_attention_heads * hd * T * T  # causal QK^T + AV, fwd + bwd
+    return statistics.median(ts), flops
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b")
+    ap.add_argument("--batches", default="1,32,256")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--train-rows", type=int, default=32, help="rows per adapter in the train step")
+    ap.add_argument("--train-prompt", type=int, default=256)
+    ap.add_argument("--train-reply", type=int, default=256)
+    ap.add_argument("--train-micro", type=int, default=8)
+    ap.add_argument("--peak-tflops", type=float, default=None, help="bf16 dense peak (default: from the device name)")
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny config on CPU: every code path, in seconds")
+    a = ap.parse_args(argv)
+    smoke = a.cpu_smoke or not torch.cuda.is_available()
+    if smoke:
+        if not a.cpu_smoke:
+            print("no CUDA device: running the CPU smoke test (--cpu-smoke); the GPU figures need a GPU")
+        device, capture, dtype = torch.device("cpu"), False, torch.bfloat16
+        models, batches = ["smoke"], [1, 4]
+        a.prompt_len, a.new_tokens, a.repeats = 8, 6, 1
+        a.train_rows, a.train_prompt, a.train_reply, a.train_micro = 4, 12, 8, 4
+        bw_bytes = 64 << 20
+    else:
+        device, capture, dtype = torch.device("cuda"), True, torch.bfloat16
+        models, batches = a.models.split(","), [int(b) for b in a.batches.split(",")]
+        bw_bytes = 2 << 30
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    bw = bandwidth(device, bw_bytes)
+    print(f"device {name}, torch {torch.__version__}, measured copy bandwidth {bw / 1e9:.0f} GB/s, bf16 peak "
+          f"{f'{peak:.0f} TFLOP/s' if peak else 'unknown (--peak-tflops)'}")
+    eq = static_equals_eager(device, capture)
+    print(f"static decode step ({'CUDA graph' if capture else 'eager, no capture'}) == eager loop: {eq}")
+    if smoke and not eq:
+        raise SystemExit("static step differs from the eager loop")
+    rows = []
+    for mname in models:
+        m = build(mname, dtype, device, adapters=True)
+        wb = weight_bytes(m)
+        lora_b = sum(p.numel() * p.element_size() for n in ADAPTERS for p in lora.adapter_parameters(m, n))
+        for B in batches:
+            for n_ad in (0, 3):
+                tps, dt = decode_bench(m, device, B, n_ad, a.prompt_len, a.new_tokens, a.repeats, capture)
+                step_bytes = (wb if n_ad else wb - lora_b) + B * kv_bytes_per_row(m, a.prompt_len + a.new_tokens // 2)
+                roof = B * bw / step_bytes
+                rows.append((mname, B, n_ad, tps, dt * 1e3, roof, 100 * tps / roof))
+                print(f"  {mname} B={B} adapters={n_ad}: {tps:.0f} tok/s", flush=True)
+        t, flops = train_bench(m, device, a.train_rows, a.train_prompt, a.train_reply, a.train_micro, a.repeats)
+        tf = flops / t / 1e12
+        mfu = f"{100 * tf / peak:.1f}%" if peak else "n/a"
+        rows.append((mname, "train", t, tf, mfu))
+        print(f"  {mname} fused update: {t:.3f} s", flush=True)
+        del m
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print(f"\ndecode (prompt {a.prompt_len}, {a.new_tokens} new tokens, bf16, "
+          f"{'CUDA graph' if capture else 'static step, no capture'}):")
+    print("| model | batch | adapters | decode tok/s | ms/step | HBM roofline tok/s | % of roofline |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r[1] != "train":
+            print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.0f} | {r[4]:.2f} | {r[5]:.0f} | {r[6]:.1f}% |")
+    print(f"\nfused update, 3 adapters x {a.train_rows} rows (prompt ~{a.train_prompt}, reply ~{a.train_reply}), "
+          f"micro-batch {a.train_micro}:")
+    print("| model | step s | model TFLOP/s | MFU |")
+    print("|---|---|---|---|")
+    for r in rows:
+        if r[1] == "train":
+            print(f"| {r[0]} | {r[2]:.3f} | {r[3]:.2f} | {r[4]} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
