@@ -5,7 +5,7 @@ rollouts, and a programmatic teacher. The adapters it writes are what train.py s
     python sft.py --data 'strong_run/*.jsonl' --model smollm2-135m-instruct --roles solver --min-reward 0.7
     python sft.py --train-config configs/tiny_math_3agent.py --teacher math --data 'runs/tiny/trajectories/*.jsonl'
     python sft.py --train-config configs/tiny_math_3agent.py --rejection-k 4 --rejection-tasks 64   # best of 4
-    python sft.py --config configs/sft_tiny_math.py          # an SFTConfig in a file (CLI flags override it)
+    python sft.py --config configs/sft/tiny_math.py          # an SFTConfig in a file (CLI flags override it)
 then RL from there: each role's `init_from` (config.RoleConfig) = <out>/<adapter>.
 
 The pipeline, as this file reads top to bottom:
