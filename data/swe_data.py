@@ -454,16 +454,19 @@ def make_instances(p: dict, others: list[dict], rng: random.Random, per_problem:
 
 
 def generate(seed: int = 0, per_problem: int = 2, val_frac: float = 0.2, limit: int | None = None,
-             progress: bool = False) -> tuple[list[dict], list[dict]]:
+             progress: bool = False, only: str | None = None) -> tuple[list[dict], list[dict]]:
     """(train, val) instances, deterministic in `seed`; problems are split before anything else, so
-    no HumanEval problem (as the bug or as a bystander module) appears on both sides."""
+    no HumanEval problem (as the bug or as a bystander module) appears on both sides. `only`
+    ("train" or "val") builds that split alone (the other comes back empty), equal to the full run's."""
     probs = [q for q in (problem(r) for r in humaneval_rows()[:limit]) if q is not None]
     rng = random.Random(seed)
     rng.shuffle(probs)
     n_val = max(1, round(len(probs) * val_frac))
     splits = {"val": probs[:n_val], "train": probs[n_val:]}
-    out = {}
+    out = {"train": [], "val": []}
     for name, ps in splits.items():
+        if only not in (None, name):
+            continue
         rows = []
         for i, p in enumerate(ps):
             prng = random.Random(f"{seed}:{p['task_id']}")
