@@ -505,10 +505,16 @@ def repo_files(task: dict) -> dict[str, str]:
 # the env
 
 
+def _mentions(name: str, text: str) -> bool:
+    """`name` in the text as a whole word: not part of a longer path or name (utils.py is not
+    named by test_utils.py, pkg/a.py not by otherpkg/a.py)."""
+    return re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w-])", text) is not None
+
+
 def names(path: str, text: str, all_paths) -> bool:
     """Does the text name this file: its path, or its base name when no other file shares it?"""
     base = posixpath.basename(path)
-    return path in text or (base in text and sum(posixpath.basename(p) == base for p in all_paths) == 1)
+    return _mentions(path, text) or (_mentions(base, text) and sum(posixpath.basename(p) == base for p in all_paths) == 1)
 
 
 def _arg(args: dict, key: str, default: int) -> int:

@@ -231,6 +231,11 @@ def test_perfect_team_scores_one_broken_patch_zero():
     # an analyzer that names every file is paid less than one that names the right one
     _, rew, m = play(SWETeamEnv(), TASK, ["calc/ops.py calc/util.py calc/__init__.py", FIX, "Verdict: ACCEPT"])
     assert rew[0] == pytest.approx(1 / 3) and m["files_localised"] == 1.0
+    # a file is named by its path or its (unique) base name as a whole word, not inside a longer name
+    for diagnosis, want in [("fix `ops.py`", 1.0), ("in calc/ops.py:3", 1.0), ("see tests/test_ops.py", 0.0),
+                            ("see othercalc/ops.pyx", 0.0), ("the add function", 0.0)]:
+        _, rew, _ = play(SWETeamEnv(), TASK, [diagnosis, FIX, "Verdict: ACCEPT"])
+        assert rew[0] == want, diagnosis
 
 
 def test_refinement_branch_and_unapplied_edits():
