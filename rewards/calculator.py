@@ -134,9 +134,10 @@ def check_record(rec, where: str = "record"):
                 raise TrajectoryError(f"{where}: turns[{k}].{key} is missing or not a string")
         if "prompt" in t and not isinstance(t["prompt"], str):
             raise TrajectoryError(f"{where}: turns[{k}].prompt is not a string")
-        r = t.get("reward")
-        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)):
-            raise TrajectoryError(f"{where}: turns[{k}].reward must be a finite number or null, got {r!r}")
+        for key in ("reward", "env_reward"):
+            r = t.get(key)
+            if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)):
+                raise TrajectoryError(f"{where}: turns[{k}].{key} must be a finite number or null, got {r!r}")
         n = t.get("reply_tokens")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
             raise TrajectoryError(f"{where}: turns[{k}].reply_tokens must be an integer >= 0, got {n!r}")
@@ -207,7 +208,7 @@ class TurnScore:
     role: str
     components: dict  # component -> value in [0, 1], only those that apply to this turn
     weighted: float  # sum(w_c x_c) / sum(w_c) over the components present
-    recorded: float | None  # the reward the env gave (in the file)
+    recorded: float | None  # the reward the env gave (the file's env_reward, else its reward)
 
 
 class RewardCalculator:
@@ -279,7 +280,9 @@ class RewardCalculator:
         refinements = sum(t["role"] == "generator_refinement" for t in rec["turns"])
         out, last_solution = [], None  # the latest generator reply (what an evaluator judges)
         for t in rec["turns"]:
-            role, reply, recorded = t["role"], t["reply"], t.get("reward")
+            # the env's own reward: `env_reward` when the file was written with reward=calculator
+            role, reply = t["role"], t["reply"]
+            recorded = t["env_reward"] if t.get("env_reward") is not None else t.get("reward")
             clipped = None if recorded is None else min(1.0, max(0.0, float(recorded)))
             c: dict[str, float] = {}
             eff = [x for x in [self._tokens(t)] if x is not None]
@@ -327,13 +330,15 @@ class RewardCalculator:
 def rescore_episodes(calc: RewardCalculator, episodes) -> None:
     """Online use: replace the reward of every Step of these rollout.Episodes by the calculator's
     weighted reward (the components go to step.info["reward_components"], the env's reward to
-    step.info["env_reward"]). Call it right after rollout.run_episodes."""
+    step.info["env_reward"]; rescoring again starts from that, not from the weighted reward). Call
+    it right after rollout.run_episodes."""
     for ep in episodes:
         rec = {"task": ep.task, "metrics": ep.metrics, "error": ep.error, "truncated": ep.truncated,
                "turns": [{"role": s.role, "reply": s.info.get("text", ""), "reply_tokens": len(s.completion_ids),
-                          "finish_reason": s.finish_reason, "reward": s.reward} for s in ep.steps]}
+                          "finish_reason": s.finish_reason, "reward": s.info.get("env_reward", s.reward)}
+                         for s in ep.steps]}
         for s, sc in zip(ep.steps, calc.score_episode(rec)):
-            s.info["env_reward"], s.info["reward_components"] = s.reward, sc.components
+            s.info["env_reward"], s.info["reward_components"] = sc.recorded, sc.components
             s.reward = sc.weighted
 
 

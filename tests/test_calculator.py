@@ -104,6 +104,19 @@ def test_rescore_episodes_online_uses_the_same_numbers():
     C.rescore_episodes(calc, [ep])
     assert [s.reward for s in ep.steps] == pytest.approx(want)
     assert ep.steps[0].info["env_reward"] == 0.0 and ep.steps[0].info["reward_components"]["completion"] == 0.0
+    C.rescore_episodes(calc, [ep])  # idempotent: it starts from the env's reward again
+    assert [s.reward for s in ep.steps] == pytest.approx(want)
+    assert [s.info["env_reward"] for s in ep.steps] == [t["reward"] for t in rec["turns"]]
+
+
+def test_a_file_written_with_calculator_rewards_is_read_by_its_env_reward():
+    ep = {"task": {"question": "q", "answer": ""}, "metrics": {},
+          "turns": [{**turn("speaker", "777", 50, 0.3), "env_reward": 1.0}]}
+    (s,) = C.RewardCalculator(default_budget=100).score_episode(ep)
+    assert s.recorded == 1.0 and s.components["completion"] == 1.0  # not the weighted 0.3 again
+    ep["turns"][0]["env_reward"] = "high"
+    with pytest.raises(C.TrajectoryError, match=r"turns\[0\]\.env_reward must be a finite number"):
+        C.check_record(ep, "f.jsonl:1")
 
 
 def test_from_config_takes_budgets_and_workflow():
