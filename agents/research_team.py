@@ -72,6 +72,9 @@ MAX_LINES = 200
 _ITEM = re.compile(r"\s*+(?:(?:sub[- ]?questions?|q(?:uestion)?|step)\s*+\d{0,3}\s*+[:.)\-]"
                    r"|\(?\d{1,3}\s*+[.):]|[-*•])\s*+(.*)", re.IGNORECASE)
 _WORD = re.compile(r"\w")
+# "1. Who founded X? 2. Where was that person born?" on one line (what SmolLM2 writes): split before
+# each " N. " / " N) " that follows a '?' or '.', so "3.5" or "Bob 2. Jr" inside an item stays whole
+_INLINE = re.compile(r"(?<=[?.!])\s++(?=\(?\d{1,2}[.)]\s)")
 
 
 def _clean(s: str) -> str:
@@ -80,13 +83,13 @@ def _clean(s: str) -> str:
 
 
 def parse_plan(text, max_items: int = 4) -> list[str]:
-    """The sub-questions of a planner reply: numbered / bulleted / 'Sub-question N:' lines, else the
-    lines ending in '?'; cleaned, de-duplicated, at most `max_items`. [] when there is none (the env
+    """The sub-questions of a planner reply: numbered / bulleted / 'Sub-question N:' lines (also several
+    numbered items on one line), else the lines ending in '?'; cleaned, de-duplicated, at most `max_items`. [] when there is none (the env
     then researches the question itself and pays the planner 0)."""
     if not isinstance(text, str):
         return []
     try:
-        lines = text.splitlines()[:MAX_LINES]
+        lines = [part for ln in text.splitlines()[:MAX_LINES] for part in _INLINE.split(ln)]
         items = [m.group(1) for m in map(_ITEM.match, lines) if m and m.group(1).strip()]
         if not items:
             items = [ln for ln in lines if ln.rstrip().endswith("?")]

@@ -174,6 +174,10 @@ def test_parse_plan():
     assert parse_plan("Sub-questions:\nSub-question 1: Who made Huljorfel?\nQ2: Where is it made?\n"
                       "2. **Who made Huljorfel?**") == ["Who made Huljorfel?", "Where is it made?"]
     assert parse_plan("Who made X?\nWhere is it?\nThanks.") == ["Who made X?", "Where is it?"]  # no list: the '?' lines
+    # SmolLM2 writes its list on one line; a number inside an item does not split it
+    assert parse_plan("1. Who founded Yrgar Foundry? 2. Where was that person born? 3) Is 3.5 km far? "
+                      "(4) Which year, 2. or 3.?") == ["Who founded Yrgar Foundry?", "Where was that person born?",
+                                                       "Is 3.5 km far?", "Which year, 2. or 3.?"]
     assert parse_plan("1. a\n2.\n3. ok ok ok", max_items=2) == ["ok ok ok"]  # too short / empty items dropped
     assert parse_plan("1. x y z?\n2. u v w?", max_items=1) == ["x y z?"]
     assert parse_plan("") == [] and parse_plan(None) == [] and parse_plan("Just answer it.") == []
