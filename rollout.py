@@ -147,7 +147,10 @@ def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
     logp = _filter_logits(logits, temp, top_k, top_p, filtered).log_softmax(-1)  # (B, V)
     B, V = logp.shape
     nb = -(-V // BLOCK)
-    probs = F.pad(logp.exp(), (0, nb * BLOCK - V)).view(B, nb, BLOCK)  # (B, nb, BLOCK), zeros past V
+    probs = logp.exp()  # (B, V)
+    if nb * BLOCK != V:
+        probs = F.pad(probs, (0, nb * BLOCK - V))  # zeros past V
+    probs = probs.view(B, nb, BLOCK)  # (B, nb, BLOCK)
     bcdf = probs.sum(-1, dtype=torch.float64).cumsum(-1)  # (B, nb)
     total = bcdf[:, -1]  # (B,) ~1
     u = torch.minimum(uniform(seed, step) * total, total.nextafter(torch.zeros_like(total)))  # (B,) in [0, total)
@@ -359,6 +362,7 @@ class TorchEngine:
             stop_ids=torch.tensor([x + [-1] * (S - len(x)) for x in stops], dtype=torch.long),
             end=torch.tensor([s.max_new_tokens for s in sps]), by_id=torch.zeros(B, dtype=torch.bool))
         self._route(names)
+        mods = list(lora.lora_modules(self.model).values())
         if static:
             decode, b, step, P_t = self._static_step(B, L, S, filtered)
             for k, v in init.items():
@@ -401,9 +405,13 @@ class TorchEngine:
                 if not left:
                     break
                 if not static and len(left) < len(alive):  # compact: finished rows leave the batch
-                    b = b.select(torch.tensor(left, device=dev))
+                    k = torch.tensor(left, device=dev)
+                    b = b.select(k)
                     alive = [alive[j] for j in left]
-                    self._route([names[i] for i in alive])
+                    if mods and mods[0].row_mask is not None:  # per-row routing: keep the rows' own masks
+                        mask = mods[0].row_mask[k]  # (B', 1, R)
+                        for mod in mods:
+                            mod.row_mask = mask
                     n_left = max(sps[i].max_new_tokens for i in alive)
             if static:
                 decode()  # the graph's replay (or the same step run eagerly)

@@ -2,6 +2,7 @@
 
     python bench/rollout.py                        # tiny at B=32,128 and SmolLM2-135M at B=32, all engines
     python bench/rollout.py --models tiny --batches 128 --engines torch,old
+    python bench/rollout.py --models overhead --engines torch,old   # a model with ~free kernels: engine overhead
 
 Engines: `torch` = TorchEngine today; `old` = the TorchEngine decode loop before issue 13 §2 (per-row
 Python per token, frozen in bench/_reference_engine.py); `hf` = model.generate; `vllm` = VLLMEngine.
@@ -39,7 +40,7 @@ def reference_engine():
 
 
 ROLES = ["generator", "evaluator", "refiner"]
-BATCHES = {"tiny": "32,128", "smollm2-135m-instruct": "32"}  # per model, unless --batches is given
+BATCHES = {"tiny": "32,128", "smollm2-135m-instruct": "32", "overhead": "128"}  # per model, unless --batches is given
 
 
 def prompts_for(tok, n, seed=0):
@@ -70,23 +71,39 @@ def hf_generate(m, tok, prompts, adapters, n_new, useful=None):
     return (out.shape[1] - P) * len(prompts) if useful is None else useful
 
 
-def race(fns: dict, repeats: int) -> dict:
-    """tokens/s of each fn (it returns its token count), the fns taking turns round by round."""
-    ts, n = {k: [] for k in fns}, {}
+def race(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """Tokens per wall second and per CPU second (this process's, all threads) of each fn (it returns
+    its token count), the fns taking turns round by round; medians over the rounds. On a machine
+    shared with other jobs, CPU time is the steadier measure: waiting for a core is not counted."""
+    ts, cs, n = {k: [] for k in fns}, {k: [] for k in fns}, {}
     for _ in range(repeats):
         for k, fn in fns.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             n[k] = fn()
             ts[k].append(time.perf_counter() - t)
-    return {k: n[k] / statistics.median(ts[k]) for k in fns}
+            cs[k].append(time.process_time() - c)
+    return {k: n[k] / statistics.median(ts[k]) for k in fns}, {k: n[k] / statistics.median(cs[k]) for k in fns}
 
 
 def ratios(r: dict) -> str:
-    return "  |" + "".join(f" torch/{k} {r['torch'] / r[k]:.2f}x" for k in ("old", "hf", "vllm") if k in r)
+    return "".join(f" torch/{k} {r['torch'] / r[k]:.2f}x" for k in ("old", "hf", "vllm") if k in r)
 
 
-def bench(spec, batches, engines, n_new, repeats, sync_every):
-    m, tok = load_model(spec)
+def load(spec):
+    """A preset, or `overhead`: the tiny tokenizer on a 1-layer, 32-wide random Qwen2 whose kernels cost
+    next to nothing, so tokens/s measures what the engine does around them (what a GPU exposes)."""
+    if spec != "overhead":
+        return load_model(spec)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    _, tok = load_model("tiny")
+    torch.manual_seed(0)
+    cfg = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, vocab_size=len(tok), tie_word_embeddings=True)
+    return Qwen2ForCausalLM(cfg), tok
+
+
+def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
+    m, tok = load(spec)
     m.eval()
     lora.add_lora(m, ROLES, rank=8, alpha=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
     g = torch.Generator().manual_seed(0)
@@ -129,14 +146,18 @@ def bench(spec, batches, engines, n_new, repeats, sync_every):
                 old.generate(reqs[:2])
             if ve is not None:
                 ve.generate(reqs[:2])
-            r = race(fns, repeats)
-            rows[(B, label)] = r
-            print(f"[{spec}] B={B:3d} {label:15s} " + "  ".join(f"{k} {v:7.1f}" for k, v in r.items()) + " tok/s"
-                  + ratios(r), flush=True)
+            r, rc = race(fns, repeats)
+            rows[(B, label)] = r, rc
+            print(f"[{spec}] B={B:3d} {label:15s} wall: " + "  ".join(f"{k} {v:7.1f}" for k, v in r.items())
+                  + " tok/s |" + ratios(r) + "\n" + " " * (len(spec) + 25) + "CPU:  "
+                  + "  ".join(f"{k} {v:7.1f}" for k, v in rc.items()) + " tok/CPU-s |" + ratios(rc), flush=True)
+        if not single:
+            continue
         # mixed batch vs three single-adapter batches, TorchEngine
         groups = [[Request(p, ROLES[k], sp) for i, p in enumerate(ps) if i % 3 == k] for k in range(3)]
-        r = race({"mixed": count(te, [Request(p, a, sp) for p, a in zip(ps, mixed)]),
-                  "sep": lambda gs=groups: sum(len(x.completion_ids) for grp in gs for x in te.generate(grp))}, repeats)
+        r, _ = race({"mixed": count(te, [Request(p, a, sp) for p, a in zip(ps, mixed)]),
+                     "sep": lambda gs=groups: sum(len(x.completion_ids) for grp in gs for x in te.generate(grp))},
+                    repeats)
         print(f"[{spec}] B={B:3d} torch: mixed 3-adapter batch {r['mixed']:.1f} tok/s vs three single-adapter batches "
               f"{r['sep']:.1f} tok/s -> {r['mixed'] / r['sep']:.2f}x", flush=True)
     # adapter sync: what each engine must do after an optimizer step
@@ -161,16 +182,18 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sync-every", type=int, default=None, help="TorchEngine's sync_every (default: its own)")
+    ap.add_argument("--no-single", action="store_true", help="skip mixed vs three single-adapter batches")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own); on a machine "
                     "shared with other jobs 1 avoids OpenMP threads spinning against them")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {a.new_tokens} new tokens, fp32, median of {a.repeats} alternating rounds")
+    print(f"torch {torch.__version__}, {a.new_tokens} new tokens, fp32, median of {a.repeats} alternating rounds, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     for spec in a.models.split(","):
         try:
             bench(spec, [int(b) for b in (a.batches or BATCHES.get(spec, "32")).split(",")], a.engines.split(","),
-                  a.new_tokens, a.repeats, a.sync_every)
+                  a.new_tokens, a.repeats, a.sync_every, not a.no_single)
         except ImportError as e:
             print(f"[{spec}] skipped: {e}")
 
