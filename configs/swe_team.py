@@ -26,6 +26,6 @@ config = Config(
     data=DataConfig(env="envs.swe:SWETeamEnv", train_files="data/swe_train.jsonl", val_files="data/swe_val.jsonl",
                     batch_size=2, val_size=16,
                     env_kwargs={"max_refinement_iterations": 1, "max_analyzer_calls": 2, "max_validator_calls": 1,
-                                "obs_chars": 1200, "file_chars": 2500, "test_timeout": 30.0}),
+                                "obs_chars": 1200, "file_chars": 2500, "test_timeout": 30.0, "disk_mb": 16}),
     trainer=TrainerConfig(total_steps=20, save_freq=5, test_freq=5, output_dir="runs/swe_team"),
 )
