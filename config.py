@@ -197,6 +197,13 @@ class DataConfig:
     """keep only tasks whose 'level' field is listed (the shipped arithmetic data has levels 1-5)"""
     max_refinement_iterations: int = 3
     """refinement cycles before an episode ends (math_3agent, math_tool, code, search)"""
+    reward: Literal["env", "calculator"] = "env"
+    """training reward of every turn: the workflow's own (env), or rewards/calculator.py's weighted
+    components (completion, efficiency, quality, reasoning) computed on the finished episode; the
+    env's reward stays in the trajectory files as env_reward, and val always reports the env's"""
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    """calculator weights by component (unnamed ones keep completion 0.4, efficiency 0.2, quality
+    0.3, reasoning 0.1); read by reward="calculator" and by sft.py / rewards.calculator --config"""
     agent_style: Literal["chat", "react", "code"] = "react"
     """react env: plain chat, ReAct (Thought/Action/Observation) or code-acting"""
     tools: tuple[str, ...] = ("calculator",)
@@ -255,6 +262,11 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    mode: Literal["rl", "sft", "both"] = "rl"
+    """rl: reinforcement learning; sft: sft.py's pipeline (sft_config) into <output_dir>/sft, then
+    stop; both: that SFT, then RL with every role SFT wrote an adapter for starting from it (init_from)"""
+    sft_config: str | None = None
+    """for mode sft/both: an sft.py config file (`config = SFTConfig(...)`); its train_config is this config"""
 
     # derived ---------------------------------------------------------------------------------
     def adapter_of(self, role: RoleConfig) -> str:
@@ -303,6 +315,21 @@ class Config:
                         "every adapter must sit on the same modules (mixed-adapter batches)")
         if not self.trainable_adapters:
             bad("roles", "every role has trainable=False: nothing would train")
+        if self.mode != "rl":
+            if self.sft_config is None:
+                bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "
+                    "configs/sft/tiny_math.py): what SFT learns from")
+            if not Path(self.sft_config).is_file():
+                bad("sft_config", f"{self.sft_config} is not a file")
+        if self.data.reward == "calculator" and self.algo.adv_estimator == "remax":
+            bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
+                "use data.reward=env with remax")
+        if self.data.reward_weights:
+            from rewards.calculator import RewardCalculator
+            try:
+                RewardCalculator(dict(self.data.reward_weights))
+            except ValueError as e:
+                bad("data.reward_weights", str(e))
         a, ro, t = self.algo, self.rollout, self.trainer
         for name, v, lo in [("algo.mini_batch_size", a.mini_batch_size, 1), ("algo.micro_batch_size", a.micro_batch_size, 1),
                             ("algo.ppo_epochs", a.ppo_epochs, 1), ("lora.rank", self.lora.rank, 1),

@@ -46,6 +46,7 @@ from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logi
 from config import Config, ConfigError, load_config_file
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
+from rewards.calculator import RewardCalculator, rescore_episodes
 from rundir import (Logger, config_changes, duration, fmt, load_adapters, load_checkpoint, resolve_resume,
                     save_checkpoint)
 from workflows import check_roles, load_data, workflow
@@ -293,6 +294,8 @@ def collect(run, train_tasks, step_seed):
         mine = ids[RANK::WORLD]
         s, e = rollout(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
                        role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
+        if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in info)
+            rescore_episodes(RewardCalculator.from_config(cfg), e)
         steps, eps = steps + s, eps + e
         if not cfg.algo.dynamic_sampling or rounds == cfg.algo.dynamic_sampling_max_rounds:
             return steps, eps, rounds
@@ -449,10 +452,42 @@ def build(cfg: Config, ckpt: Path | None):
     return run, out
 
 
+def sft_stage(cfg: Config) -> Config | None:
+    """mode sft|both: sft.py's pipeline (cfg.sft_config, with this config as its train config) into
+    <output_dir>/sft, skipped when that directory already holds the SFT of the same SFT config (a
+    rerun or a resume). sft: None (stop there); both: this config with every role whose adapter SFT
+    wrote starting from it (init_from; a role's own init_from wins)."""
+    import dataclasses
+
+    import sft
+    scfg = sft.load_sft_config(cfg.sft_config)
+    scfg = dataclasses.replace(scfg, train_config=None, out=scfg.out or str(Path(cfg.trainer.output_dir) / "sft"))
+    done = Path(scfg.out) / "summary.json"
+    same = json.loads(json.dumps(dataclasses.asdict(scfg), default=str))
+    if done.exists() and json.loads(done.read_text()).get("config") == same:
+        summary = json.loads(done.read_text())
+        print0(f"SFT: {done} holds the SFT of this sft_config: not run again")
+    else:
+        if WORLD > 1:
+            raise ConfigError("config field mode: SFT runs on one process; run `python sft.py --config ...` first, "
+                              "then RL with torchrun and each role's init_from")
+        summary = sft.run_sft(scfg, train_cfg=cfg)
+    if cfg.mode == "sft":
+        return None
+    written = summary["adapters"]  # adapter -> directory
+    roles = tuple(dataclasses.replace(r, init_from=r.init_from or written.get(cfg.adapter_of(r))) for r in cfg.roles)
+    print0("RL starts from SFT: " + (", ".join(f"{a} <- {d}" for a, d in written.items()) or "no adapter was written"))
+    return dataclasses.replace(cfg, roles=roles, mode="rl").validate()
+
+
 def main(cfg: Config):
     cfg.validate()
     check_roles(cfg)
     train_tasks, val_tasks = load_data(cfg)
+    if cfg.mode != "rl":
+        cfg = sft_stage(cfg)
+        if cfg is None:
+            return {}
     ckpt = resolve_resume(cfg, Path(cfg.trainer.output_dir))
     changes = config_changes(cfg, ckpt) if ckpt is not None and (ckpt / "config.json").exists() else []
     if changes and not (cfg.trainer.resume_if_changed or cfg.trainer.eval_only):

@@ -34,7 +34,8 @@ def episode_record(ep, tok, split: str, step: int) -> dict:
                    "reply": s.info.get("text", tok.decode(s.completion_ids, skip_special_tokens=True)),
                    "prompt_tokens": len(s.prompt_ids), "reply_tokens": len(s.completion_ids),
                    "finish_reason": s.finish_reason, "reward": s.reward, "advantage": s.info.get("advantage"),
-                   "baseline": s.info.get("baseline")} for s in ep.steps],
+                   "baseline": s.info.get("baseline"),
+                   **{k: s.info[k] for k in ("env_reward", "reward_components") if k in s.info}} for s in ep.steps],
     }
 
 
