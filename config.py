@@ -168,6 +168,9 @@ class RolloutConfig:
     """prompt + completion limit per turn; longer episodes end truncated"""
     max_batch_size: int = 64
     """TorchEngine rows per forward"""
+    compile: bool = False
+    """TorchEngine on CUDA: static-shape decode steps captured in CUDA graphs and replayed (gpt-fast
+    style; README "GPU path"). An error on CPU, where there is nothing to capture"""
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     progress: bool = True
@@ -315,6 +318,11 @@ class Config:
                         "every adapter must sit on the same modules (mixed-adapter batches)")
         if not self.trainable_adapters:
             bad("roles", "every role has trainable=False: nothing would train")
+        if self.rollout.compile:
+            import torch
+            if self.rollout.engine != "torch" or not torch.cuda.is_available():
+                bad("rollout.compile", "captures TorchEngine's decode step in CUDA graphs: it needs rollout.engine="
+                    f"torch and a CUDA device (engine {self.rollout.engine!r}, CUDA available: {torch.cuda.is_available()})")
         if self.mode != "rl":
             if self.sft_config is None:
                 bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "

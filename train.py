@@ -446,7 +446,8 @@ def build(cfg: Config, ckpt: Path | None):
         run.engine = VLLMEngine(model, tok, adapters=cfg.adapters, max_model_len=cfg.rollout.max_model_len,
                                 seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
     else:
-        run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed)
+        run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed,
+                                 compile=cfg.rollout.compile)
     if ckpt is not None:
         load_checkpoint(run, ckpt)
     return run, out

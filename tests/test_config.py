@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from config import Config, RoleConfig, load_config_file
+from config import Config, ConfigError, RoleConfig, load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
@@ -56,3 +56,21 @@ def test_bad_input_is_one_clear_line_on_the_command_line(tmp_path):
                             "--trainer.output-dir", str(tmp_path / "run"), *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "Traceback" not in r.stderr and want in r.stderr, r.stderr[-2000:]
         assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing ran
+
+
+def test_rollout_compile_needs_cuda_and_the_torch_engine():
+    """rollout.compile reaches TorchEngine(compile=True) (CUDA graphs); without CUDA it is a config
+    error naming the field, not a silent eager fallback."""
+    import dataclasses
+
+    import torch
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    on = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, compile=True))
+    if torch.cuda.is_available():
+        on.validate()
+    else:
+        with pytest.raises(ConfigError, match=r"config field rollout\.compile: .*CUDA available: False"):
+            on.validate()
+    vllm = dataclasses.replace(on, rollout=dataclasses.replace(on.rollout, engine="vllm"))
+    with pytest.raises(ConfigError, match=r"rollout\.compile"):
+        vllm.validate()
