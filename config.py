@@ -210,7 +210,10 @@ class DataConfig:
     agent_style: Literal["chat", "react", "code"] = "react"
     """react env: plain chat, ReAct (Thought/Action/Observation) or code-acting"""
     tools: tuple[str, ...] = ("calculator",)
-    """react env: tools offered (calculator, python)"""
+    """react env: tools offered by name (calculator, python, search over data.corpus, answer)"""
+    agent_reward: str = "math"
+    """react env: the reward by name: math, qa_f1, qa_em (the final answer against the task's), code
+    (the share of the task's tests the agent's last function passes, in the sandbox)"""
     corpus: str = "data/search_corpus.jsonl"
     """search env: the documents BM25 searches"""
     search_k: int = 3
@@ -386,16 +389,19 @@ class Config:
             bad("trainer.logger", f"use console and/or wandb, got {t.logger}")
         if self.data.val_size is not None and self.data.val_size < 1:
             bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
-        builtin = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "toy")
+        builtin = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "toy")
         if self.data.env not in builtin and ":" not in self.data.env:
             bad("data.env", f"unknown workflow {self.data.env!r}: one of {builtin}, or module:Class / file.py:Class")
         if self.data.env_kwargs and ":" not in self.data.env:
             bad("data.env_kwargs", "only for a module:Class workflow (built-ins take their own data.* fields)")
-        known_tools = ("calculator", "python")  # what envs/react.py offers
-        if unknown := [x for x in self.data.tools if x not in known_tools]:
-            bad("data.tools", f"unknown tool(s) {unknown}: choose from {known_tools}")
+        from envs.react import REWARDS  # the react env's names (checked whatever the env: a typo is an error)
+        from envs.tools import TOOL_NAMES
+        if unknown := [x for x in self.data.tools if x not in TOOL_NAMES]:
+            bad("data.tools", f"unknown tool(s) {unknown}: choose from {TOOL_NAMES}")
+        if self.data.agent_reward not in REWARDS:
+            bad("data.agent_reward", f"unknown reward {self.data.agent_reward!r}: choose from {tuple(REWARDS)}")
         for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)] + (
-                [("data.corpus", self.data.corpus)] if self.data.env == "search" else []):
+                [("data.corpus", self.data.corpus)] if self.data.env in ("search", "research") or "search" in self.data.tools else []):
             looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
             if Path(path).is_dir():
                 bad(name, f"{path} is a directory, not a data file")

@@ -39,8 +39,8 @@ def workflow(cfg: Config):
                  lambda spec: load_humaneval() if spec == "humaneval" else load_code_tasks(spec)),
         "search": (lambda: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations), search_team,
                    load_math),
-        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations, corpus=d.corpus,
-                                             search_k=d.search_k), react, react.load_tasks),
+        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations, reward=d.agent_reward,
+                                             corpus=d.corpus, search_k=d.search_k), react, react.load_tasks),
         "research": (lambda: research.ResearchEnv(d.corpus, d.search_k), research, research.load_tasks),
         "toy": (toy.ToyEnv, toy, toy.load_tasks),
     }[d.env]

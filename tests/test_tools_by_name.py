@@ -150,3 +150,19 @@ def test_by_name_configs_validate_load_and_train(name, tmp_path):
     assert "train/reward/agent" in metrics and "val/reward/agent" in metrics
     rows = [json.loads(ln) for ln in open(tmp_path / name / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 1] and "train/final_acc" in rows[0]
+
+
+def test_the_builtin_react_route_takes_tools_and_reward_by_name():
+    """`--data.env react --data.tools search --data.agent-reward qa_f1` (the command that failed with
+    KeyError 'search'): validated, and the env built from it searches and scores by QA F1; unknown
+    names are config errors naming the field and the known names."""
+    cfg = train.cli(["--config", os.path.join(ROOT, "configs", "react_calculator.py"), "--data.env", "react",
+                     "--data.tools", "search", "--data.agent-reward", "qa_f1"]).validate()
+    env = workflow(cfg)[0]()
+    assert env.reward_name == "qa_f1" and [t.name for t in env.tools][:1] == ["search"]
+    for field, value, msg in (("tools", ("serach",), r"data\.tools: unknown tool\(s\) \['serach'\]"),
+                              ("agent_reward", "f2", r"data\.agent_reward: unknown reward 'f2': choose from .*qa_f1")):
+        with pytest.raises(ConfigError, match=msg):
+            dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{field: value})).validate()
+    research = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="research"))
+    research.validate()  # a built-in name now
