@@ -4,6 +4,7 @@
     python eval.py --checkpoint runs/X/checkpoints/step_000024 --n-samples 4    # + mean@4 / pass@4
     python eval.py --checkpoint ... --data data/arith_val.jsonl --limit 100 --out /tmp/ev
     python eval.py --config configs/smollm2_math_cpu.py --base                  # the "before" number
+    python eval.py --config my_cfg.py      # a config's starting adapters: its roles' init_from (sft.py's output)
 
 Greedy: one episode per task, the same numbers train.py logs as val/* at that checkpoint's step.
 Sampled (--n-samples k): k episodes per task at the roles' training temperatures; per role, a
@@ -58,8 +59,9 @@ def main(argv=None) -> dict:
     p.add_argument("--threshold", type=float, default=1.0, help="score that counts as a pass (pass@k)")
     p.add_argument("--out", help="output directory (default: <checkpoint>/eval)")
     args = p.parse_args(argv)
-    if not args.checkpoint and not (args.config and args.base):
-        p.error("give --checkpoint, or --config with --base")
+    if not args.checkpoint and not args.config:
+        p.error("give --checkpoint, or --config (with --base: adapters off; without: the roles' init_from adapters, "
+                "fresh ones being the base)")
     ckpt = Path(args.checkpoint) if args.checkpoint else None
     if ckpt is not None and not (ckpt / "config.json").is_file():
         p.error(f"{ckpt} is not a checkpoint (no config.json)")

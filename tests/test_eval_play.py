@@ -53,6 +53,26 @@ def test_eval_matches_the_in_loop_eval_and_never_touches_the_log(trained):
     assert base["base"] and base["tasks"] == 2
 
 
+def test_eval_of_a_config_uses_its_init_from_adapters(trained, tmp_path):
+    """eval.py --config (no --base) evaluates the config's starting adapters: roles starting from the
+    checkpoint's adapters (init_from, as after sft.py) give exactly the checkpoint's greedy numbers."""
+    ck = trained / "checkpoints" / "step_000002"
+    cfg_file = tmp_path / "from_ckpt.py"
+    cfg_file.write_text(
+        "import dataclasses\nfrom config import from_dict\nimport json\n"
+        f"base = from_dict(json.loads(open({str(ck / 'config.json')!r}).read()))\n"
+        f"config = dataclasses.replace(base, roles=tuple(dataclasses.replace(r, init_from={str(ck / 'adapters')!r} + '/' + "
+        "(r.adapter or r.name)) for r in base.roles))\n")
+    got = troupe_eval.main(["--config", str(cfg_file), "--out", str(tmp_path / "ev")])
+    want = json.loads((ck / "eval" / "results.json").read_text()) if (ck / "eval" / "results.json").exists() else \
+        troupe_eval.main(["--checkpoint", str(ck)])
+    keys = [k for k in want if k.startswith("greedy/")]
+    assert keys and all(got[k] == pytest.approx(want[k]) for k in keys)
+    a = [t["reply"] for r in trajectories.read(tmp_path / "ev" / "greedy.jsonl") for t in r["turns"]]
+    b = [t["reply"] for r in trajectories.read(ck / "eval" / "greedy.jsonl") for t in r["turns"]]
+    assert a == b
+
+
 def test_sampled_scores_by_hand():
     from rollout import Episode, Step
     cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
