@@ -166,3 +166,7 @@ def test_the_builtin_react_route_takes_tools_and_reward_by_name():
             dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{field: value})).validate()
     research = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="research"))
     research.validate()  # a built-in name now
+    swe = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="swe"))
+    swe.validate()
+    from envs.swe import SWETeamEnv
+    assert isinstance(workflow(swe)[0](), SWETeamEnv) and workflow(swe)[2](os.path.join(ROOT, "data", "swe_val.jsonl"))[0]["FAIL_TO_PASS"]

@@ -1,0 +1,18 @@
+"""SFT warm-start of the CPU demo's evaluator (SmolLM2-135M): the math teacher's balanced critiques
+(one correct and one incorrect solution per training task, each with the right verdict; the
+incorrect ones are the base model's own wrong samples first). The README's research recipe:
+    python eval.py --config configs/smollm2_math_cpu.py --base --data data/arith_train.jsonl --limit 48 \\
+        --n-samples 2 --out runs/smollm2_sft/train_samples          # the model's own (wrong) samples
+    python sft.py --config configs/sft/smollm2_math_evaluator.py     # -> runs/smollm2_sft/evaluator_critique
+    python train.py --config configs/smollm2_math_cpu.py --roles.1.init-from runs/smollm2_sft/evaluator_critique
+Training tasks only: the validation set is never read."""
+from sft import SFTConfig
+
+config = SFTConfig(
+    train_config="configs/smollm2_math_cpu.py",
+    data=("runs/smollm2_sft/train_samples/*.jsonl",),
+    roles=("evaluator_critique",),
+    teacher="math", teacher_tasks=48, min_reward=0.7,
+    lr=2e-4, epochs=2, micro_batch_size=4, grad_accum=2, val_frac=0.1,
+    out="runs/smollm2_sft",
+)
