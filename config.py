@@ -289,7 +289,6 @@ class Config:
     def validate(self) -> "Config":
         """Check every field before anything expensive happens; errors name the field."""
         import math
-        from pathlib import Path
 
         def bad(name, msg):
             raise ConfigError(f"config field {name}: {msg}")

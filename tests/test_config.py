@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from config import Config, ConfigError, RoleConfig, load_config_file
+from config import ConfigError, RoleConfig, load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
