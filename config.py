@@ -414,6 +414,17 @@ class Config:
         return self
 
 
+def pop_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
+    """`--config PATH` or `--config=PATH` out of a command line -> (PATH or None, the other args)."""
+    for i, x in enumerate(argv):
+        if x == "--config" or x.startswith("--config="):
+            path = x.split("=", 1)[1] if "=" in x else (argv[i + 1] if i + 1 < len(argv) else None)
+            if not path:
+                raise SystemExit("--config needs a path")
+            return path, argv[:i] + argv[i + (1 if "=" in x else 2):]
+    return None, list(argv)
+
+
 def load_config_file(path: str) -> Config:
     """Execute a config file and return its `config` (a Config instance)."""
     spec = importlib.util.spec_from_file_location("troupe_config", path)

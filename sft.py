@@ -632,6 +632,39 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
 
 
 # --------------------------------------------------------------------------------------------
+# train.py's mode = sft | both
+
+
+def stage(cfg):
+    """mode sft|both: sft.py's pipeline (cfg.sft_config, with this config as its train config) into
+    <output_dir>/sft, skipped when that directory already holds the SFT of the same SFT config (a
+    rerun or a resume). sft: None (stop there); both: this config with every role whose adapter SFT
+    wrote starting from it (init_from; a role's own init_from wins): a config.Config."""
+    import os
+
+    from config import ConfigError
+    world, rank0 = int(os.environ.get("WORLD_SIZE", "1")), os.environ.get("RANK", "0") == "0"
+    scfg = load_sft_config(cfg.sft_config)
+    scfg = dataclasses.replace(scfg, train_config=None, out=scfg.out or str(Path(cfg.trainer.output_dir) / "sft"))
+    done = Path(scfg.out) / "summary.json"
+    same = json.loads(json.dumps(dataclasses.asdict(scfg), default=str))
+    if done.exists() and json.loads(done.read_text()).get("config") == same:
+        summary = json.loads(done.read_text())
+        if rank0:
+            print(f"SFT: {done} holds the SFT of this sft_config: not run again", flush=True)
+    else:
+        if world > 1:
+            raise ConfigError("config field mode: SFT runs on one process; run `python sft.py --config ...` first, "
+                              "then RL with torchrun and each role's init_from")
+        summary = run_sft(scfg, train_cfg=cfg)
+    if cfg.mode == "sft":
+        return None
+    written = summary["adapters"]  # adapter -> directory
+    roles = tuple(dataclasses.replace(r, init_from=r.init_from or written.get(cfg.adapter_of(r))) for r in cfg.roles)
+    if rank0:
+        print("RL starts from SFT: " + (", ".join(f"{a} <- {d}" for a, d in written.items()) or "no adapter was written"),
+              flush=True)
+    return dataclasses.replace(cfg, roles=roles, mode="rl").validate()
 
 
 def load_sft_config(path: str) -> SFTConfig:
@@ -650,16 +683,9 @@ def load_sft_config(path: str) -> SFTConfig:
 def cli(argv=None) -> SFTConfig:
     """`--config file.py` (an SFTConfig) first, then flags on top (tyro; --help lists them)."""
     import tyro
-    argv = list(sys.argv[1:] if argv is None else argv)
-    base = SFTConfig()
-    for i, x in enumerate(argv):
-        if x == "--config" or x.startswith("--config="):
-            path = x.split("=", 1)[1] if "=" in x else (argv[i + 1] if i + 1 < len(argv) else None)
-            if not path:
-                raise SystemExit("--config needs a path")
-            base = load_sft_config(path)
-            del argv[i:i + (1 if "=" in x else 2)]
-            break
+    from config import pop_config_arg
+    path, argv = pop_config_arg(sys.argv[1:] if argv is None else argv)
+    base = load_sft_config(path) if path else SFTConfig()
     return tyro.cli(SFTConfig, default=base, args=argv, description=__doc__.split("\n")[0] +
                     "\n\n--config PATH: a file building `config = SFTConfig(...)`; flags override its fields.")
 

@@ -43,7 +43,7 @@ import ppo
 import trajectories
 from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
                    score, window)
-from config import Config, ConfigError, load_config_file
+from config import Config, ConfigError, load_config_file, pop_config_arg
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
 from rewards.calculator import RewardCalculator, rescore_episodes
@@ -453,40 +453,13 @@ def build(cfg: Config, ckpt: Path | None):
     return run, out
 
 
-def sft_stage(cfg: Config) -> Config | None:
-    """mode sft|both: sft.py's pipeline (cfg.sft_config, with this config as its train config) into
-    <output_dir>/sft, skipped when that directory already holds the SFT of the same SFT config (a
-    rerun or a resume). sft: None (stop there); both: this config with every role whose adapter SFT
-    wrote starting from it (init_from; a role's own init_from wins)."""
-    import dataclasses
-
-    import sft
-    scfg = sft.load_sft_config(cfg.sft_config)
-    scfg = dataclasses.replace(scfg, train_config=None, out=scfg.out or str(Path(cfg.trainer.output_dir) / "sft"))
-    done = Path(scfg.out) / "summary.json"
-    same = json.loads(json.dumps(dataclasses.asdict(scfg), default=str))
-    if done.exists() and json.loads(done.read_text()).get("config") == same:
-        summary = json.loads(done.read_text())
-        print0(f"SFT: {done} holds the SFT of this sft_config: not run again")
-    else:
-        if WORLD > 1:
-            raise ConfigError("config field mode: SFT runs on one process; run `python sft.py --config ...` first, "
-                              "then RL with torchrun and each role's init_from")
-        summary = sft.run_sft(scfg, train_cfg=cfg)
-    if cfg.mode == "sft":
-        return None
-    written = summary["adapters"]  # adapter -> directory
-    roles = tuple(dataclasses.replace(r, init_from=r.init_from or written.get(cfg.adapter_of(r))) for r in cfg.roles)
-    print0("RL starts from SFT: " + (", ".join(f"{a} <- {d}" for a, d in written.items()) or "no adapter was written"))
-    return dataclasses.replace(cfg, roles=roles, mode="rl").validate()
-
-
 def main(cfg: Config):
     cfg.validate()
     check_roles(cfg)
     train_tasks, val_tasks = load_data(cfg)
     if cfg.mode != "rl":
-        cfg = sft_stage(cfg)
+        import sft
+        cfg = sft.stage(cfg)
         if cfg is None:
             return {}
     ckpt = resolve_resume(cfg, Path(cfg.trainer.output_dir))
@@ -616,16 +589,8 @@ def finish(metrics):
 def cli(argv=None) -> Config:
     """`--config file.py` (or --config=file.py), then tyro overrides on top of it."""
     import tyro
-    argv = list(sys.argv[1:] if argv is None else argv)
-    base = Config()
-    for i, x in enumerate(argv):
-        if x == "--config" or x.startswith("--config="):
-            path = x.split("=", 1)[1] if "=" in x else (argv[i + 1] if i + 1 < len(argv) else None)
-            if not path:
-                raise SystemExit("--config needs a path")
-            base = load_config_file(path)
-            del argv[i:i + (1 if "=" in x else 2)]
-            break
+    path, argv = pop_config_arg(sys.argv[1:] if argv is None else argv)
+    base = load_config_file(path) if path else Config()
     desc = (__doc__.split("\n")[0] + "\n\n--config PATH (or --config=PATH): a configs/*.py file building `config = "
             "Config(...)`; it goes first and the flags below override its fields (defaults shown are the file's).")
     return tyro.cli(Config, default=base, args=argv, description=desc)
