@@ -290,3 +290,20 @@ def test_init_from_starts_a_role_from_a_saved_adapter(tmp_path):
     other = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, targets=("q_proj",)), roles=roles)
     with pytest.raises(train.ConfigError, match=r"roles\[0\]\.init_from: .* same modules"):
         other.validate()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_update_option_reaches_the_loop(tmp_path, monkeypatch, fused):
+    """algo.fused_update: one policy_update over every busy adapter, or one call per adapter (the
+    weights are the same either way: tests/test_rl_core.py checks that)."""
+    calls = []
+    real = train.policy_update
+
+    def spy(model, parts, *a, **k):
+        calls.append(sorted(p.adapter for p in parts))
+        return real(model, parts, *a, **k)
+    monkeypatch.setattr(train, "policy_update", spy)
+    train.main(tiny_cfg(tmp_path, algo=dict(fused_update=fused), trainer=dict(total_steps=1)))
+    adapters = sorted({x for c in calls for x in c})
+    assert len(adapters) >= 2
+    assert calls == ([adapters] if fused else [[x] for x in adapters])
