@@ -10,7 +10,7 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
   - left-padded prompts, per-row position ids, one preallocated KV cache per layer (B, Hkv, L, D);
   - rows with different adapters in ONE forward (lora.set_row_adapters);
   - per-row stopping (EOS / stop ids / stop strings / length); finished rows are dropped from
-    the batch (cache compaction), so they stop costing compute;
+    the batch (cache compaction) once they are 1/8 of it, so they stop costing compute;
   - no Python loop over rows on the hot path: per-row state lives in device tensors (_Rows),
     sampling is vectorised (inverse CDF with a counter-based uniform keyed by (row seed, token
     index): a row's sample depends only on its own logits and seed, never on its batch), stop ids
@@ -187,9 +187,18 @@ class _Rows:
     end: torch.Tensor  # (B,) completion length: max_new_tokens until a stop id is sampled
     by_id: torch.Tensor  # (B,) bool: `end` came from a stop id
 
-    def select(self, k):
-        """Keep slots k (a device index tensor): finished rows leave the batch and the cache."""
-        return _Rows(**{f.name: ([(K[k], V[k]) for K, V in self.kv] if f.name == "kv" else getattr(self, f.name)[k])
+    def select(self, k, filled: int):
+        """Keep slots k (a device index tensor): finished rows leave the batch and the cache. Only
+        the cache columns written so far, [0, filled), are copied (the rest are written before they
+        are read); index_select, not k-indexing: measured ~2x faster on CPU for the same copy."""
+        def rows(x):
+            return x.index_select(0, k)
+
+        def cache(x):
+            out = x.new_empty((len(k),) + x.shape[1:])
+            torch.index_select(x[:, :, :filled], 0, k, out=out[:, :, :filled])
+            return out
+        return _Rows(**{f.name: ([(cache(K), cache(V)) for K, V in self.kv] if f.name == "kv" else rows(getattr(self, f.name)))
                         for f in dataclasses.fields(self)})
 
 
@@ -197,8 +206,10 @@ class TorchEngine:
     """Batched generation with a preallocated KV cache on the trainer's own model object.
 
     Two decode paths, one result (tested token for token and logprob for logprob):
-    - eager (default): finished rows leave the batch and the cache (compaction) at each host sync,
-      and attention reads only the cache columns written so far;
+    - eager (default): finished rows leave the batch and the cache (compaction) at a host sync
+      where they are >= 1/8 of the batch (compacting at every finished row copied the cache more
+      often than running the finished rows on cost), and attention reads only the cache columns
+      written so far;
     - static, compile=True (CUDA only): fixed shapes, gpt-fast style. The batch is padded to a
       power-of-two number of slots (dummy rows finish at once), the cache length is rounded up to
       a multiple of 64, rows keep their slots (no compaction: finished rows run on, their tokens
@@ -228,6 +239,7 @@ class TorchEngine:
         self.model, self.tok = model, tokenizer
         self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
         self._capture = _capture
+        self._compact_div = 8  # compact when >= 1/this of the batch has finished
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
         self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -404,9 +416,11 @@ class TorchEngine:
                 left = [j for j in open_ if end[j] > s]
                 if not left:
                     break
-                if not static and len(left) < len(alive):  # compact: finished rows leave the batch
+                # compact: finished rows leave the batch once they are 1/8 of it (a copy of the cache
+                # per finished row cost more than running it on, measured on ragged lengths)
+                if not static and len(alive) - len(left) >= max(1, len(alive) // self._compact_div):
                     k = torch.tensor(left, device=dev)
-                    b = b.select(k)
+                    b = b.select(k, P + s - 1)
                     alive = [alive[j] for j in left]
                     if mods and mods[0].row_mask is not None:  # per-row routing: keep the rows' own masks
                         mask = mods[0].row_mask[k]  # (B', 1, R)

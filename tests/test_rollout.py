@@ -304,6 +304,20 @@ def test_sync_every_does_not_change_results(setup, sync_every):
     _assert_same(TorchEngine(m, tok, sync_every=sync_every).generate(reqs), ref, atol=0)
 
 
+@pytest.mark.parametrize("div", [2, 10**9])
+def test_compaction_schedule_does_not_change_results(setup, div):
+    """Compaction copies only the cache columns written so far into new (uninitialised) memory, and
+    by default waits until 1/8 of the batch has finished: compacting at every finished row (div 1),
+    at half the batch (2) or never (10**9) gives the same tokens and logprobs."""
+    m, tok, prompts = setup
+    reqs = _hard_requests(m, tok, prompts)
+    eng = TorchEngine(m, tok)
+    eng._compact_div = 1
+    ref = eng.generate(reqs)
+    eng._compact_div = div
+    _assert_same(eng.generate(reqs), ref, atol=0)
+
+
 def test_sample_does_not_depend_on_the_batch(setup):
     """One seeded row alone, then among rows with other adapters, prompt lengths, sampling settings
     and max_new_tokens (so the batch is compacted around it): same tokens, same logprobs."""
