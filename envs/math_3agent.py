@@ -95,10 +95,12 @@ class MathTeamEnv:
             "eval_tp": sum(vd is True and t for vd, t in v), "eval_fp": sum(vd is True and not t for vd, t in v),
             "eval_tn": sum(vd is False and not t for vd, t in v), "eval_fn": sum(vd is False and t for vd, t in v),
             "eval_unparsed": sum(vd is None for vd, _ in v),
+            "eval_judged_right": sum(t for _, t in v),  # verdicts on correct solutions (unparsed included)
             "refinements": self.refinements,
             "refine_fixed": sum((not a) and b for a, b in zip(sc, sc[1:])),
             "refine_broken": sum(a and not b for a, b in zip(sc, sc[1:])),
             "refine_from_wrong": sum(not a for a in sc[:-1]),
+            "refine_from_right": sum(bool(a) for a in sc[:-1]),
             "no_answer": sum(extract_answer(t) is None for r, t in self.history if r != "evaluator_critique"),
         }
 
@@ -111,9 +113,15 @@ def aggregate(episodes) -> dict:
         for k, v in e.metrics.items():
             tot[k] += v
     tp, fp, tn, fn = (tot[k] for k in ("eval_tp", "eval_fp", "eval_tn", "eval_fn"))
+    n_right = tot["eval_judged_right"]  # verdicts on correct solutions; the rest judged wrong ones
+    n_wrong = tp + fp + tn + fn + tot["eval_unparsed"] - n_right
     return {
         "evaluator_precision": tp / max(1, tp + fp),  # of "Correct" verdicts, how many were right
         "evaluator_recall": tp / max(1, tp + fn),  # of correct solutions, how many were approved
         "evaluator_acc": (tp + tn) / max(1, tp + fp + tn + fn + tot["eval_unparsed"]),
-        "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),
+        # the mean of the recall on correct and on incorrect solutions; an unparsed verdict counts as
+        # wrong on both sides. Always "Correct" (or a coin) scores 0.5 whatever the generator's accuracy
+        "evaluator_balanced_acc": (tp / max(1, n_right) + tn / max(1, n_wrong)) / 2,
+        "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),  # the fix rate
+        "refine_break_rate": tot["refine_broken"] / max(1, tot["refine_from_right"]),
     }

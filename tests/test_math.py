@@ -158,10 +158,20 @@ def test_aggregate_metrics():
         steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
         eps.append(Episode(0, 0, env, steps, m))
     a = aggregate(eps)
-    assert set(a) == {"evaluator_precision", "evaluator_recall", "evaluator_acc", "refine_success"}  # only its own
+    assert set(a) == {"evaluator_precision", "evaluator_recall", "evaluator_acc", "evaluator_balanced_acc",
+                      "refine_success", "refine_break_rate"}  # only its own
     assert a["evaluator_precision"] == pytest.approx(2 / 3)  # 3 "Correct" verdicts, 2 right
     assert a["evaluator_recall"] == 1.0 and a["evaluator_acc"] == pytest.approx(3 / 4)
-    assert a["refine_success"] == 1.0
+    assert a["refine_success"] == 1.0 and a["refine_break_rate"] == 0.0
+    # verdicts: right sol -> Correct, wrong -> Correct, wrong -> Incorrect, right -> Correct:
+    # recall on correct ones 2/2, on wrong ones 1/2
+    assert a["evaluator_balanced_acc"] == pytest.approx((1 + 0.5) / 2)
+    # an unparsed verdict on a correct solution counts against it; a break counts
+    env = MathTeamEnv(max_refinement_iterations=1)
+    roles, _, m = play(env, ["\\boxed{7}", "no verdict", "\\boxed{8}", "Verdict: Incorrect"])
+    steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
+    b = aggregate([Episode(0, 0, env, steps, m)])
+    assert b["evaluator_balanced_acc"] == pytest.approx((0 + 1) / 2) and b["refine_break_rate"] == 1.0
 
 
 def test_single_agent_env():
