@@ -472,9 +472,11 @@ def main(cfg: Config):
     if ckpt is not None:
         print0(f"resumed from {ckpt} (step {run.step})" + (f"; changed: {'; '.join(changes)}" if changes else ""))
     n_base = sum(p.numel() for n, p in run.model.named_parameters() if ".lora_" not in n)
+    inits = {cfg.adapter_of(r): r.init_from for r in cfg.roles if r.init_from}
     per = {n: sum(p.numel() for p in lora.adapter_parameters(run.model, n)) for n in cfg.adapters}
     print0(f"model {cfg.model.spec} ({n_base / 1e6:.1f}M params, {cfg.model.dtype}) | adapters (trainable params): "
-           + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in run.opts else " frozen") for n, v in per.items())
+           + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in run.opts else " frozen")
+                       + (f" from {inits[n]}" if n in inits and ckpt is None else "") for n, v in per.items())
            + f" | tasks: {len(train_tasks)} train, {len(val_tasks)} val | engine {cfg.rollout.engine} | {WORLD} rank(s)"
            + f" | output {out}")
     t_cfg, a = cfg.trainer, cfg.algo

@@ -13,7 +13,7 @@ from config import ConfigError, load_config_file
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_mode_both_runs_sft_then_rl_from_its_adapters(tmp_path):
+def test_mode_both_runs_sft_then_rl_from_its_adapters(tmp_path, capsys):
     sft_file = tmp_path / "sft_cfg.py"
     sft_file.write_text("from sft import SFTConfig\n"
                         "config = SFTConfig(teacher='math', teacher_tasks=4, lr=1e-3, progress=False)\n")
@@ -25,6 +25,7 @@ def test_mode_both_runs_sft_then_rl_from_its_adapters(tmp_path):
                                                           val_before_train=False))
     train.main(cfg)
     sft_dir = tmp_path / "run" / "sft"
+    assert f"frozen from {sft_dir / 'evaluator_critique'}," in capsys.readouterr().out  # the start line says so
     summary = json.loads((sft_dir / "summary.json").read_text())
     assert summary["teacher"]["teacher:perturbed"] == 4 and summary["losses"]["evaluator_critique"]["steps"] >= 1
     assert list(summary["adapters"]) == ["evaluator_critique"]  # only the teacher's role had examples
