@@ -255,16 +255,17 @@ def perturb(solution: str, answer: str, rng: random.Random) -> str | None:
 
 
 def teacher_critique(solution: str, answer: str, right: bool) -> str:
-    """A short calibrated critique: what the solution says, the true result, the verdict line."""
+    """A short calibrated critique that answers FIRST and compares second: "I get \\boxed{y}. The
+    solution says x: the same/different." then the verdict line. Answer-first matters: a critique that
+    restates the solution's answer before its own teaches a small model to copy that answer (measured
+    on SmolLM2-135M, README "Research recipe"). ~20 tokens, inside the demo evaluator's 32."""
     said = extract_answer(solution)
     said = None if said is None else " ".join(said.split())[:60]
-    if right:
-        return (f"The solution's final answer is {said}. Solving it myself gives \\boxed{{{answer}}}, the same "
-                "result.\nVerdict: Correct")
+    mine = f"I get \\boxed{{{answer}}}."
     if said is None:
-        return f"The solution gives no final answer. Solving it myself gives \\boxed{{{answer}}}.\nVerdict: Incorrect"
-    return (f"The solution's final answer is {said}, but solving it myself gives \\boxed{{{answer}}}, so the "
-            "solution is wrong.\nVerdict: Incorrect")
+        return f"{mine} The solution gives no final answer.\nVerdict: Incorrect"
+    return f"{mine} The solution says {said}: {'the same' if right else 'different'}.\nVerdict: " + \
+        ("Correct" if right else "Incorrect")
 
 
 def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int) -> tuple[list[Example], dict]:

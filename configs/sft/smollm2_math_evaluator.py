@@ -12,7 +12,7 @@ config = SFTConfig(
     train_config="configs/smollm2_math_cpu.py",
     data=("runs/smollm2_sft/train_samples/*.jsonl",),
     roles=("evaluator_critique",),
-    teacher="math", teacher_tasks=48, min_reward=0.7,
+    teacher="math", teacher_tasks=200, min_reward=0.7,
     lr=2e-4, epochs=2, micro_batch_size=4, grad_accum=2, val_frac=0.1,
     out="runs/smollm2_sft",
 )
