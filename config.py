@@ -90,7 +90,8 @@ class AlgoConfig:
     """how per-token losses are aggregated (None: token-mean for ppo, seq-mean-token-mean for gspo).
     seq-mean-token-sum-norm divides by a constant, the role's max_tokens (Dr. GRPO)"""
     kl_kind: str = "low_var_kl"
-    """kl (k1), abs, mse (k2), low_var_kl (k3), optionally with '+' (straight-through k1 gradient),
+    """kl (k1), abs, mse (k2), low_var_kl (k3), optionally with '+' (the named value with k2's gradient,
+    (logp - ref) grad logp, unbiased for grad KL(pi || ref): use it when the KL is in the loss),
     or full (exact KL over the vocabulary: one more no-grad forward per micro-batch)"""
     kl_coef: float = 0.0
     """KL coefficient (0 = no KL, and no reference forward at all)"""
@@ -98,7 +99,8 @@ class AlgoConfig:
     """put the KL penalty in the token rewards (PPO-style) instead of the loss (GRPO-style); every
     estimator sees it (outcome estimators score a turn by the sum of its token rewards)"""
     kl_adaptive: bool = False
-    """adapt the KL coefficient towards kl_target (Ziegler et al.)"""
+    """adapt the in-reward KL coefficient towards kl_target (Ziegler et al.; needs kl_in_reward), fed as
+    verl feeds it: the mean over the step's sequences of each one's token-mean KL, n_steps = their number"""
     kl_target: float = 0.1
     """target KL for the adaptive controller"""
     kl_horizon: int = 10000
@@ -122,13 +124,16 @@ class AlgoConfig:
     weight_decay: float = 0.0
     """AdamW weight decay"""
     warmup_steps: int = 0
-    """linear LR warm-up steps"""
+    """linear LR warm-up over this many TRAINING steps (as verl counts them): step s of the run trains at
+    lr * min(1, s / warmup_steps), whatever the number of mini-batches and ppo_epochs in it"""
     dynamic_sampling: bool = False
-    """DAPO's filter: groups (task, role) whose rewards all agree teach nothing and leave the batch
-    (their tokens leave every denominator); singleton groups stay unless the estimator is grouped"""
+    """DAPO's filter: for roles whose estimator centres per group (grpo, rloo, reinforce++_baseline),
+    groups (task, role) of several turns whose rewards all agree have zero advantage and leave the
+    batch (their tokens leave every denominator); groups of one and other estimators' turns stay"""
     dynamic_sampling_max_rounds: int = 0
     """with dynamic_sampling: roll out up to this many extra batches of new tasks while fewer than
-    data.batch_size tasks kept an informative group (DAPO's refill); 0 = filter only"""
+    data.batch_size tasks kept an informative group (DAPO's refill), then train on the informative
+    groups of the first data.batch_size such tasks (DAPO's trim); 0 = filter only"""
     vf_coef: float = 0.5
     """GAE: value loss coefficient"""
     vf_clip: float | None = 0.2
@@ -278,6 +283,9 @@ class Config:
     def adapter_of(self, role: RoleConfig) -> str:
         return role.adapter or role.name
 
+    def estimator_of(self, role: RoleConfig) -> str:
+        return getattr(role, "adv_estimator", None) or self.algo.adv_estimator
+
     @property
     def adapters(self) -> list[str]:
         return sorted({self.adapter_of(r) for r in self.roles})
@@ -382,6 +390,19 @@ class Config:
             bad("algo.kl_kind", f"unknown kind {a.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
         if a.kl_adaptive and (a.kl_target <= 0 or a.kl_horizon <= 0):
             bad("algo.kl_target/kl_horizon", "the adaptive KL controller needs both > 0")
+        if a.kl_adaptive and not (a.kl_in_reward and a.kl_coef > 0):
+            bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
+                "does): set algo.kl_in_reward and algo.kl_coef > 0 (its starting value); a KL in the loss keeps a "
+                "fixed kl_coef")
+        if ro.merge_turns and any(self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
+            bad("rollout.merge_turns", "remax's baseline is per turn (the greedy reply to that turn's prompt), but a "
+                "merged sequence keeps only its last turn's reward and baseline: the earlier turns' tokens would be "
+                "judged against the later turn's greedy baseline. Use remax without merge_turns, or another estimator")
+        if a.dynamic_sampling and not any(self.estimator_of(r) in ("grpo", "rloo", "reinforce++_baseline")
+                                          for r in self.roles if r.trainable):
+            bad("algo.dynamic_sampling", "DAPO's filter drops groups whose advantages are zero by construction, which "
+                "only happens under estimators that centre per group (grpo, rloo, reinforce++_baseline); under "
+                f"{a.adv_estimator} a flat group still carries signal and nothing would be filtered")
         if a.adv_estimator in ("grpo", "rloo", "reinforce++_baseline") and ro.num_chains < 2:
             bad("rollout.num_chains", f"{a.adv_estimator} needs groups: num_chains >= 2")
         if t.logger and not set(t.logger) <= {"console", "wandb"}:

@@ -17,9 +17,11 @@ Advantage estimators, and when to use them:
 Groups: all samples of one prompt (and, in a troupe, one role) share a group id.
 
 KL: `kl_penalty` gives the per-token sample estimators (k1 `kl`, `abs`, `mse` = k2, `low_var_kl` = k3;
-a `+` suffix, e.g. `low_var_kl+`, keeps the value but takes the unbiased k1 gradient);
-`full_kl` is the exact KL over the vocabulary, chunked. Either can go in the reward (with a
-Fixed/Adaptive controller) or in the loss.
+a `+` suffix, e.g. `low_var_kl+`, keeps the value but takes k2's gradient, (logp - ref) grad logp,
+whose expectation on-policy is the gradient of KL(pi || ref); k1's and k3's are not);
+`full_kl` is the exact KL over the vocabulary, chunked. Either can go in the loss (fixed
+coefficient) or in the reward (Fixed or Adaptive controller, fed as verl feeds it:
+`sequence_mean_kl`).
 
 Losses return (loss, metrics): `policy_loss` (PPO clip with separate low/high epsilon, dual-clip),
 `gspo_loss` (sequence-level ratio), `value_loss` (clipped), `entropy`, all aggregated by `agg_loss`.
@@ -220,8 +222,12 @@ def kl_penalty(logp, ref_logp, kind="low_var_kl"):
 
     kl (k1): logp - ref; abs: |logp - ref|; mse (k2): 1/2 (logp - ref)^2;
     low_var_kl (k3): exp(ref - logp) - (ref - logp) - 1 with the log-ratio clamped to +-20 and the
-    result to +-10 (>= 0, unbiased, low variance). A trailing '+' keeps the value of the named
-    estimator but takes the gradient of k1 (straight-through), whose gradient is unbiased.
+    result to +-10 (>= 0, unbiased, low variance).
+
+    A trailing '+' keeps the value of the named estimator but takes k2's gradient (straight-through):
+    (logp - ref) * grad logp. On-policy, E_pi[(log pi - log ref) grad log pi] = grad KL(pi || ref), so
+    this is the estimator to put in a loss (verl's `+`; Tang & Munos 2025). k1's gradient, grad logp,
+    averages to zero on-policy (E_pi[grad log pi] = 0): a k1-gradient KL term regularises nothing.
     """
     straight = kind.endswith("+")
     base = kind.rstrip("+")
@@ -242,7 +248,8 @@ def kl_penalty(logp, ref_logp, kind="low_var_kl"):
     else:
         raise ValueError(f"unknown kl kind {kind!r}: use kl, abs, mse, low_var_kl (k1/k2/k3), optionally with '+'")
     if straight:
-        v = d - d.detach() + v.detach()
+        k2 = 0.5 * d.square()  # its gradient: d * grad logp
+        v = k2 - k2.detach() + v.detach()
     return v
 
 
@@ -286,8 +293,22 @@ class FixedKLController:
         self.value = d["value"]
 
 
+def sequence_mean_kl(kl, mask):
+    """What an adaptive controller is fed (verl's apply_kl_penalty): the mean over sequences of each
+    sequence's token-mean KL, and the number of sequences. Rows without a masked token are left out.
+    A token mean over the batch would weigh long turns more: on multi-turn batches with short,
+    high-KL turns it reads low and moves beta the wrong way. (B, T) x2 -> (float, int)"""
+    n_tok = mask.sum(-1)  # (B,)
+    has = n_tok > 0
+    per_seq = (kl * mask).sum(-1)[has] / n_tok[has]  # (B',)
+    return float(per_seq.sum()) / max(int(has.sum()), 1), int(has.sum())
+
+
 class AdaptiveKLController:
-    """beta <- beta * (1 + clip(KL/target - 1, +-0.2) * n_steps / horizon)  (Ziegler et al. 2019)."""
+    """beta <- beta * (1 + clip(KL/target - 1, +-0.2) * n_steps / horizon)  (Ziegler et al. 2019).
+
+    Fed as verl feeds it: current_kl = `sequence_mean_kl` of the in-reward KL over the step's
+    sequences (every role's turns), n_steps = the number of those sequences."""
 
     def __init__(self, init, target, horizon):
         if target <= 0 or horizon <= 0:

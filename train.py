@@ -177,7 +177,6 @@ def policy_update(model, parts: list[Part], cfg, device, kl_coef) -> dict[str, d
                     continue
                 lr[x] = p.opt.param_groups[0]["lr"]  # the rate this optimizer step used
                 p.opt.step()
-                p.sched.step()
                 p.opt.zero_grad(set_to_none=True)
                 grad_norms[x].append(norm)
     out = {}
@@ -225,7 +224,9 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
             ref_logp = score(model, rb, None, cfg, device)
             kl_tok = ppo.kl_penalty(old_logp, ref_logp, a.kl_kind)
         kl_sum, n = all_sum([float((kl_tok * rb.mask).sum()), float(rb.mask.sum())])
-        out["kl"] = kl_sum / max(n, 1.0)
+        out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
+        seq_mean, n_seq = ppo.sequence_mean_kl(kl_tok, rb.mask)
+        out["kl_seq_sum"], out["kl_seqs"] = seq_mean * n_seq, float(n_seq)  # for the controller; summed over ranks
     values = run.critic.values(model, rb) if run.critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value)
     for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
@@ -268,14 +269,27 @@ def group_key(cfg: Config, s: Step):
 
 
 def informative(cfg: Config, steps: list[Step]) -> list[Step]:
-    """DAPO's filter: drop groups whose rewards all agree (they carry no signal); a group of one
-    stays unless the estimator needs groups."""
+    """DAPO's filter: drop the groups whose advantages are zero by construction, i.e. groups of more
+    than one turn whose rewards all agree, for the roles whose estimator centres per group (grpo,
+    rloo, reinforce++_baseline). A group of one stays (its grpo/rloo advantage is its reward, as
+    in verl), and so does every turn of a role whose estimator does not centre per group (remax,
+    reinforce++, gae: there a flat group still has advantages)."""
+    est = {r.name: cfg.estimator_of(r) for r in cfg.roles}
     groups = defaultdict(list)
     for s in steps:
         groups[group_key(cfg, s)].append(s.reward)
-    keep = {k for k, r in groups.items() if (len(r) == 1 and cfg.algo.adv_estimator not in ppo.GROUPED)
-            or (len(r) > 1 and max(r) > min(r))}
-    return [s for s in steps if group_key(cfg, s) in keep]
+    flat = {k for k, r in groups.items()
+            if est.get(k[1], cfg.algo.adv_estimator) in ppo.GROUPED and len(r) > 1 and max(r) == min(r)}
+    return [s for s in steps if group_key(cfg, s) not in flat]
+
+
+def dapo_batch(cfg: Config, steps: list[Step]) -> list[Step]:
+    """The filter, then DAPO's trim: the informative groups of the first data.batch_size tasks (in
+    stream order, over all ranks) that kept any, so refill rounds never grow the batch."""
+    kept = informative(cfg, steps)
+    tasks = sorted({t for part in gather_objects(sorted({s.task_id for s in kept})) for t in part})
+    first = set(tasks[:cfg.data.batch_size])
+    return [s for s in kept if s.task_id in first]
 
 
 def collect(run, train_tasks, step_seed):
@@ -504,10 +518,11 @@ def main(cfg: Config):
         metrics = summarize(cfg, steps, eps, "train")
         if cfg.rollout.merge_turns:
             steps = merge_turns(steps)
-        kept = informative(cfg, steps) if a.dynamic_sampling else steps
+        kept = dapo_batch(cfg, steps) if a.dynamic_sampling else steps
         if a.dynamic_sampling:
             n_kept, n_all = all_sum([float(len(kept)), float(len(steps))])
-            metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0), "train/extra_rollouts": float(extra_rounds)})
+            metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0), "train/extra_rollouts": float(extra_rounds),
+                            "train/kept_tasks": float(len({t for p in gather_objects({s.task_id for s in kept}) for t in p}))})
         silent = [r.name for r in cfg.roles if r.trainable and not metrics.get(f"train/response_len/{r.name}")]
         if silent:
             print0(f"[step {step}] note: role(s) {silent} produced no tokens this step")
@@ -539,11 +554,16 @@ def main(cfg: Config):
                 metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
             bar.update(len(group))
         bar.close()
+        for sched in run.scheds.values():  # the LR schedule counts training steps (verl's), not optimizer steps
+            sched.step()
         save_trajectories(run, eps, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
-        kls = [v for k, v in metrics.items() if k.startswith("train/kl/")]
-        if kls:
-            metrics["train/kl"] = float(np.mean(kls))
-            run.kl_ctrl.update(metrics["train/kl"], cfg.data.batch_size * cfg.rollout.num_chains)
+        seq = [(metrics.pop(k), metrics.pop(k.replace("kl_seq_sum", "kl_seqs"))) for k in list(metrics)
+               if k.startswith("train/kl_seq_sum/")]
+        if seq:  # verl's current_kl: the mean over every sequence of the step of its token-mean KL
+            tot, n_seq = all_sum([sum(x for x, _ in seq), sum(n for _, n in seq)])
+            metrics["train/kl"] = tot / max(n_seq, 1.0)
+            if a.kl_in_reward:  # the controller moves the in-reward coefficient (config: adaptive needs it)
+                run.kl_ctrl.update(metrics["train/kl"], int(n_seq))
         metrics["train/kl_coef"] = run.kl_ctrl.value
         t_train = time.perf_counter() - t1
 

@@ -159,13 +159,34 @@ def test_kl_zero_when_equal_and_k3_nonnegative(kind):
     assert torch.all(ppo.kl_penalty(lp, ref, "low_var_kl") >= 0)
 
 
-def test_straight_through_kl_gradient_is_k1():
+def test_straight_through_kl_gradient_is_k2():
     logp = torch.tensor([-1.0, -3.0], requires_grad=True)
     ref = torch.tensor([-2.0, -1.0])
     v = ppo.kl_penalty(logp, ref, "low_var_kl+")
-    close(v.detach(), ppo.kl_penalty(logp.detach(), ref, "low_var_kl"))
+    close(v.detach(), ppo.kl_penalty(logp.detach(), ref, "low_var_kl"))  # the value of k3
     v.sum().backward()
-    close(logp.grad, [1.0, 1.0])
+    close(logp.grad, [1.0, -2.0])  # k2's gradient (logp - ref), not k1's [1, 1]
+
+
+@pytest.mark.parametrize("kind", ["kl+", "abs+", "mse+", "low_var_kl+", "k3+"])
+def test_straight_through_kl_gradient_is_unbiased_for_reverse_kl(kind):
+    """The exact on-policy expectation of the `+` gradient over a 7-way categorical equals autograd's
+    gradient of KL(pi || ref) = sum_a pi(a) (log pi(a) - log ref(a)); k1's gradient averages to 0."""
+    g = torch.Generator().manual_seed(7)
+    theta = torch.randn(7, generator=g, dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(7, generator=g, dtype=torch.float64), -1)
+    logp = torch.log_softmax(theta, -1)
+    pi = logp.exp().detach()
+    (pi * ppo.kl_penalty(logp, ref, kind)).sum().backward()  # E_{a ~ pi}[grad of the estimate at a]
+    want_theta = theta.detach().clone().requires_grad_(True)
+    lp = torch.log_softmax(want_theta, -1)
+    (lp.exp() * (lp - ref)).sum().backward()
+    assert want_theta.grad.abs().max() > 0.05  # a real gradient to match
+    close(theta.grad, want_theta.grad, tol=1e-10)
+    k1 = theta.detach().clone().requires_grad_(True)  # what `+` used to take: k1's gradient
+    lp1 = torch.log_softmax(k1, -1)
+    (lp1.exp().detach() * ppo.kl_penalty(lp1, ref, "kl")).sum().backward()
+    close(k1.grad, torch.zeros(7), tol=1e-12)
 
 
 def test_full_kl_equals_torch_distributions():
@@ -201,6 +222,23 @@ def test_adaptive_kl_controller():
     c2 = ppo.AdaptiveKLController(1, 1, 1)
     c2.load_state_dict(c.state_dict())
     assert c2.value == c.value
+
+
+def test_adaptive_kl_is_fed_the_per_sequence_mean_over_sequences():
+    """12 turns of 4 episodes, lengths 2/10/30, KL 0.5 on the short turns and 0.05 elsewhere: verl's
+    current_kl is 0.200 (mean of per-sequence means) with n_steps = 12 sequences, and beta rises
+    0.1 -> 0.1024 at target 0.1, horizon 100. A token mean (0.071) would lower it."""
+    lens, T = [2, 10, 30] * 4, 30
+    mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lens])
+    kl = torch.tensor([[0.5 if n == 2 else 0.05] * T for n in lens]) * mask
+    cur, n = ppo.sequence_mean_kl(kl, mask)
+    assert n == 12 and cur == pytest.approx(0.2)
+    assert float(ppo.masked_mean(kl, mask)) == pytest.approx(12 / 168)  # the token mean it used to get
+    c = ppo.AdaptiveKLController(0.1, 0.1, 100)
+    c.update(cur, n)
+    assert c.value == pytest.approx(0.1024)
+    empty = torch.cat([mask, torch.zeros(1, T)])  # a row with no policy token is no sequence
+    assert ppo.sequence_mean_kl(torch.cat([kl, torch.ones(1, T)]), empty) == (pytest.approx(0.2), 12)
 
 
 # ---------------------------------------------------------------------------------- losses

@@ -197,6 +197,31 @@ def test_ratio_is_exactly_one_on_policy_with_lora_dropout(tmp_path):
     assert conf["lora_dropout"] == 0.0  # policy adapters never drop out
 
 
+def test_adaptive_kl_steps_once_per_sequence_of_the_step(tmp_path):
+    """verl's n_steps is the number of sequences: on the 3-role team a step has more turns than
+    episodes, and beta must move by the turns. Step 1 measures KL 0 (fresh adapters: err -0.2), step 2
+    a positive KL far above the tiny target (err +0.2): beta_2 = beta_0 (1 - 0.2 n_1/H)(1 + 0.2 n_2/H)
+    with n_s the turns in step s's trajectory file."""
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    cfg = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, kl_coef=0.1, kl_in_reward=True, kl_adaptive=True,
+                                                            kl_target=1e-9, kl_horizon=100),
+                              trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / "run"), resume="none",
+                                                          total_steps=2, save_freq=0, test_freq=0, val_before_train=False,
+                                                          trajectory_sample=1.0))
+    train.main(cfg)
+    r = rows(tmp_path / "run" / "metrics.jsonl")
+    n = [sum(len(e["turns"]) for e in rows(tmp_path / "run" / "trajectories" / f"train_step_00000{k}.jsonl")) for k in (1, 2)]
+    assert min(n) > cfg.data.batch_size * cfg.rollout.num_chains  # more sequences than episodes
+    assert r[0]["train/kl"] == 0 and r[1]["train/kl"] > 0
+    assert r[0]["train/kl_coef"] == pytest.approx(0.1 * (1 - 0.2 * n[0] / 100))
+    assert r[1]["train/kl_coef"] == pytest.approx(0.1 * (1 - 0.2 * n[0] / 100) * (1 + 0.2 * n[1] / 100))
+
+
+def test_adaptive_kl_needs_the_kl_in_the_reward():
+    with pytest.raises(ValueError, match="algo.kl_adaptive"):
+        Config(algo=AlgoConfig(kl_coef=0.1, kl_adaptive=True)).validate()
+
+
 # --------------------------------------------------------------------------------------------
 # 5. DAPO's dynamic sampling
 
@@ -213,9 +238,49 @@ def _steps(rewards_by_group):
 def test_dynamic_sampling_filter():
     steps = _steps({0: [1.0, 1.0], 1: [0.0, 1.0], 2: [0.5]})
     grpo = Config(algo=AlgoConfig(adv_estimator="grpo", dynamic_sampling=True))
-    assert [s.task_id for s in train.informative(grpo, steps)] == [1, 1]  # flat and singleton groups leave
-    rpp = Config(algo=AlgoConfig(adv_estimator="reinforce++", dynamic_sampling=True))
-    assert [s.task_id for s in train.informative(rpp, steps)] == [1, 1, 2]  # a singleton is fine without groups
+    assert [s.task_id for s in train.informative(grpo, steps)] == [1, 1, 2]  # the flat group leaves; one stays (adv = r)
+    for est in ("remax", "reinforce++", "gae"):  # there a flat group has advantages: nothing leaves
+        cfg = Config(algo=AlgoConfig(adv_estimator=est, dynamic_sampling=True))
+        assert [s.task_id for s in train.informative(cfg, steps)] == [0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("estimator", sorted(ppo.ADVANTAGES))
+def test_dynamic_sampling_drops_only_groups_whose_advantages_are_zero(estimator):
+    """Filter where a flat group's advantage is zero by construction, never where it carries signal:
+    a remax group rewarded 1, 1, 1, 1 against a greedy 0 has advantage 1."""
+    steps = _steps({0: [1.0] * 4, 1: [0.0, 1.0, 1.0, 0.0], 2: [0.0] * 4, 3: [0.7]})
+    for s in steps:
+        s.info["baseline"] = 0.0
+    mask = torch.ones(len(steps), 3)
+    scores = torch.tensor([s.reward for s in steps])
+    token_rewards = torch.zeros_like(mask)
+    token_rewards[:, -1] = scores
+    adv, _ = ppo.ADVANTAGES[estimator](token_rewards, mask, group_ids=[s.task_id for s in steps],
+                                       values=torch.rand(len(steps), 3), baseline=torch.zeros(len(steps)))
+    if estimator == "reinforce++_baseline":  # r - group mean, before the batch whitening shifts every row alike
+        adv = (scores - ppo.group_stats(scores, [s.task_id for s in steps])[0]).unsqueeze(-1) * mask
+    cfg = Config(algo=AlgoConfig(adv_estimator=estimator, dynamic_sampling=True))
+    kept = {id(s) for s in train.informative(cfg, steps)}
+    for s, a in zip(steps, adv):
+        if id(s) not in kept:
+            assert torch.all(a == 0), (estimator, s.task_id)
+    if estimator not in ppo.GROUPED:
+        assert len(kept) == len(steps)
+
+
+def test_remax_refuses_merged_turns():
+    with pytest.raises(ValueError, match="rollout.merge_turns"):
+        Config(algo=AlgoConfig(adv_estimator="remax"), rollout=dataclasses.replace(Config().rollout, merge_turns=True)).validate()
+
+
+def test_dapo_trims_to_the_batch_size():
+    """7 tasks with informative groups after refill rounds, batch 4: the first 4 in stream order train."""
+    steps = _steps({t: [0.0, 1.0] for t in range(7)} | {7: [1.0, 1.0]})
+    cfg = Config(algo=AlgoConfig(adv_estimator="grpo", dynamic_sampling=True), data=dataclasses.replace(
+        Config().data, batch_size=4))
+    assert [s.task_id for s in train.dapo_batch(cfg, steps)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(ValueError, match="algo.dynamic_sampling"):
+        Config(algo=AlgoConfig(adv_estimator="reinforce++", dynamic_sampling=True)).validate()
 
 
 def test_dynamic_sampling_refills_and_reports(tmp_path):
@@ -226,6 +291,7 @@ def test_dynamic_sampling_refills_and_reports(tmp_path):
     r = rows(tmp_path / "run" / "metrics.jsonl")
     assert all(0 < x["train/kept_frac"] <= 1 for x in r)
     assert all(x["train/extra_rollouts"] in (0.0, 1.0, 2.0) for x in r)
+    assert all(1 <= x["train/kept_tasks"] <= 8 for x in r)  # trimmed to the batch, however many rounds ran
     # the data cursor moved by the extra rounds: epoch counts every task rolled out
     assert r[-1]["train/epoch"] * 8 == pytest.approx(8 * 2 + 8 * sum(x["train/extra_rollouts"] for x in r))
 
@@ -339,12 +405,13 @@ def test_workflow_roles_are_checked_before_the_model_loads(tmp_path):
 
 
 def test_logged_metrics_measure_what_they_say(tmp_path):
-    cfg = toy_cfg(tmp_path, algo=dict(adv_estimator="gae", warmup_steps=4), trainer=dict(total_steps=2))
+    cfg = toy_cfg(tmp_path, algo=dict(adv_estimator="gae", warmup_steps=4, mini_batch_size=8), trainer=dict(total_steps=2))
     train.main(cfg)
     r = rows(tmp_path / "run" / "metrics.jsonl")[-1]
     for k in ("pg_loss", "lr", "vf_loss", "explained_variance", "grad_norm", "entropy", "clipfrac"):
         assert math.isfinite(r[f"train/{k}/speaker"]), k
-    assert r["train/lr/speaker"] == pytest.approx(cfg.algo.lr * 2 / 4)  # warm-up: step 2 of 4
+    # warm-up counts training steps: step 2 of 4, although each step takes 4 optimizer steps (32 turns / 8)
+    assert r["train/lr/speaker"] == pytest.approx(cfg.algo.lr * 2 / 4)
     rew = [r[f"train/reward{x}/speaker"] for x in ("_min", "", "_max")]
     assert rew[0] <= rew[1] <= rew[2] and r["train/reward_std/speaker"] >= 0
     assert 1 <= r["train/response_len/speaker"] <= 8

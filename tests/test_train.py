@@ -42,7 +42,7 @@ def rows(path):
     dict(adv_estimator="reinforce++", kl_coef=0.05, kl_in_reward=True, kl_kind="kl", gamma=0.99),
     dict(adv_estimator="reinforce++_baseline", policy_loss="gspo", clip_low=3e-4, clip_high=4e-4),
     dict(adv_estimator="remax"), dict(adv_estimator="gae", critic_warmup_steps=1, lam=0.95),
-    dict(adv_estimator="grpo", kl_coef=0.1, kl_adaptive=True, kl_target=0.01, ppo_epochs=2,
+    dict(adv_estimator="grpo", kl_coef=0.1, kl_in_reward=True, kl_adaptive=True, kl_target=0.01, ppo_epochs=2,
          mini_batch_size=4, micro_batch_size=2, recompute_old_logprobs="always"),
     dict(adv_estimator="grpo", dynamic_sampling=True),
     dict(adv_estimator="grpo", policy_loss="gspo", kl_coef=0.05, kl_kind="full"),
