@@ -20,7 +20,9 @@ is small next to the base matmul for the handful of roles a troupe has. Under no
 concatenated weights are cached and revalidated through the parameters' version counters,
 so an optimizer step is seen at the next forward with no explicit sync.
 
-Adapters may have different ranks (call add_lora once per rank); alpha/r is per adapter.
+Adapters may have different ranks, alphas and targets (call add_lora once per setting). The
+model wraps the union of every adapter's targets; on a wrapped module outside an adapter's own
+targets the adapter is "absent": zero weights that never train, are never saved, add nothing.
 Adapter weights are fp32 whatever the base dtype; the forward casts at the boundary.
 Dropout acts only in training mode. Nothing ever merges adapter weights into the base in
 place: `merged_state_dict` returns new tensors for export.
@@ -60,20 +62,27 @@ class LoRALinear(nn.Module):
         self.row_mask: torch.Tensor | None = None  # (B, 1, R) per-row routing, overrides active
         self.row_dropout = 0.0  # the largest dropout of the adapters routed to (training mode only)
         self._cat_cache = None  # (key, A_cat, B_cat) for no-grad routed forwards
+        self.absent: set[str] = set()  # adapters whose targets leave this module out: zeros, frozen
 
-    def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None):
+    def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None, absent=False):
         if name in self.lora_A:
             raise ValueError(f"adapter {name!r} already exists")
         w = self.base_layer.weight
         A = torch.empty(rank, self.in_features, dtype=torch.float32)
         # peft's init: kaiming-uniform A (a=sqrt(5)), zero B, so a fresh adapter is the identity.
         bound = 1.0 / math.sqrt(self.in_features)
-        A.uniform_(-bound, bound, generator=generator)
+        if absent:
+            A.zero_()
+        else:
+            A.uniform_(-bound, bound, generator=generator)
         # adapters are always fp32, even on a bf16 base: AdamW on bf16 params loses small updates
-        self.lora_A[name] = nn.Parameter(A.to(device=w.device))
-        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=torch.float32))
+        self.lora_A[name] = nn.Parameter(A.to(device=w.device), requires_grad=not absent)
+        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, device=w.device, dtype=torch.float32),
+                                         requires_grad=not absent)
         self.scaling[name] = alpha / rank
         self.dropout_p[name] = dropout
+        if absent:
+            self.absent.add(name)
         self._cat_cache = None
 
     def _drop(self, x, p):
@@ -133,8 +142,10 @@ def add_lora(model, names, rank=8, alpha=16.0, dropout=0.0, targets=ALL_LINEAR, 
     """Add adapters `names` to every nn.Linear whose attribute name is in `targets`. In place.
 
     Freezes every parameter that is not a LoRA parameter. Can be called again to add more
-    adapters (possibly with another rank) to the same modules; targets must then match.
-    `seed` makes the A-matrix init independent of the global RNG.
+    adapters with another rank, alpha or targets: modules newly targeted are wrapped, and every
+    adapter is present on every wrapped module, "absent" (zeros, frozen, not saved) outside its
+    own targets, so rows of any adapters still share one forward. `seed` makes the A-matrix init
+    independent of the global RNG.
     """
     if isinstance(names, str):
         names = [names]
@@ -142,30 +153,30 @@ def add_lora(model, names, rank=8, alpha=16.0, dropout=0.0, targets=ALL_LINEAR, 
         raise ValueError(f"add_lora: rank must be >= 1, got {rank}")
     targets = tuple(targets)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    before = lora_modules(model)
+    old = list(next(iter(before.values())).lora_A) if before else []
+    for path, mod in list(model.named_modules()):
+        for child_name, child in list(mod.named_children()):
+            if child_name in targets and isinstance(child, nn.Linear):
+                wrapped = LoRALinear(child)
+                setattr(mod, child_name, wrapped)
+                m0 = next(iter(before.values()), None)
+                for n in old:  # earlier adapters do not target this module: absent here
+                    wrapped.add(n, m0.lora_A[n].shape[0], model._lora_config[n]["lora_alpha"], m0.dropout_p[n],
+                                absent=True)
     existing = lora_modules(model)
-    if not existing:  # first call: wrap the targets
-        for path, mod in list(model.named_modules()):
-            for child_name, child in list(mod.named_children()):
-                if child_name in targets and isinstance(child, nn.Linear):
-                    setattr(mod, child_name, LoRALinear(child))
-        existing = lora_modules(model)
-        if not existing:
-            raise ValueError(f"add_lora: no nn.Linear named any of {targets} in {type(model).__name__}")
-    else:
-        wrapped = {p.rsplit(".", 1)[-1] for p in existing}
-        if wrapped != set(targets):
-            raise ValueError(f"add_lora: the model's LoRA targets are {sorted(wrapped)}; "
-                             f"every adapter must use the same targets, got {sorted(targets)}")
+    if not existing or not any(p.rsplit(".", 1)[-1] in targets for p in existing):
+        raise ValueError(f"add_lora: no nn.Linear named any of {targets} in {type(model).__name__}")
     for p in model.parameters():
         p.requires_grad_(False)
-    for m in existing.values():
+    for path, m in existing.items():
         for n in names:
-            m.add(n, rank, alpha, dropout, generator=gen)
+            m.add(n, rank, alpha, dropout, generator=gen, absent=path.rsplit(".", 1)[-1] not in targets)
     for m in existing.values():
-        for p in m.lora_A.values():
-            p.requires_grad_(True)
-        for p in m.lora_B.values():
-            p.requires_grad_(True)
+        for n, p in m.lora_A.items():
+            p.requires_grad_(n not in m.absent)
+        for n, p in m.lora_B.items():
+            p.requires_grad_(n not in m.absent)
     model._lora_config = getattr(model, "_lora_config", {})
     for n in names:
         model._lora_config[n] = dict(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets))
@@ -226,7 +237,8 @@ def adapter_parameters(model, name: str) -> list[nn.Parameter]:
     _check_names(model, [name])
     out = []
     for m in lora_modules(model).values():
-        out += [m.lora_A[name], m.lora_B[name]]
+        if name not in m.absent:
+            out += [m.lora_A[name], m.lora_B[name]]
     return out
 
 
@@ -235,6 +247,8 @@ def adapter_state_dict(model, name: str) -> dict[str, torch.Tensor]:
     _check_names(model, [name])
     sd = {}
     for path, m in lora_modules(model).items():
+        if name in m.absent:
+            continue
         sd[f"base_model.model.{path}.lora_A.weight"] = m.lora_A[name]
         sd[f"base_model.model.{path}.lora_B.weight"] = m.lora_B[name]
     return sd
@@ -265,7 +279,7 @@ def save_adapter(model, name: str, directory, base_model_name_or_path: str | Non
     tmp.mkdir(parents=True)
     tensors = {k: (torch.zeros_like(v) if zeros else v).detach().to("cpu").contiguous() for k, v in tensors.items()}
     save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
-    targets = sorted({p.rsplit(".", 1)[-1] for p in lora_modules(model)})
+    targets = sorted({p.rsplit(".", 1)[-1] for p, m in lora_modules(model).items() if name not in m.absent})
     config = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": cfg["r"], "lora_alpha": cfg["lora_alpha"],
         "lora_dropout": cfg["lora_dropout"], "target_modules": targets, "bias": "none",

@@ -41,8 +41,6 @@ def test_targets_and_freezing(tiny):
     assert all(p.rsplit(".", 1)[-1] in ("q_proj", "v_proj") for p in mods)
     trainable = {n for n, p in m.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
-    with pytest.raises(ValueError, match="same targets"):
-        add_lora(m, ["b"], rank=2, targets=("q_proj",))
     with pytest.raises(KeyError, match="unknown adapter"):
         set_adapter(m, "nope")
 
@@ -64,6 +62,51 @@ def test_mixed_rows_equal_per_adapter_forwards(tiny, ranks):
             set_adapter(m, n)
             ref = m(input_ids=x[i:i + 1], attention_mask=am[i:i + 1]).logits[0]
             torch.testing.assert_close(mixed[i], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_adapters_with_their_own_targets(tiny, tmp_path, _tiny_base):
+    """Per-role targets on one model: each adapter trains, saves and loads only its own modules, and
+    rows of both still share one forward that equals each adapter alone (and PEFT's reading)."""
+    peft = pytest.importorskip("peft")
+    import copy
+    m, tok = tiny
+    add_lora(m, ["a"], rank=4, alpha=8, targets=("q_proj", "v_proj"))
+    add_lora(m, ["b"], rank=2, alpha=4, targets=("o_proj", "gate_proj"))
+    L = m.config.num_hidden_layers
+    assert len(adapter_parameters(m, "a")) == len(adapter_parameters(m, "b")) == 2 * 2 * L
+    for i, n in enumerate("ab"):
+        _randomize(m, n, 10 + i)
+    x, am = _ids(tok, ["What is 3 + 4?", "the answer is 7", "Verdict: Correct"])
+    names = ["b", "a", None]
+    with torch.no_grad():
+        set_row_adapters(m, names)
+        mixed = m(input_ids=x, attention_mask=am).logits
+        for i, n in enumerate(names):
+            set_adapter(m, n)
+            torch.testing.assert_close(mixed[i], m(input_ids=x[i:i + 1], attention_mask=am[i:i + 1]).logits[0],
+                                       atol=1e-5, rtol=1e-5)
+    set_adapter(m, "b")  # a gradient reaches b's own modules only; absent copies stay frozen zeros
+    m(input_ids=x, attention_mask=am).logits.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in adapter_parameters(m, "b"))
+    for path, mod in lora.lora_modules(m).items():
+        leaf = path.rsplit(".", 1)[-1]
+        assert ("b" in mod.absent) == (leaf not in ("o_proj", "gate_proj"))
+        assert ("a" in mod.absent) == (leaf not in ("q_proj", "v_proj"))
+        for n in mod.absent:
+            assert not mod.lora_A[n].requires_grad and mod.lora_B[n].grad is None and torch.all(mod.lora_B[n] == 0)
+    save_adapter(m, "b", tmp_path / "b")
+    conf = json.loads((tmp_path / "b" / "adapter_config.json").read_text())
+    assert conf["target_modules"] == ["gate_proj", "o_proj"] and conf["r"] == 2
+    pm = peft.PeftModel.from_pretrained(copy.deepcopy(_tiny_base[0]).eval(), str(tmp_path / "b"))
+    m2 = copy.deepcopy(_tiny_base[0]).eval()
+    add_lora(m2, ["other"], rank=3, targets=("q_proj",))
+    load_adapter(m2, "b", tmp_path / "b")  # a model wearing other targets takes it too
+    with torch.no_grad():
+        set_adapter(m, "b")
+        set_adapter(m2, "b")
+        ours = m(input_ids=x, attention_mask=am).logits
+        torch.testing.assert_close(m2(input_ids=x, attention_mask=am).logits, ours, atol=1e-5, rtol=0)
+        torch.testing.assert_close(pm(input_ids=x, attention_mask=am).logits, ours, atol=1e-4, rtol=0)
 
 
 def test_row_routing_sees_optimizer_updates(tiny):
