@@ -46,7 +46,22 @@ class RoleConfig:
     init_from: str | None = None
     """start this role's adapter from a saved PEFT adapter directory (sft.py's output, a checkpoint's
     adapters/<name>) instead of a fresh one; its rank and alpha are kept, its target modules must
-    be lora.targets. A checkpoint being resumed overrides it"""
+    be this role's targets. A checkpoint being resumed overrides it"""
+    lr: float | None = None
+    """this role's AdamW learning rate (None: algo.lr), e.g. a lower one for an SFT'd judge"""
+    rank: int | None = None
+    """LoRA rank of this role's adapter (None: lora.rank)"""
+    alpha: float | None = None
+    """LoRA alpha of this role's adapter (None: lora.alpha)"""
+    targets: tuple[str, ...] | None = None
+    """LoRA target modules of this role's adapter (None: lora.targets); adapters with other targets
+    still share every forward (lora.py)"""
+    adv_estimator: Literal["grpo", "rloo", "reinforce++", "reinforce++_baseline", "remax", "gae"] | None = None
+    """advantage estimator of this role's turns (None: algo.adv_estimator), e.g. a judge whose verdicts
+    across chains are no natural GRPO group on reinforce++_baseline while the solvers use grpo"""
+    frozen_steps: int = 0
+    """the role acts but its adapter is not updated for the first this-many training steps (e.g. keep an
+    SFT'd judge as it is while the solvers it judges improve)"""
 
 
 @dataclass
@@ -192,7 +207,8 @@ class DataConfig:
     speaker rewarded for digits, what a random model can learn) or your own as `module:Class` or
     `path/to/file.py:Class` (README "Add a workflow": nothing else in troupe changes)"""
     env_kwargs: dict[str, int | float | bool | str] = field(default_factory=dict)
-    """keyword arguments for your own workflow's class (a `module:Class` env)"""
+    """keyword arguments for the workflow's class (a built-in's options, e.g. math_3agent's
+    evaluator_reward, or your own `module:Class` env's); an unknown one is a config error"""
     train_files: str = "data/arith_train.jsonl"
     """training tasks: a .jsonl/.json file or a HF dataset name"""
     val_files: str = "data/arith_val.jsonl"
@@ -284,7 +300,24 @@ class Config:
         return role.adapter or role.name
 
     def estimator_of(self, role: RoleConfig) -> str:
-        return getattr(role, "adv_estimator", None) or self.algo.adv_estimator
+        return role.adv_estimator or self.algo.adv_estimator
+
+    def lr_of(self, role: RoleConfig) -> float:
+        return self.algo.lr if role.lr is None else role.lr
+
+    def lora_of(self, role: RoleConfig) -> tuple[int, float, tuple[str, ...]]:
+        """(rank, alpha, targets) of this role's adapter: its own settings, else lora.*"""
+        return (self.lora.rank if role.rank is None else role.rank, self.lora.alpha if role.alpha is None else role.alpha,
+                tuple(self.lora.targets if role.targets is None else role.targets))
+
+    def role_of_adapter(self, adapter: str) -> RoleConfig:
+        """The first role wearing `adapter` (roles sharing an adapter agree on its settings: validate)."""
+        return next(r for r in self.roles if self.adapter_of(r) == adapter)
+
+    @property
+    def estimators(self) -> set[str]:
+        """The advantage estimators the trainable roles use."""
+        return {self.estimator_of(r) for r in self.roles if r.trainable}
 
     @property
     def adapters(self) -> list[str]:
@@ -310,10 +343,22 @@ class Config:
             if not (r.temperature > 0 and math.isfinite(r.temperature)):
                 bad(f"roles[{i}].temperature", f"must be a finite number > 0, got {r.temperature}")
             same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
-            if any(o.trainable != r.trainable for o in same):
-                bad(f"roles[{i}].trainable", f"roles sharing adapter {self.adapter_of(r)!r} disagree on trainable")
-            if any(o.init_from != r.init_from for o in same):
-                bad(f"roles[{i}].init_from", f"roles sharing adapter {self.adapter_of(r)!r} disagree on init_from")
+            for f in ("trainable", "init_from", "frozen_steps"):
+                if any(getattr(o, f) != getattr(r, f) for o in same):
+                    bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
+            for f, get in (("lr", self.lr_of), ("rank/alpha/targets", self.lora_of), ("adv_estimator", self.estimator_of)):
+                if any(repr(get(o)) != repr(get(r)) for o in same):  # repr: nan equals nan here
+                    bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
+            if r.lr is not None and not (math.isfinite(r.lr) and r.lr > 0):
+                bad(f"roles[{i}].lr", f"must be a finite number > 0 (or None: algo.lr), got {r.lr}")
+            if r.rank is not None and r.rank < 1:
+                bad(f"roles[{i}].rank", f"must be >= 1 (or None: lora.rank), got {r.rank}")
+            if r.alpha is not None and not (math.isfinite(r.alpha) and r.alpha > 0):
+                bad(f"roles[{i}].alpha", f"must be a finite number > 0 (or None: lora.alpha), got {r.alpha}")
+            if r.targets is not None and not r.targets:
+                bad(f"roles[{i}].targets", "must name at least one module (or None: lora.targets)")
+            if r.frozen_steps < 0:
+                bad(f"roles[{i}].frozen_steps", f"must be >= 0, got {r.frozen_steps}")
             if r.init_from is not None:
                 d = Path(r.init_from)
                 if not (d / "adapter_config.json").is_file() or not (d / "adapter_model.safetensors").is_file():
@@ -323,9 +368,10 @@ class Config:
                     t = json.loads((d / "adapter_config.json").read_text())["target_modules"]
                 except (ValueError, KeyError, TypeError) as e:
                     bad(f"roles[{i}].init_from", f"{d / 'adapter_config.json'} is unreadable: {e}")
-                if set([t] if isinstance(t, str) else t) != set(self.lora.targets):
-                    bad(f"roles[{i}].init_from", f"{d} adapts {sorted(t)}, lora.targets is {sorted(self.lora.targets)}: "
-                        "every adapter must sit on the same modules (mixed-adapter batches)")
+                own = self.lora_of(r)[2]
+                if set([t] if isinstance(t, str) else t) != set(own):
+                    bad(f"roles[{i}].init_from", f"{d} adapts {sorted(t)}, the role's targets are {sorted(own)} "
+                        f"(roles[{i}].targets, else lora.targets): set them to the adapter's")
         if not self.trainable_adapters:
             bad("roles", "every role has trainable=False: nothing would train")
         if self.rollout.compile:
@@ -339,7 +385,7 @@ class Config:
                     "configs/sft/tiny_math.py): what SFT learns from")
             if not Path(self.sft_config).is_file():
                 bad("sft_config", f"{self.sft_config} is not a file")
-        if self.data.reward == "calculator" and self.algo.adv_estimator == "remax":
+        if self.data.reward == "calculator" and "remax" in self.estimators:
             bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
                 "use data.reward=env with remax")
         if self.data.reward_weights:
@@ -403,8 +449,9 @@ class Config:
             bad("algo.dynamic_sampling", "DAPO's filter drops groups whose advantages are zero by construction, which "
                 "only happens under estimators that centre per group (grpo, rloo, reinforce++_baseline); under "
                 f"{a.adv_estimator} a flat group still carries signal and nothing would be filtered")
-        if a.adv_estimator in ("grpo", "rloo", "reinforce++_baseline") and ro.num_chains < 2:
-            bad("rollout.num_chains", f"{a.adv_estimator} needs groups: num_chains >= 2")
+        if grouped := self.estimators & {"grpo", "rloo", "reinforce++_baseline"}:
+            if ro.num_chains < 2:
+                bad("rollout.num_chains", f"{sorted(grouped)} need groups: num_chains >= 2")
         if t.logger and not set(t.logger) <= {"console", "wandb"}:
             bad("trainer.logger", f"use console and/or wandb, got {t.logger}")
         if self.data.val_size is not None and self.data.val_size < 1:
@@ -412,8 +459,6 @@ class Config:
         builtin = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "swe", "toy")
         if self.data.env not in builtin and ":" not in self.data.env:
             bad("data.env", f"unknown workflow {self.data.env!r}: one of {builtin}, or module:Class / file.py:Class")
-        if self.data.env_kwargs and ":" not in self.data.env:
-            bad("data.env_kwargs", "only for a module:Class workflow (built-ins take their own data.* fields)")
         from envs.react import REWARDS  # the react env's names (checked whatever the env: a typo is an error)
         from envs.tools import TOOL_NAMES
         if unknown := [x for x in self.data.tools if x not in TOOL_NAMES]:

@@ -41,8 +41,8 @@ from tqdm import tqdm
 import lora
 import ppo
 import trajectories
-from batch import (Critic, RoleBatch, all_sum, backward, clip_grad, forward_logits, gather_objects, lockstep_chunks,
-                   score, window)
+from batch import (Critic, RoleBatch, adapter_divergence, all_sum, backward, clip_grad, forward_logits, gather_objects,
+                   lockstep_chunks, score, window)
 from config import Config, ConfigError, load_config_file, pop_config_arg
 from model import load_model
 from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
@@ -63,9 +63,9 @@ def print0(*a, **k):
 # ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
 
 
-def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef):
+def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: str | None = None):
     """Token rewards (outcome score on the last token, minus the KL when it is in the reward) ->
-    the chosen estimator's (advantages, returns)."""
+    the chosen estimator's (advantages, returns); `estimator`: this adapter's (default algo's)."""
     a = cfg.algo
     token_rewards = torch.zeros_like(rb.mask)  # (N, T)
     token_rewards[torch.arange(len(rb.steps)), rb.last] = rb.scores
@@ -74,7 +74,7 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef):
     gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.info.get("dummy") else ("dummy", i)
             for i, s in enumerate(rb.steps)]
     baseline = torch.tensor([float(s.info.get("baseline", 0.0)) for s in rb.steps])  # ReMax's greedy reward
-    return ppo.ADVANTAGES[a.adv_estimator](token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline,
+    return ppo.ADVANTAGES[estimator or a.adv_estimator](token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline,
                                            gamma=a.gamma, lam=a.lam, norm_by_std=a.norm_by_std)
 
 
@@ -227,14 +227,16 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
         out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
         seq_mean, n_seq = ppo.sequence_mean_kl(kl_tok, rb.mask)
         out["kl_seq_sum"], out["kl_seqs"] = seq_mean * n_seq, float(n_seq)  # for the controller; summed over ranks
-    values = run.critic.values(model, rb) if run.critic else None
-    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value)
+    estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
+    critic = run.critic if estimator == "gae" else None
+    values = critic.values(model, rb) if critic else None
+    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator)
     for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
         s.info["advantage"] = float(a_mean)  # for the trajectory files
-    if run.critic:
-        out.update(run.critic.update(model, rb, returns, values))
+    if critic:
+        out.update(critic.update(model, rb, returns, values))
     lora.set_adapter(model, None)
-    if adapter not in run.opts or (run.critic and step <= a.critic_warmup_steps):
+    if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or step <= roles[0].frozen_steps:
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
     return Part(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
@@ -283,6 +285,20 @@ def informative(cfg: Config, steps: list[Step]) -> list[Step]:
     return [s for s in steps if group_key(cfg, s) not in flat]
 
 
+def mixed_label_groups(cfg: Config, steps: list[Step]) -> list[Step]:
+    """Leave out the groups of several labelled turns whose labels all agree (env.turn_labels: e.g. a
+    judge's verdicts on solutions that were all right, where it can only learn the task's difficulty)."""
+    labels = defaultdict(set)
+    for s in steps:
+        if "label" in s.info:
+            labels[group_key(cfg, s)].add(s.info["label"])
+    n = defaultdict(int)
+    for s in steps:
+        n[group_key(cfg, s)] += 1
+    uniform = {k for k, v in labels.items() if len(v) == 1 and n[k] > 1}
+    return [s for s in steps if group_key(cfg, s) not in uniform]
+
+
 def dapo_batch(cfg: Config, steps: list[Step]) -> list[Step]:
     """The filter, then DAPO's trim: the informative groups of the first data.batch_size tasks (in
     stream order, over all ranks) that kept any, so refill rounds never grow the batch."""
@@ -297,7 +313,7 @@ def collect(run, train_tasks, step_seed):
     sampling with refill, more batches while fewer than batch_size tasks kept an informative group."""
     cfg, B = run.cfg, run.cfg.data.batch_size
     steps, eps, rounds = [], [], 0
-    baseline = role_specs(cfg, None, greedy=True) if cfg.algo.adv_estimator == "remax" else None
+    baseline = role_specs(cfg, None, greedy=True) if "remax" in cfg.estimators else None
     while True:
         ids = []  # (global task id = position in the stream, task index): a seeded permutation per epoch
         for _ in range(B):
@@ -357,7 +373,19 @@ def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
             print0(trajectories.show(records[0]))
             if logger is not None:
                 logger.episodes(run.step, records)
-    return summarize(run.cfg, steps, eps, "val")
+    return eval_metrics(run, steps, eps, "val")
+
+
+def eval_metrics(run, steps: list[Step], eps, prefix: str) -> dict:
+    """summarize(), plus how far the adapters have moved apart (and from the base): adapter_kl/a~b on
+    the same (first 16) turns for every adapter."""
+    metrics = summarize(run.cfg, steps, eps, prefix)
+    sample = steps[:16] or [Step(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
+                                 [0.0], info={"dummy": True})]
+    rb = RoleBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
+    div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)
+    metrics.update({f"{prefix}/adapter_kl/{k}": v for k, v in div.items()})
+    return metrics
 
 
 def save_trajectories(run, eps, path: Path, split: str, fraction: float) -> list[dict]:
@@ -433,15 +461,19 @@ def build(cfg: Config, ckpt: Path | None):
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     inits = {cfg.adapter_of(r): r.init_from for r in cfg.roles if r.init_from}  # e.g. sft.py's adapters
-    lora.add_lora(model, [x for x in cfg.adapters if x not in inits], cfg.lora.rank, cfg.lora.alpha, 0.0,
-                  cfg.lora.targets, seed=t_cfg.seed)
+    fresh = defaultdict(list)  # (rank, alpha, targets) -> adapters: one add_lora per setting (one when no role sets its own)
+    for x in cfg.adapters:
+        if x not in inits:
+            fresh[cfg.lora_of(cfg.role_of_adapter(x))].append(x)
+    for (rank, alpha, targets), names in fresh.items():
+        lora.add_lora(model, names, rank, alpha, 0.0, targets, seed=t_cfg.seed)
     for name, path in inits.items():
         lora.load_adapter(model, name, path)  # its own rank and alpha; a policy adapter never drops out
         for m in lora.lora_modules(model).values():
             m.dropout_p[name] = 0.0
         model._lora_config[name]["lora_dropout"] = 0.0
     run = Run(cfg, model, tok, device)
-    run.critic = Critic(model, cfg, device) if a.adv_estimator == "gae" else None
+    run.critic = Critic(model, cfg, device) if "gae" in cfg.estimators else None
     if ckpt is not None:  # adapters go into the plain model, before sharding
         load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
     if WORLD > 1:
@@ -450,7 +482,8 @@ def build(cfg: Config, ckpt: Path | None):
             fully_shard(layer)
         fully_shard(model)
     for name in cfg.trainable_adapters:
-        run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=a.lr, weight_decay=a.weight_decay)
+        run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=cfg.lr_of(cfg.role_of_adapter(name)),
+                                           weight_decay=a.weight_decay)
         run.scheds[name] = torch.optim.lr_scheduler.LambdaLR(
             run.opts[name], lambda s: min(1.0, (s + 1) / a.warmup_steps) if a.warmup_steps else 1.0)
     if run.critic:
@@ -519,6 +552,10 @@ def main(cfg: Config):
         if cfg.rollout.merge_turns:
             steps = merge_turns(steps)
         kept = dapo_batch(cfg, steps) if a.dynamic_sampling else steps
+        if any("label" in s.info for s in kept):  # the env labelled turns: uniform groups leave the update
+            n_lab, before = all_sum([float(sum("label" in s.info for s in kept)), float(len(kept))])
+            kept = mixed_label_groups(cfg, kept)
+            metrics["train/labelled_turns_dropped"] = (before - all_sum(float(len(kept)))) / max(n_lab, 1.0)
         if a.dynamic_sampling:
             n_kept, n_all = all_sum([float(len(kept)), float(len(steps))])
             metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0), "train/extra_rollouts": float(extra_rounds),
@@ -554,8 +591,8 @@ def main(cfg: Config):
                 metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
             bar.update(len(group))
         bar.close()
-        for sched in run.scheds.values():  # the LR schedule counts training steps (verl's), not optimizer steps
-            sched.step()
+        for p in parts:  # the LR schedule counts the training steps that updated the adapter (verl's), not optimizer steps
+            p.sched.step()
         save_trajectories(run, eps, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
         seq = [(metrics.pop(k), metrics.pop(k.replace("kl_seq_sum", "kl_seqs"))) for k in list(metrics)
                if k.startswith("train/kl_seq_sum/")]

@@ -88,6 +88,44 @@ def test_roles_naming_one_adapter_share_it(tmp_path):
         dataclasses.replace(cfg, roles=(dataclasses.replace(cfg.roles[0], trainable=False),) + cfg.roles[1:]).validate()
 
 
+def test_per_role_settings_reach_the_optimizer_adapter_and_estimator(tmp_path):
+    """The evaluator gets its own lr, rank, alpha, targets, estimator (gae: a critic is built and
+    trained on its turns only) and two frozen steps; the other roles keep the shared settings."""
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=3, save_freq=3))
+    ev = dataclasses.replace(cfg.roles[1], lr=3e-4, rank=4, alpha=2.0, targets=("q_proj", "v_proj"),
+                             adv_estimator="gae", frozen_steps=2)
+    cfg = dataclasses.replace(cfg, roles=(cfg.roles[0], ev, cfg.roles[2]))
+    train.main(cfg)
+    r = rows(tmp_path / "run" / "metrics.jsonl")
+    assert "train/lr/evaluator_critique" not in r[1] and "train/grad_norm/evaluator_critique" not in r[1]  # frozen
+    assert r[2]["train/lr/evaluator_critique"] == pytest.approx(3e-4)
+    assert r[2]["train/lr/generator_initial"] == pytest.approx(cfg.algo.lr)
+    assert "train/vf_loss/evaluator_critique" in r[0] and "train/vf_loss/generator_initial" not in r[0]
+    ck = tmp_path / "run" / "checkpoints" / "step_000003"
+    conf = {n: json.loads((ck / "adapters" / n / "adapter_config.json").read_text())
+            for n in ("evaluator_critique", "generator_initial")}
+    assert (conf["evaluator_critique"]["r"], conf["evaluator_critique"]["lora_alpha"]) == (4, 2.0)
+    assert conf["evaluator_critique"]["target_modules"] == ["q_proj", "v_proj"]
+    assert (conf["generator_initial"]["r"], conf["generator_initial"]["target_modules"]) == (
+        cfg.lora.rank, sorted(cfg.lora.targets))
+    assert (ck / "adapters" / "critic").is_dir()
+    saved = json.loads((ck / "config.json").read_text())["roles"][1]  # saved with the checkpoint
+    assert (saved["lr"], saved["rank"], saved["adv_estimator"], saved["frozen_steps"]) == (3e-4, 4, "gae", 2)
+
+
+def test_per_role_settings_from_the_cli_and_their_checks():
+    cfg = train.cli(["--config", TINY, "--roles.1.lr", "1e-4", "--roles.1.rank", "4", "--roles.1.adv-estimator", "rloo"])
+    assert (cfg.roles[1].lr, cfg.roles[1].rank, cfg.roles[1].adv_estimator) == (1e-4, 4, "rloo")
+    assert cfg.roles[0].lr is None and cfg.lr_of(cfg.roles[0]) == cfg.algo.lr
+    for field, bad in (("lr", float("nan")), ("rank", 0), ("alpha", -1.0), ("targets", ()), ("frozen_steps", -1)):
+        roles = (cfg.roles[0], dataclasses.replace(cfg.roles[1], **{field: bad}), cfg.roles[2])
+        with pytest.raises(ValueError, match=rf"roles\[1\]\.{field}"):
+            dataclasses.replace(cfg, roles=roles).validate()
+    shared = tuple(dataclasses.replace(r, adapter="one") for r in cfg.roles)  # roles on one adapter must agree
+    with pytest.raises(ValueError, match="disagree on lr"):
+        dataclasses.replace(cfg, roles=shared).validate()
+
+
 def test_outputs_checkpoints_and_plot(tmp_path):
     cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=3, save_freq=1, keep_checkpoints=2, test_freq=3,
                                           val_before_train=True))
@@ -100,6 +138,9 @@ def test_outputs_checkpoints_and_plot(tmp_path):
     assert (run / "rewards.png").stat().st_size > 1000
     steps = [r["step"] for r in rows(run / "metrics.jsonl")]
     assert steps == [0, 1, 2, 3, 3]  # val before train, 3 train lines, final val
+    r = rows(run / "metrics.jsonl")
+    pair = "val/adapter_kl/evaluator_critique~generator_initial"  # fresh adapters are the base; trained ones differ
+    assert r[0][pair] == 0 and r[0]["val/adapter_kl/generator_initial~base"] == 0 and r[-1][pair] > 0
     # a standalone eval of an older checkpoint: its results go next to it, the training log is untouched
     log = (run / "metrics.jsonl").read_bytes()
     ev = train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(
