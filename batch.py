@@ -133,6 +133,31 @@ def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
     return out
 
 
+@torch.no_grad()
+def adapter_divergence(model, rb: RoleBatch, adapters: list, device, micro_batch_size: int = 4) -> dict[str, float]:
+    """How far the adapters have moved apart: for every pair (a, b) of `adapters` (None = the base),
+    the symmetrised KL 1/2 [KL(pi_a || pi_b) + KL(pi_b || pi_a)] of their next-token distributions on
+    the same prompts and replies (rb), averaged over the generated tokens. {"a~b": kl}, over ranks."""
+    sums = {(a, b): 0.0 for i, a in enumerate(adapters) for b in adapters[i + 1:]}
+    n_tok = 0.0
+    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), micro_batch_size):
+        logp = {}
+        for a in adapters:
+            lora.set_adapter(model, a)
+            logits, _, start, T = forward_logits(model, [(rb, rows)], device)
+            logp[a] = F.log_softmax(logits, -1)  # (b, T - start, V)
+        m = window(rb.mask, rows, start, T).to(device) * w
+        for a, b in sums:
+            p, q = logp[a], logp[b]
+            sym = 0.5 * ((p.exp() * (p - q)).sum(-1) + (q.exp() * (q - p)).sum(-1))  # (b, T - start)
+            sums[(a, b)] += float((sym * m).sum())
+        n_tok += float(m.sum())
+    lora.set_adapter(model, None)
+    keys = list(sums)
+    tot = all_sum([sums[k] for k in keys] + [n_tok])
+    return {f"{a or 'base'}~{b or 'base'}": v / max(tot[-1], 1.0) for (a, b), v in zip(keys, tot[:-1])}
+
+
 def window(t: torch.Tensor, rows, start: int, T: int) -> torch.Tensor:
     """Target columns start..T-1 of `rows` of a per-batch tensor (N, T_own), zero past its own width
     (rows padded together with a longer batch's)."""

@@ -5,12 +5,17 @@
     python eval.py --checkpoint ... --data data/arith_val.jsonl --limit 100 --out /tmp/ev
     python eval.py --config configs/smollm2_math_cpu.py --base                  # the "before" number
     python eval.py --config my_cfg.py      # a config's starting adapters: its roles' init_from (sft.py's output)
+    python eval.py --checkpoint runs/a_single/checkpoints/step_000024 --maj-k 3   # majority vote of 3 samples
 
 Greedy: one episode per task, the same numbers train.py logs as val/* at that checkpoint's step.
 Sampled (--n-samples k): k episodes per task at the roles' training temperatures; per role, a
 task's score in one episode is the reward of that role's last turn (its final say), the team's is
 the episode's team_reward; mean@k averages every episode, pass@k counts a task when one of its k
-episodes scores >= --threshold. --base switches every adapter off (the reference policy).
+episodes scores >= --threshold. --maj-k k: majority vote over the final answers (env.final_answer(),
+normalised) of k sampled episodes per task, ties to the answer seen first, no-answer samples not
+voting; a task counts when the voted answer is right (a single agent given the generations a team
+spends). Written per task to majority.jsonl; compare.py reads it as an arm.
+--base switches every adapter off (the reference policy).
 Writes <checkpoint>/eval/results.json (or --out/results.json) and the episodes as trajectory files
 (trajectories.py) next to it; the run's metrics.jsonl is never opened.
 """
@@ -48,8 +53,27 @@ def sampled_scores(cfg, eps, threshold: float) -> dict:
     return out
 
 
+def majority_vote(samples: list[tuple[str | None, float]]) -> tuple[str | None, float, dict]:
+    """[(final answer or None, that episode's score)] -> (voted answer, its score, votes per answer).
+    Answers are compared by rewards.math.answer_key; a tie goes to the answer seen first; samples
+    without an answer do not vote; no answer at all scores 0."""
+    from rewards.math import answer_key
+    votes, score, first = {}, {}, {}
+    for i, (ans, sc) in enumerate(samples):
+        if ans is None:
+            continue
+        key = answer_key(ans)
+        votes[key] = votes.get(key, 0) + 1
+        score.setdefault(key, sc)
+        first.setdefault(key, i)
+    if not votes:
+        return None, 0.0, {}
+    best = max(votes, key=lambda k: (votes[k], -first[k]))
+    return best, float(score[best]), votes
+
+
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--checkpoint", help="runs/X/checkpoints/step_N (its config.json is the config)")
     p.add_argument("--config", help="a configs/*.py file (with --base, or to evaluate with another config)")
     p.add_argument("--base", action="store_true", help="adapters off: the base model (the reference policy)")
@@ -57,6 +81,7 @@ def main(argv=None) -> dict:
     p.add_argument("--limit", type=int, help="first N tasks only (default: the config's data.val_size)")
     p.add_argument("--n-samples", type=int, default=0, help="k sampled episodes per task for mean@k / pass@k")
     p.add_argument("--threshold", type=float, default=1.0, help="score that counts as a pass (pass@k)")
+    p.add_argument("--maj-k", type=int, default=0, help="majority vote over k sampled episodes' final answers")
     p.add_argument("--out", help="output directory (default: <checkpoint>/eval)")
     args = p.parse_args(argv)
     if not args.checkpoint and not args.config:
@@ -83,15 +108,26 @@ def main(argv=None) -> dict:
     mine = [tasks[i] for i in ids]
     steps, eps = train.rollout(run.engine, run.tok, cfg, mine, ids, specs, 1)
     results = {"checkpoint": str(ckpt) if ckpt else None, "base": args.base, "step": run.step, "tasks": len(tasks),
-               "data": cfg.data.val_files, **train.summarize(cfg, steps, eps, "greedy")}
+               "data": cfg.data.val_files, **train.eval_metrics(run, steps, eps, "greedy")}
     train.save_trajectories(run, eps, out / "greedy.jsonl", "eval_greedy", 1.0)
-    if args.n_samples:
+    k = max(args.n_samples, args.maj_k)
+    if k:
         sspecs = train.role_specs(cfg, cfg.trainer.seed + 12345)
         if args.base:
             sspecs = {n: RoleSpec(None, s.sampling) for n, s in sspecs.items()}
-        _, seps = train.rollout(run.engine, run.tok, cfg, mine, ids, sspecs, args.n_samples)
+        _, seps = train.rollout(run.engine, run.tok, cfg, mine, ids, sspecs, k)
         every = [e for part in train.gather_objects([_light(e) for e in seps]) for e in part]
-        results.update(sampled_scores(cfg, every, args.threshold))
+        if args.n_samples:
+            results.update(sampled_scores(cfg, [e for e in every if e.episode_id % k < args.n_samples], args.threshold))
+        if args.maj_k:
+            if any(not hasattr(e.env, "final_answer") for e in seps):
+                p.error(f"--maj-k needs a workflow whose env has final_answer(); {cfg.data.env!r} has none")
+            rows = majority_rows(tasks, seps, k, args.maj_k)
+            results.update({f"maj@{args.maj_k}/team": float(np.mean([r["correct"] for r in rows])) if rows else 0.0,
+                            "maj_k": args.maj_k, "generations_per_task": float(np.mean([r["generations"] for r in rows]))})
+            if train.RANK == 0:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "majority.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         train.save_trajectories(run, seps, out / "sampled.jsonl", "eval_sampled", 1.0)
     if train.RANK == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +136,22 @@ def main(argv=None) -> dict:
                          indent=1))
         print(f"results: {out / 'results.json'}")
     return train.finish(results)
+
+
+def majority_rows(tasks, eps, k: int, maj_k: int) -> list[dict]:
+    """One row per task (over every rank): the majority vote of its first maj_k sampled episodes."""
+    mine = [(e.task_id, e.episode_id % k, e.env.final_answer(), float(e.metrics.get("team_reward", 0.0)), len(e.steps))
+            for e in eps]
+    by_task = defaultdict(list)
+    for t, c, ans, sc, n in sorted(x for part in train.gather_objects(mine) for x in part):
+        if c < maj_k:
+            by_task[t].append((ans, sc, n))
+    rows = []
+    for t, samples in sorted(by_task.items()):
+        voted, correct, votes = majority_vote([(a, sc) for a, sc, _ in samples])
+        rows.append({"task_id": t, "task": tasks[t], "votes": votes, "voted": voted, "correct": correct,
+                     "generations": sum(n for _, _, n in samples)})
+    return rows
 
 
 def _light(e):

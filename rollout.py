@@ -807,6 +807,10 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
                 raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
                                  f"{len(ep.steps)} turns (episode {ep.episode_id})")
             ep.metrics = {} if ep.error else dict(ep.env.metrics())
+            labels = ep.env.turn_labels() if not ep.error and hasattr(ep.env, "turn_labels") else []
+            for st, lab in zip(ep.steps, labels):
+                if lab is not None:
+                    st.info["label"] = lab  # the trainer leaves out groups whose labels all agree
         except Exception as e:
             fail(ep, e)
         if ep.error:

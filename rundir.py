@@ -252,6 +252,7 @@ class Logger:
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text("".join(ln + "\n" for ln in keep))
             os.replace(tmp, self.path)  # atomic: a crash here never loses the lines we keep
+        (out / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=1))  # readable before any checkpoint
         if "wandb" in run.cfg.trainer.logger:
             import wandb
             run.wandb_id = run.wandb_id or uuid.uuid4().hex[:8]  # saved in checkpoints: a resume continues it

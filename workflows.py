@@ -31,25 +31,35 @@ def workflow(cfg: Config):
         return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
     from envs import code_team, math_3agent, math_single, math_tool, react, research, search_team, swe, toy
     from rewards.code import load_code_tasks, load_humaneval
-    return {
-        "math_3agent": (lambda: math_3agent.MathTeamEnv(d.max_refinement_iterations), math_3agent, load_math),
+    builtins = {  # name -> (make_env(**env_kwargs), module, load_tasks)
+        "math_3agent": (lambda **kw: math_3agent.MathTeamEnv(d.max_refinement_iterations, **kw), math_3agent, load_math),
         "math_single": (math_single.MathSingleEnv, math_single, load_math),
-        "math_tool": (lambda: math_tool.MathToolEnv(d.max_refinement_iterations), math_tool, load_math),
-        "code": (lambda: code_team.CodeTeamEnv(d.max_refinement_iterations), code_team,
+        "math_tool": (lambda **kw: math_tool.MathToolEnv(d.max_refinement_iterations, **kw), math_tool, load_math),
+        "code": (lambda **kw: code_team.CodeTeamEnv(d.max_refinement_iterations, **kw), code_team,
                  lambda spec: load_humaneval() if spec == "humaneval" else load_code_tasks(spec)),
-        "search": (lambda: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations), search_team,
-                   load_math),
-        "react": (lambda: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations, reward=d.agent_reward,
-                                             corpus=d.corpus, search_k=d.search_k), react, react.load_tasks),
-        "research": (lambda: research.ResearchEnv(d.corpus, d.search_k), research, research.load_tasks),
-        "swe": (lambda: swe.SWETeamEnv(d.max_refinement_iterations), swe, swe.load_tasks),
+        "search": (lambda **kw: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations, **kw),
+                   search_team, load_math),
+        "react": (lambda **kw: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations,
+                                                  reward=d.agent_reward, corpus=d.corpus, search_k=d.search_k, **kw),
+                  react, react.load_tasks),
+        "research": (lambda **kw: research.ResearchEnv(d.corpus, d.search_k, **kw), research, research.load_tasks),
+        "swe": (lambda **kw: swe.SWETeamEnv(d.max_refinement_iterations, **kw), swe, swe.load_tasks),
         "toy": (toy.ToyEnv, toy, toy.load_tasks),
-    }[d.env]
+    }
+    make, module, load = builtins[d.env]
+    return (lambda: make(**d.env_kwargs)), module, load
 
 
 def check_roles(cfg: Config):
     """The workflow's roles and the config's must match, before anything loads."""
-    env_roles = set(getattr(workflow(cfg)[0](), "roles", ()))
+    try:
+        env = workflow(cfg)[0]()
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:  # an unknown or bad keyword of the workflow's class
+        raise ConfigError(f"config field data.env_kwargs: workflow {cfg.data.env!r} refused {dict(cfg.data.env_kwargs)}: "
+                          f"{e}") from None
+    env_roles = set(getattr(env, "roles", ()))
     mine = {r.name for r in cfg.roles}
     if env_roles and env_roles != mine:
         raise ConfigError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "

@@ -11,15 +11,23 @@ The env interface (what rollout.run_episodes drives; every workflow implements t
     turn_rewards() -> list[float]  after the end: the reward of each model turn, in order
     metrics() -> dict              after the end: episode-level counts (aggregate with `aggregate`)
 
-Rewards, per turn of each role:
+Rewards, per turn of each role (the options are constructor arguments, `data.env_kwargs` in a config):
     generator_initial     1 if its answer is correct, else 0 (no \\boxed answer = 0)
-    evaluator_critique    1 if its verdict matches the truth of the solution it judged, else 0;
-                          an unparseable verdict scores 0 and counts as "Incorrect" for the flow
-                          (the team never accepts an unverified solution)
-    generator_refinement  1 if its refined answer is correct, else 0, plus optional shaping:
-                          + fix_bonus when the previous answer was wrong and this one is right,
-                          - break_penalty when the previous answer was right and this one is wrong
-                          (both 0 by default, so every reward is plain correctness in [0, 1])
+    evaluator_critique    evaluator_reward="symmetric" (default): +1 if its verdict matches the truth
+                          of the solution it judged, -1 if not (an unparseable verdict is -1 and counts
+                          as "Incorrect" for the flow: the team never accepts an unverified solution);
+                          "accuracy": 1 / 0 (the reward before, kept for comparison).
+                          evaluator_mixed_groups_only=True (default) labels each verdict with the truth
+                          of what it judged (`turn_labels`): the trainer then leaves out of the update
+                          every (task, evaluator) group whose judged solutions were all right or all
+                          wrong. There a judge can only learn the problem's difficulty; on a
+                          mostly-correct batch that is "approve", and approving everything paid. In a
+                          mixed group a group-centred estimator gives an approve-all judge zero net
+                          push and rewards only discrimination.
+    generator_refinement  refiner_reward="relative" (default): credit against the answer it was given:
+                          a fix (wrong -> right) +1, a break (right -> wrong) -1, keeping a right answer
+                          +0.5, staying wrong 0. "correctness": 1 if its answer is correct, else 0, plus
+                          the optional shaping fix_bonus / break_penalty (0 by default).
 The team reward (metrics()["team_reward"]) is the correctness of the final answer.
 """
 from __future__ import annotations
@@ -36,8 +44,18 @@ ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
 class MathTeamEnv:
     roles = ROLES
 
-    def __init__(self, max_refinement_iterations: int = 3, fix_bonus: float = 0.0, break_penalty: float = 0.0):
+    def __init__(self, max_refinement_iterations: int = 3, evaluator_reward: str = "symmetric",
+                 evaluator_mixed_groups_only: bool = True, refiner_reward: str = "relative", fix_bonus: float = 0.0,
+                 break_penalty: float = 0.0):
+        if evaluator_reward not in ("symmetric", "accuracy"):
+            raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
+        if refiner_reward not in ("relative", "correctness"):
+            raise ValueError(f"refiner_reward must be 'relative' or 'correctness', got {refiner_reward!r}")
+        if refiner_reward == "relative" and (fix_bonus or break_penalty):
+            raise ValueError("fix_bonus / break_penalty shape refiner_reward='correctness'; 'relative' already pays a "
+                             "fix and charges a break")
         self.max_refinements = max_refinement_iterations
+        self.evaluator_reward, self.mixed_only, self.refiner_reward = evaluator_reward, evaluator_mixed_groups_only, refiner_reward
         self.fix_bonus, self.break_penalty = fix_bonus, break_penalty
 
     def reset(self, task: dict) -> Turn:
@@ -65,7 +83,10 @@ class MathTeamEnv:
             r = float(ok)
             if role == "generator_refinement":
                 prev = self.solution_correct[-1]
-                r += self.fix_bonus * (ok and not prev) - self.break_penalty * (prev and not ok)
+                if self.refiner_reward == "relative":  # fix +1, break -1, keep right +0.5, stay wrong 0
+                    r = {(False, True): 1.0, (True, False): -1.0, (True, True): 0.5, (False, False): 0.0}[(prev, ok)]
+                else:
+                    r += self.fix_bonus * (ok and not prev) - self.break_penalty * (prev and not ok)
                 self.refinements += 1
             self.solution_correct.append(ok)
             self.rewards.append(r)
@@ -75,14 +96,29 @@ class MathTeamEnv:
         truth = self.solution_correct[-1]
         self.verdicts.append(verdict)
         self.judged.append(truth)
-        self.rewards.append(float(verdict is not None and verdict == truth))
+        right = verdict is not None and verdict == truth
+        self.rewards.append(float(right) if self.evaluator_reward == "accuracy" else (1.0 if right else -1.0))
         if verdict is True or self.refinements >= self.max_refinements:
             self.done = True
             return None
         return self._turn("generator_refinement")
 
+    def final_answer(self) -> str | None:
+        """The answer of the last solution (eval.py's majority vote)."""
+        sols = [t for r, t in self.history if r != "evaluator_critique"]
+        return extract_answer(sols[-1]) if sols else None
+
     def turn_rewards(self) -> list[float]:
         return list(self.rewards)
+
+    def turn_labels(self) -> list:
+        """Per model turn: the truth of the solution a verdict judged (evaluator turns, when
+        evaluator_mixed_groups_only), else None. The trainer leaves out groups whose labels all agree."""
+        judged, out = iter(self.judged), []
+        for role, _ in self.history:
+            truth = next(judged) if role == "evaluator_critique" else None
+            out.append(truth if self.mixed_only else None)
+        return out
 
     def metrics(self) -> dict:
         sc = self.solution_correct
@@ -122,6 +158,9 @@ def aggregate(episodes) -> dict:
         # the mean of the recall on correct and on incorrect solutions; an unparsed verdict counts as
         # wrong on both sides. Always "Correct" (or a coin) scores 0.5 whatever the generator's accuracy
         "evaluator_balanced_acc": (tp / max(1, n_right) + tn / max(1, n_wrong)) / 2,
+        # of wrong solutions, the share approved (unparsed verdicts are not approvals)
+        "evaluator_fpr": fp / max(1, n_wrong),
         "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),  # the fix rate
         "refine_break_rate": tot["refine_broken"] / max(1, tot["refine_from_right"]),
+        "refine_fixed_count": tot["refine_fixed"], "refine_broken_count": tot["refine_broken"],
     }

@@ -23,6 +23,10 @@ class MathSingleEnv:
         self.reply, self.reward = reply, math_reward(reply, self.answer)
         return None
 
+    def final_answer(self) -> str | None:
+        """The answer this episode ends with (eval.py's majority vote)."""
+        return extract_answer(self.reply) if self.reply is not None else None
+
     def turn_rewards(self):
         return [] if self.reward is None else [self.reward]
 

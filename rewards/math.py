@@ -156,6 +156,14 @@ def _as_number(s: str):
         return None
 
 
+def answer_key(ans: str) -> str:
+    """A canonical form for comparing answers cheaply (majority votes): the exact number when the
+    answer is one (7, 7.0 and 14/2 agree), else the normalised string."""
+    s = normalize(ans)
+    n = _as_number(s)
+    return str(n) if n is not None else s
+
+
 # --------------------------------------------------------------------------------------------
 # math-verify in a worker process with a hard deadline
 

@@ -11,17 +11,17 @@ from envs.math_3agent import MathTeamEnv
 Q = {"question": "What is 3 + 4?", "answer": "7"}
 
 
-def record(step, replies):
+def record(step, replies, task=Q, task_id=0):
     """The trajectory record train.py would write for this scripted episode (rewards from the env)."""
     env = MathTeamEnv(max_refinement_iterations=1)
-    turn, roles = env.reset(Q), []
+    turn, roles = env.reset(task), []
     for r in replies:
         roles.append(turn.role)
         turn = env.step(r)
     turns = [{"turn": i, "role": ro, "prompt": "", "reply": r, "reward": w}
              for i, (ro, r, w) in enumerate(zip(roles, replies, env.turn_rewards()))]
-    return {"split": "val", "step": step, "task_id": 0, "episode_id": 0, "task": Q, "metrics": env.metrics(),
-            "turns": turns}
+    return {"split": "val", "step": step, "task_id": task_id, "episode_id": task_id, "task": task,
+            "metrics": env.metrics(), "turns": turns}
 
 
 EPISODES = [  # (solution right?, verdict) -> what each episode exercises
@@ -65,12 +65,54 @@ def test_a_reward_the_env_does_not_give_is_an_error(run):
     recs = trajectories.read(f)
     recs[3]["turns"][1]["reward"] = 1.0  # the fp verdict recorded as right
     trajectories.write(f, recs)
-    with pytest.raises(ValueError, match="val_step_000002.jsonl: task 0 turn 1 .evaluator_critique. replays to reward 0"):
+    with pytest.raises(ValueError, match="val_step_000002.jsonl: task 0 turn 1 .evaluator_critique. replays to reward -1"):
         compare.main([str(run)])
 
 
 def test_missing_step_and_non_run_are_clear(run, tmp_path):
     with pytest.raises(SystemExit, match="no eval at step 5"):
         compare.main([str(run), "--step", "5"])
-    with pytest.raises(SystemExit, match="no checkpoints"):
+    with pytest.raises(SystemExit, match="neither config.json nor checkpoints"):
         compare.main([str(tmp_path / "trajectories")])
+
+
+def test_mcnemar_and_paired_se_by_hand():
+    assert compare.mcnemar_exact(5, 1) == pytest.approx(2 * (1 + 6) / 64)
+    assert compare.mcnemar_exact(0, 0) == 1.0 and compare.mcnemar_exact(3, 3) == 1.0
+    assert compare.mcnemar_exact(0, 10) == pytest.approx(2 / 1024)
+    x = dict(enumerate([1, 1, 1, 1, 1, 0, 0, 0, 0, 0]))
+    y = dict(enumerate([1, 1, 1, 0, 0, 1, 1, 1, 1, 0]))
+    q = compare.paired(x, y)
+    # d = y - x: two -1, four +1, four 0 -> mean 0.2, sample var 5.6 / 9
+    assert (q["n"], q["b"], q["c"]) == (10, 2, 4) and q["diff"] == pytest.approx(0.2)
+    assert q["se"] == pytest.approx((5.6 / 9) ** 0.5 / 10 ** 0.5)
+    assert q["p"] == pytest.approx(2 * (1 + 6 + 15) / 64)
+
+
+def _arm(tmp_path, name, right):
+    """A run directory whose val episodes at step 2 answer task i right iff right[i] (config.json at its root only:
+    a run killed before its first checkpoint)."""
+    d = tmp_path / name
+    (d / "trajectories").mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(to_dict(load_config_file("configs/tiny_math_3agent.py"))))
+    recs = [record(2, ["\\boxed{7}" if ok else "\\boxed{6}", "Verdict: Correct"],
+                   {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}, i) for i, ok in enumerate(right)]
+    trajectories.write(d / "trajectories" / "val_step_000002.jsonl", recs)
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 2, "time/step": 1.0}) + "\n")
+    return d
+
+
+def test_paired_table_between_arms_and_an_eval_dir(tmp_path, capsys):
+    a = _arm(tmp_path, "a", [1, 1, 1, 1, 1, 0, 0, 0, 0, 0])
+    b = _arm(tmp_path, "b", [1, 1, 1, 0, 0, 1, 1, 1, 1, 0])
+    ev = tmp_path / "maj"  # an eval.py --maj-k output: the tasks in another order, one extra
+    ev.mkdir()
+    (ev / "results.json").write_text(json.dumps({"step": 24, "maj_k": 3, "generations_per_task": 3.0}))
+    maj = [{"task": {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}, "correct": float(i < 7)}
+           for i in reversed(range(11))]
+    (ev / "majority.jsonl").write_text("".join(json.dumps(r) + "\n" for r in maj))
+    rows = compare.main([str(a), str(b), str(ev)])
+    out = capsys.readouterr().out
+    assert [r["team"] for r in rows] == [0.5, 0.7, pytest.approx(7 / 11)]
+    assert "| a | b | 10 | 0.500 | 0.700 | +0.200 | 0.249 | +0.80 | 2 / 4 | 0.688 |" in out
+    assert "| 10 | 0.500 | 0.700 | +0.200 |" in out.split("(maj@3)")[-1]  # matched by question: 10 common tasks

@@ -53,6 +53,29 @@ def test_eval_matches_the_in_loop_eval_and_never_touches_the_log(trained):
     assert base["base"] and base["tasks"] == 2
 
 
+def test_majority_vote_by_hand():
+    vote = troupe_eval.majority_vote
+    assert vote([("7", 1.0), ("6", 0.0), ("7.0", 1.0)]) == ("7", 1.0, {"7": 2, "6": 1})  # normalised: 7.0 = 7
+    assert vote([("6", 0.0), ("7", 1.0)])[:2] == ("6", 0.0)  # a tie goes to the answer seen first
+    assert vote([(None, 0.0), (None, 0.0), ("7", 1.0)])[:2] == ("7", 1.0)  # no answer does not vote
+    assert vote([(None, 0.0)]) == (None, 0.0, {})
+
+
+def test_eval_maj_k_writes_one_voted_row_per_task(trained, tmp_path):
+    res = troupe_eval.main(["--checkpoint", str(trained / "checkpoints" / "step_000002"), "--maj-k", "3",
+                            "--out", str(tmp_path / "maj")])
+    rows = [json.loads(x) for x in (tmp_path / "maj" / "majority.jsonl").read_text().splitlines()]
+    assert res["maj_k"] == 3 and len(rows) == res["tasks"] == 4
+    samples = trajectories.read(tmp_path / "maj" / "sampled.jsonl")
+    assert len(samples) == 3 * 4
+    for r in rows:  # the vote and its score, recomputed from the sampled episodes of that task
+        mine = [e for e in samples if e["task_id"] == r["task_id"]]
+        assert r["generations"] == sum(len(e["turns"]) for e in mine)
+        assert sum(r["votes"].values()) <= 3 and r["correct"] in (0.0, 1.0)
+    assert res["generations_per_task"] == pytest.approx(sum(len(e["turns"]) for e in samples) / 4)
+    assert res["maj@3/team"] == pytest.approx(sum(r["correct"] for r in rows) / 4)
+
+
 def test_eval_of_a_config_uses_its_init_from_adapters(trained, tmp_path):
     """eval.py --config (no --base) evaluates the config's starting adapters: roles starting from the
     checkpoint's adapters (init_from, as after sft.py) give exactly the checkpoint's greedy numbers."""

@@ -121,7 +121,7 @@ def test_wrong_then_incorrect_then_fixed():
 
 def test_wrong_but_critic_says_correct_is_punished():
     roles, rew, m = play(MathTeamEnv(), ["\\boxed{6}", "Looks right. Verdict: Correct"])
-    assert rew == [0.0, 0.0] and m["final_correct"] == 0.0 and m["eval_fp"] == 1
+    assert rew == [0.0, -1.0] and m["final_correct"] == 0.0 and m["eval_fp"] == 1  # symmetric: a wrong verdict costs
 
 
 def test_max_iterations_reached():
@@ -136,17 +136,82 @@ def test_max_iterations_reached():
 def test_unparseable_replies():
     roles, rew, m = play(MathTeamEnv(), ["I don't know", "hmm, hard to say", "fine: \\boxed{7}", "Correct."])
     assert roles[2] == "generator_refinement"  # no verdict counts as Incorrect for the flow
-    assert rew == [0.0, 0.0, 1.0, 1.0]
+    assert rew == [0.0, -1.0, 1.0, 1.0]  # an unparsed verdict is a wrong one; the refiner fixed it
     assert m["eval_unparsed"] == 1 and m["no_answer"] == 1 and m["final_correct"] == 1.0
 
 
 def test_shaping_bonus_and_penalty():
-    _, rew, _ = play(MathTeamEnv(fix_bonus=0.5, break_penalty=0.25), ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{7}", "Verdict: Correct"])
+    old = dict(evaluator_reward="accuracy", refiner_reward="correctness")
+    _, rew, _ = play(MathTeamEnv(fix_bonus=0.5, break_penalty=0.25, **old), ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{7}", "Verdict: Correct"])
     assert rew == [0.0, 1.0, 1.5, 1.0]
     # right -> critic wrongly says Incorrect (0) -> broken to wrong (-0.25) -> critic says Incorrect (1)
-    _, rew, m = play(MathTeamEnv(fix_bonus=0.5, break_penalty=0.25, max_refinement_iterations=1),
+    _, rew, m = play(MathTeamEnv(fix_bonus=0.5, break_penalty=0.25, max_refinement_iterations=1, **old),
                      ["\\boxed{7}", "Verdict: Incorrect", "\\boxed{9}", "Verdict: Incorrect"])
     assert rew == [1.0, 0.0, -0.25, 1.0] and m["refine_broken"] == 1 and m["eval_fn"] == 1
+
+
+def test_refiner_reward_is_relative_to_the_answer_it_was_given():
+    """fix +1, break -1, keep a right answer +0.5, stay wrong 0 (the evaluator's verdicts: +-1)."""
+    cases = {  # initial, refined -> refiner reward
+        ("\\boxed{6}", "\\boxed{7}"): 1.0, ("\\boxed{7}", "\\boxed{9}"): -1.0,
+        ("\\boxed{7}", "still \\boxed{7}"): 0.5, ("\\boxed{6}", "\\boxed{5}"): 0.0,
+    }
+    for (first, second), want in cases.items():
+        _, rew, m = play(MathTeamEnv(max_refinement_iterations=1), [first, "Verdict: Incorrect", second, "Verdict: Correct"])
+        assert rew[2] == want, (first, second, rew)
+        assert m["refine_fixed"] == (want == 1.0) and m["refine_broken"] == (want == -1.0)
+    with pytest.raises(ValueError, match="fix_bonus"):
+        MathTeamEnv(fix_bonus=0.5)  # shaping belongs to refiner_reward="correctness"
+
+
+def _judge_batch(verdict_of, mixed_only=True):
+    """Evaluator steps from real episodes on a mostly-correct batch: 4 tasks x 4 chains, the
+    generator right on 14 of 16 (tasks 0-2 all right, task 3 half right); `verdict_of(task, chain,
+    truth)` is the judge's verdict (True = Correct)."""
+    steps = []
+    for t in range(4):
+        for c in range(4):
+            right = t < 3 or c < 2
+            env = MathTeamEnv(max_refinement_iterations=0, evaluator_mixed_groups_only=mixed_only)
+            roles, rew, _ = play(env, ["\\boxed{7}" if right else "\\boxed{6}",
+                                       "Verdict: " + ("Correct" if verdict_of(t, c, right) else "Incorrect")])
+            for k, (role, r, lab) in enumerate(zip(roles, rew, env.turn_labels())):
+                if role == "evaluator_critique":
+                    info = {"label": lab} if lab is not None else {}
+                    info["says_correct"] = verdict_of(t, c, right)
+                    steps.append(Step(t * 4 + c, t, role, k, [1], [2], [0.0], reward=r, info=info))
+    return steps
+
+
+@pytest.mark.parametrize("mixed_only", [True, False])
+def test_an_approving_judge_is_not_paid_for_the_batch_being_mostly_correct(mixed_only):
+    """A judge blind to the solution says Correct 3 times in 4 on the all-right tasks and on one right and
+    one wrong solution of the mixed task. Without the mixed-groups
+    filter, GRPO pushes its "Correct" verdicts up (the batch is mostly right: approving pays); with it,
+    the push is zero and a discriminating judge's right verdicts are what gets credit."""
+    import ppo
+    import torch
+    import train
+    from config import Config
+    cfg = Config()
+    blind = _judge_batch(lambda t, c, right: c in (0, 2) if t == 3 else c != 3, mixed_only)
+    kept = train.mixed_label_groups(cfg, blind)
+    adv = ppo.grpo_advantages(torch.tensor([s.reward for s in kept]), [s.task_id for s in kept], torch.ones(len(kept), 1))
+    push = sum(float(a) for s, a in zip(kept, adv[:, 0]) if s.info["says_correct"])  # net push on "Correct"
+    if mixed_only:
+        assert {s.task_id for s in kept} == {3} and push == pytest.approx(0.0, abs=1e-6)
+    else:
+        assert len(kept) == 16 and push > 0.5
+    # a judge right on 3 of the mixed task's 4 (it approves the last, wrong one) and flipping a coin on the
+    # others: in what is kept, its right verdicts get credit and the wrong one is pushed down
+    half = _judge_batch(lambda t, c, right: (right or c == 3) if t == 3 else c % 2 == 0, True)
+    kept = train.mixed_label_groups(cfg, half)
+    adv = ppo.grpo_advantages(torch.tensor([s.reward for s in kept]), [s.task_id for s in kept], torch.ones(len(kept), 1))
+    assert all((a > 0) == (s.reward > 0) for s, a in zip(kept, adv[:, 0]))
+    # and in reward, on this mostly-correct batch, approving everything earns less than discriminating
+    approve = sum(s.reward for s in _judge_batch(lambda t, c, right: True)) / 16
+    judge = sum(s.reward for s in _judge_batch(lambda t, c, right: right)) / 16
+    assert approve == pytest.approx((14 - 2) / 16) and judge == 1.0
 
 
 def test_aggregate_metrics():
@@ -159,7 +224,9 @@ def test_aggregate_metrics():
         eps.append(Episode(0, 0, env, steps, m))
     a = aggregate(eps)
     assert set(a) == {"evaluator_precision", "evaluator_recall", "evaluator_acc", "evaluator_balanced_acc",
-                      "refine_success", "refine_break_rate"}  # only its own
+                      "evaluator_fpr", "refine_success", "refine_break_rate", "refine_fixed_count",
+                      "refine_broken_count"}  # only its own
+    assert a["evaluator_fpr"] == pytest.approx(1 / 2) and (a["refine_fixed_count"], a["refine_broken_count"]) == (1, 0)
     assert a["evaluator_precision"] == pytest.approx(2 / 3)  # 3 "Correct" verdicts, 2 right
     assert a["evaluator_recall"] == 1.0 and a["evaluator_acc"] == pytest.approx(3 / 4)
     assert a["refine_success"] == 1.0 and a["refine_break_rate"] == 0.0
@@ -230,6 +297,7 @@ def test_team_env_under_driver_with_tiny_model(tiny):
         assert seq[:2] == ["generator_initial", "evaluator_critique"]
         assert all(a != b for a, b in zip(seq, seq[1:]))  # roles alternate generator / evaluator
         assert len(seq) in (2, 4) and not e.truncated
-    assert all(s.reward in (0.0, 1.0) for s in steps)
+    assert all(s.reward in (-1.0, 0.0, 0.5, 1.0) for s in steps)  # verdicts +-1, relative refiner credit
+    assert all(isinstance(s.info["label"], bool) for s in steps if s.role == "evaluator_critique")
     a = aggregate(eps)
     assert 0 <= a["evaluator_acc"] <= 1 and all(0 <= e.metrics["final_correct"] <= 1 for e in eps)

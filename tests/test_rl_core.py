@@ -222,6 +222,30 @@ def test_adaptive_kl_needs_the_kl_in_the_reward():
         Config(algo=AlgoConfig(kl_coef=0.1, kl_adaptive=True)).validate()
 
 
+def test_adapter_divergence_is_the_symmetrised_kl_between_adapters(tiny):
+    from batch import adapter_divergence
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b", "c"], rank=4, alpha=8)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for pa, pb in zip(lora.adapter_parameters(m, "a"), lora.adapter_parameters(m, "b")):
+            pa.copy_(torch.randn(pa.shape, generator=g) * 0.1)
+            pb.copy_(pa)  # b = a; c stays fresh (= the base)
+    rb = role_batch(tok)
+    d = adapter_divergence(m, rb, ["a", "b", "c", None], "cpu", micro_batch_size=4)
+    assert set(d) == {"a~b", "a~c", "a~base", "b~c", "b~base", "c~base"}
+    assert d["a~b"] == pytest.approx(0, abs=1e-6) and d["c~base"] == pytest.approx(0, abs=1e-6)
+    assert d["a~base"] > 1e-3 and d["a~c"] == pytest.approx(d["a~base"], rel=1e-5)
+    with torch.no_grad():  # by hand: both directions over every generated token
+        ids, attn = rb.ids, rb.attn
+        lora.set_adapter(m, "a")
+        la = torch.log_softmax(m(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), -1)
+        lora.set_adapter(m, None)
+        lb = torch.log_softmax(m(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), -1)
+    sym = 0.5 * ((la.exp() * (la - lb)).sum(-1) + (lb.exp() * (lb - la)).sum(-1))
+    assert d["a~base"] == pytest.approx(float((sym * rb.mask).sum() / rb.mask.sum()), rel=1e-4)
+
+
 # --------------------------------------------------------------------------------------------
 # 5. DAPO's dynamic sampling
 
