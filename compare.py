@@ -189,7 +189,7 @@ def plot(rows: list[dict], out: str):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="train.py run directories")
     ap.add_argument("--step", type=int, default=None, help="the eval step to tabulate (default: each run's last)")
     ap.add_argument("--plot", default=None, help="write the validation curves to this PNG")

@@ -493,14 +493,13 @@ def pop_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def load_config_file(path: str) -> Config:
     """Execute a config file and return its `config` (a Config instance)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"config file {path} does not exist" + (" (it is a directory)" if Path(path).is_dir() else ""))
     spec = importlib.util.spec_from_file_location("troupe_config", path)
     if spec is None:
-        raise FileNotFoundError(f"config file {path} does not exist")
+        raise FileNotFoundError(f"config file {path} is not a Python file")
     mod = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(mod)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"config file {path} does not exist") from e
+    spec.loader.exec_module(mod)
     cfg = getattr(mod, "config", None)
     if not isinstance(cfg, Config):
         raise TypeError(f"{path} must define `config = Config(...)`, found {type(cfg).__name__}")

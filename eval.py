@@ -95,7 +95,6 @@ def main(argv=None) -> dict:
     cfg = dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, val_files=args.data or cfg.data.val_files,
                                       val_size=args.limit if args.limit else cfg.data.val_size),
-        rollout=dataclasses.replace(cfg.rollout, progress=False),
         trainer=dataclasses.replace(cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none",
                                     eval_only=bool(ckpt and not args.base), logger=("console",), resume_if_changed=True))
     cfg.validate()

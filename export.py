@@ -80,7 +80,7 @@ def export(checkpoint, out, adapters=None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", required=True, help="runs/X/checkpoints/step_N")
     p.add_argument("--out", required=True, help="output directory (one subdirectory per adapter)")
     p.add_argument("--adapter", action="append", help="only this adapter (repeatable); default: all")

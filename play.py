@@ -20,7 +20,7 @@ from rollout import RoleSpec
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("question", help="the task's question (the workflow's task['question'])")
     p.add_argument("--checkpoint", help="runs/X/checkpoints/step_N")
     p.add_argument("--config", help="a configs/*.py file (for --base, or instead of the checkpoint's)")

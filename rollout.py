@@ -30,6 +30,7 @@ envs/__init__.py (reset / step / turn_rewards / metrics; Turn(role, messages)).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import sys
 import time
@@ -256,7 +257,9 @@ class TorchEngine:
         return 0.0
 
     @torch.no_grad()
-    def generate(self, requests: list[Request]) -> list[Result]:
+    def generate(self, requests: list[Request], progress=None) -> list[Result]:
+        """progress(done, total): called at every host sync with decode steps done / planned over the
+        call's batches (for a progress bar; finished rows shrink a batch, so it runs ahead, never behind)."""
         # Under FSDP2 the decode loop calls submodules directly, which bypasses FSDP's forward
         # hooks: gather every shard once for the whole call (what a rollout engine does anyway).
         from torch.distributed.fsdp import FSDPModule
@@ -267,9 +270,11 @@ class TorchEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = []
-            for i in range(0, len(requests), self.max_batch_size):
-                out += self._generate_batch(requests[i:i + self.max_batch_size])
+            out, chunks = [], [requests[i:i + self.max_batch_size] for i in range(0, len(requests), self.max_batch_size)]
+            plan = [max(r.sampling.max_new_tokens for r in c) for c in chunks]  # decode steps each batch may take
+            for k, c in enumerate(chunks):
+                tick = None if progress is None else (lambda s, k=k: progress(sum(plan[:k]) + s, sum(plan)))
+                out += self._generate_batch(c, tick)
         finally:
             self.model.train(was_training)
             if lora.lora_modules(self.model):
@@ -339,7 +344,7 @@ class TorchEngine:
         b.by_id |= hit
         b.tok.copy_(tok)
 
-    def _generate_batch(self, reqs: list[Request]) -> list[Result]:
+    def _generate_batch(self, reqs: list[Request], tick=None) -> list[Result]:
         dev = self.model.device
         n_real = len(reqs)
         if min(len(r.prompt_ids) for r in reqs) == 0:
@@ -414,6 +419,8 @@ class TorchEngine:
                         why = ("stop", reason[j]) if j in reason else ("stop", t[n - 1]) if by_id[j] else ("length", None)
                         results[alive[j]] = Result(t[:n], lp[:n], *why)
                 left = [j for j in open_ if end[j] > s]
+                if tick is not None:
+                    tick(s)
                 if not left:
                     break
                 # compact: finished rows leave the batch once they are 1/8 of it (a copy of the cache
@@ -638,7 +645,8 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t
 
-    def generate(self, requests: list[Request]) -> list[Result]:
+    def generate(self, requests: list[Request], progress=None) -> list[Result]:
+        """progress: accepted for the engine interface, unused (vLLM runs the call in one piece)."""
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
@@ -748,10 +756,16 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
             if turn is not None:
                 pending[ep.episode_id] = turn
     n_main = len(episodes)
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    bar, tick, n_turns, n_tok, rnd = None, None, 0, 0, 0
+    if progress and "progress" in inspect.signature(engine.generate).parameters:  # episodes done, and inside each engine call its decode steps with an ETA: a batched call
+        from tqdm import tqdm  # finishes its episodes together, so the episode count alone sits at 0 for minutes
         bar = tqdm(total=n_main, desc="episodes", leave=False)
+
+        def tick(done, total):
+            dt = time.perf_counter() - call_t0
+            eta = dt / max(done, 1) * (total - done)
+            bar.set_postfix_str(f"round {rnd}: {len(reqs)} turns, token {min(done, total)}/{total}, ETA {eta:.0f}s | "
+                                f"{n_turns} turns, {n_tok} tokens done", refresh=True)
     while pending:
         ids, reqs = [], []
         for eid, turn in list(pending.items()):
@@ -780,7 +794,9 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
                 reqs.append(Request(p, bspec.adapter, bspec.sampling))
             ids.append(eid)
             reqs.append(Request(p, spec.adapter, sp))
-        results = engine.generate(reqs) if reqs else []
+        rnd, call_t0 = rnd + 1, time.perf_counter()
+        results = (engine.generate(reqs, progress=tick) if tick else engine.generate(reqs)) if reqs else []
+        n_turns, n_tok = n_turns + len(results), n_tok + sum(len(r.completion_ids) for r in results)
         for eid, req, res in zip(ids, reqs, results):
             ep = episodes[eid]
             role = pending[eid].role

@@ -186,7 +186,7 @@ def load_checkpoint(run, ckpt: Path):
     rng = torch.load(ckpt / f"rng_rank{RANK if same_world else 0}.pt", weights_only=False)
     if not same_world and RANK == 0:
         print(f"note: {ckpt} was written by {state['world_size']} rank(s), resuming on {WORLD}: RNG states from "
-              "rank 0, the critic's optimizer starts fresh", flush=True)
+              "rank 0" + (", the critic's optimizer starts fresh" if run.critic else ""), flush=True)
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])

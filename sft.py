@@ -686,7 +686,10 @@ def cli(argv=None) -> SFTConfig:
     import tyro
     from config import pop_config_arg
     path, argv = pop_config_arg(sys.argv[1:] if argv is None else argv)
-    base = load_sft_config(path) if path else SFTConfig()
+    try:
+        base = load_sft_config(path) if path else SFTConfig()
+    except (FileNotFoundError, TypeError) as e:  # a missing file or one without `config`: one line
+        raise ValueError(f"--config: {e}") from None
     return tyro.cli(SFTConfig, default=base, args=argv, description=__doc__.split("\n")[0] +
                     "\n\n--config PATH: a file building `config = SFTConfig(...)`; flags override its fields.")
 

@@ -534,6 +534,9 @@ def main(cfg: Config):
             (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
             print(f"[eval of {ckpt}] " + fmt(metrics, "val"), flush=True)
         return finish(metrics)
+    if run.step >= total:
+        print0(f"note: {out} already finished at step {run.step} of {total}: nothing to train. Raise "
+               "--trainer.total-steps to go on, or start anew with --trainer.output-dir NEW (or --trainer.resume none)")
     logger = Logger(run, out)
     if t_cfg.val_before_train and run.step == 0:
         metrics = evaluate(run, val_tasks, out, logger)
@@ -649,7 +652,10 @@ def cli(argv=None) -> Config:
     """`--config file.py` (or --config=file.py), then tyro overrides on top of it."""
     import tyro
     path, argv = pop_config_arg(sys.argv[1:] if argv is None else argv)
-    base = load_config_file(path) if path else Config()
+    try:
+        base = load_config_file(path) if path else Config()
+    except (FileNotFoundError, TypeError) as e:  # a missing file or one without `config`: one line, not a traceback
+        raise ConfigError(f"--config: {e}") from None
     desc = (__doc__.split("\n")[0] + "\n\n--config PATH (or --config=PATH): a configs/*.py file building `config = "
             "Config(...)`; it goes first and the flags below override its fields (defaults shown are the file's).")
     return tyro.cli(Config, default=base, args=argv, description=desc)

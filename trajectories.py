@@ -218,7 +218,7 @@ def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
 
 def main(argv=None):
     import argparse
-    p = argparse.ArgumentParser(description="Print a run's episodes, filtered, or write its static HTML page.")
+    p = argparse.ArgumentParser(allow_abbrev=False, description="Print a run's episodes, filtered, or write its static HTML page.")
     p.add_argument("path", help="a run directory (runs/X), its trajectories/ directory, or one .jsonl file")
     p.add_argument("--step", type=int)
     p.add_argument("--role")

@@ -482,7 +482,7 @@ def generate(seed: int = 0, per_problem: int = 2, val_frac: float = 0.2, limit: 
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-problem", type=int, default=2, help="instances per HumanEval problem (bug kinds differ)")
     ap.add_argument("--val-frac", type=float, default=0.2, help="share of the problems held out for validation")

@@ -411,7 +411,7 @@ def parse_pairs(items, what: str, cast=float) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="The components, per workflow: see `python -c 'import rewards.calculator as c; "
                                        "print(c.__doc__)'`")
     p.add_argument("--stats", nargs="+", required=True, metavar="GLOB",

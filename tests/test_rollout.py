@@ -438,3 +438,15 @@ def test_driver_mixed_roles_in_one_call_and_overflow(setup):
         run_episodes(eng, tok, CountEnv, tasks=[2], roles={"asker": roles["asker"]})
     _, eps = run_episodes(eng, tok, CountEnv, tasks=[2], roles=roles, max_model_len=5)
     assert eps[0].truncated and eps[0].steps == []
+
+
+def test_driver_progress_shows_tokens_and_an_eta_inside_a_call(setup, capsys):
+    """Episodes of a batched call finish together, so the episode count alone sits at 0 until the end:
+    the bar also shows the decode step of the running call, an ETA and the turns and tokens done."""
+    m, tok, _ = setup
+    roles = {"asker": RoleSpec("a", SamplingParams(max_new_tokens=6, stop_token_ids=[], seed=0)),
+             "answerer": RoleSpec("b", SamplingParams(max_new_tokens=6, stop_token_ids=[], seed=0))}
+    run_episodes(TorchEngine(m, tok), tok, CountEnv, tasks=[3], roles=roles, num_chains=2, max_turns=4, progress=True)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert "round 1: 2 turns, token 3/6, ETA" in err and "round 2: 2 turns, token 6/6" in err
+    assert "| 2 turns, 12 tokens done" in err  # after round 1: 2 turns of 6 tokens
