@@ -552,6 +552,7 @@ def main(cfg: Config):
         n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
         t_roll = time.perf_counter() - t0
         metrics = summarize(cfg, steps, eps, "train")
+        metrics["train/gen_tokens"] = n_tokens  # every role's generated tokens this step (the token budget arms compare)
         if cfg.rollout.merge_turns:
             steps = merge_turns(steps)
         kept = dapo_batch(cfg, steps) if a.dynamic_sampling else steps

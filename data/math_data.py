@@ -235,6 +235,24 @@ def write_jsonl(rows, path):
             f.write(json.dumps(r) + "\n")
 
 
+def split_levels_12(seed: int = 3, n_train: int = 2000, n_val: int = 500) -> tuple[list[dict], list[dict]]:
+    """Levels 1-2 with train and val sharing no question: every distinct question of the seeded
+    stream goes to one side only (level 1 has 100 questions and level 2's products 64, so each is
+    split between the sides; val takes its distinct problems first, train draws from the rest and,
+    like arith_train, may repeat one)."""
+    rng = random.Random(seed)
+    pool = generate(40000, seed=seed, levels=(1, 2))
+    distinct = list({r["question"]: r for r in pool}.values())
+    rng.shuffle(distinct)
+    small = [r for r in distinct if r["level"] == 1 or "*" in r["question"]]  # the finite families
+    val_q = {r["question"] for r in small[: len(small) // 2]}
+    val = [r for r in distinct if r["question"] in val_q]
+    val += [r for r in distinct if r["question"] not in val_q and r not in small][: n_val - len(val)]
+    val_q = {r["question"] for r in val}
+    train = [r for r in pool if r["question"] not in val_q][:n_train]
+    return train, sorted(val, key=lambda r: distinct.index(r))
+
+
 if __name__ == "__main__":
     os.chdir(HERE)
     val = generate(200, seed=2)
@@ -242,4 +260,8 @@ if __name__ == "__main__":
     train = [r for r in generate(3000, seed=1) if r["question"] not in seen][:2000]  # disjoint from val
     write_jsonl(train, "arith_train.jsonl")
     write_jsonl(val, "arith_val.jsonl")
-    print("wrote data/arith_train.jsonl (2000) and data/arith_val.jsonl (200)")
+    train12, val12 = split_levels_12()
+    write_jsonl(train12, "arith12_train.jsonl")
+    write_jsonl(val12, "arith12_val.jsonl")
+    print("wrote data/arith_train.jsonl (2000), data/arith_val.jsonl (200), data/arith12_train.jsonl "
+          f"({len(train12)}) and data/arith12_val.jsonl ({len(val12)}: levels 1-2, no question shared with train)")

@@ -3,7 +3,7 @@
 training tasks: on the 48 the base team was sampled on, its own right and wrong solutions first;
 the other 152 get a short synthetic correct solution and a copy with a perturbed answer. The
 README's research recipe (~40 min on 2 shared cores, one thread each):
-    python eval.py --config configs/smollm2_math_cpu.py --base --data data/arith_train.jsonl --limit 48 \\
+    python eval.py --config configs/smollm2_math_cpu.py --base --data data/arith12_train.jsonl --limit 48 \\
         --n-samples 2 --out runs/smollm2_sft/train_samples          # the model's own (wrong) samples
     python sft.py --config configs/sft/smollm2_math_evaluator.py     # -> runs/smollm2_sft/evaluator_critique
     python train.py --config configs/smollm2_math_cpu.py --roles.1.init-from runs/smollm2_sft/evaluator_critique
