@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import lora
-from rollout import SUPPORTED, Request, Result, SamplingParams
+from engines import SUPPORTED, Request, Result, SamplingParams
 
 
 def _filter_logits(logits, temp, top_k, top_p):

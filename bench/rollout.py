@@ -116,7 +116,7 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
     old = reference_engine()(m, tok, max_batch_size=max(batches)) if "old" in engines else None
     ve = None
     if "vllm" in engines:
-        from rollout import VLLMEngine
+        from engines import VLLMEngine
         ve = VLLMEngine(m, tok, adapters=ROLES, max_model_len=512, max_num_seqs=max(batches))
     print(f"[{spec}] torch threads {torch.get_num_threads()}, TorchEngine sync_every {te.sync_every}", flush=True)
 

@@ -226,7 +226,7 @@ def test_config_cli_and_errors(tmp_path):
         r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(path)], capture_output=True, text=True,
                            timeout=120)  # one line naming the file, not a 20-line traceback
         assert r.returncode != 0 and r.stderr.strip().splitlines() == [f"error: --config: {path} {say}" + (
-            "" if say == "does not exist" else f" = Config(...)`, found NoneType")], r.stderr
+            "" if say == "does not exist" else " = Config(...)`, found NoneType")], r.stderr
     with pytest.raises(ValueError, match="config field trainer.resume"):
         dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, resume=str(tmp_path))).validate()
     assert train.cli([f"--config={TINY}", "--trainer.total-steps", "3"]).trainer.total_steps == 3

