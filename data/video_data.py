@@ -5,7 +5,7 @@ real caption files with NExT-QA / EgoSchema question files.
 A video is a timeline of events in a small world (people, objects, places, actions): one event
 per clip, 8-20 clips of 2-5 s, two or three people, one place (two past 12 clips). Every video holds
 one or two cause-and-effect pairs (Anna drops the glass -> Ben sweeps up the shards, one or two clips
-later) and one event repeated two to four times. Each clip is rendered as a caption with the noise
+later) and one event that happens one to four times. Each clip is rendered as a caption with the noise
 real captioners have:
     paraphrase      every caption: one of several sentence templates, the action's own verb or a
                     synonym ("grabs" for "picks up"), the object's colour or not
@@ -25,8 +25,10 @@ Three questions per video, five choices each (NExT-QA's style), each listing its
     causal        Why did Ben sweep up the shards?  -> "Because Anna dropped the glass."; support:
                   the cause and the effect clip
     descriptive   How many times did Anna look at the book?  -> "3"; support: every clip of it
-Temporal and causal distractors are other events of the same video, in the same words; count
-choices are five consecutive numbers around the truth. The question's own scene graph (what the
+Temporal and causal distractors are other events of the same video, in the same words; a causal
+question also offers its true cause done by another person of the video ("Because Ben dropped the
+glass."), so knowing which effect follows which cause is not enough without the captions. Count
+choices are five consecutive numbers around the truth, in a random order. The question's own scene graph (what the
 grapher is scored against) is every triple of the video's graph whose clips all support it.
 
     python data/video_data.py   # writes data/video_{train,val}.jsonl (seeded; train and val share no video)
@@ -146,9 +148,9 @@ def _timeline(rng: random.Random):
         events[i], events[i + gap] = (x, ca, co), (y, ea, eo)
         pairs.append((i, i + gap))
     free = [i for i in range(n) if events[i] is None]
-    if len(free) < 5:
+    if len(free) < 4:
         return None
-    k = rng.randint(2, min(4, len(free) - 3))
+    k = rng.randint(1, min(4, len(free) - 3))
     rep_clips = sorted(rng.sample(free, k))
     rep = (rng.choice(cast), rng.choice(GENERIC), rng.choice(PLACES[place_of[rep_clips[0]]]))
     for i in rep_clips:
@@ -161,12 +163,13 @@ def _timeline(rng: random.Random):
     return events, place_of, pairs, rep_clips
 
 
-def _choices(rng, gold: str, pool: list[str]):
-    """(five choices in a random order, the gold's index) from distinct distractors in `pool`, or None."""
-    others = sorted({p for p in pool if p != gold})
-    if len(others) < 4:
+def _choices(rng, gold: str, pool: list[str], must: tuple[str, ...] = ()):
+    """(five choices in a random order, the gold's index): the `must` distractors and distinct ones
+    from `pool`; None when there are too few."""
+    others = sorted({p for p in pool if p != gold and p not in must})
+    if len(others) < 4 - len(must):
         return None
-    ch = rng.sample(others, 4) + [gold]
+    ch = list(must) + rng.sample(others, 4 - len(must)) + [gold]
     rng.shuffle(ch)
     return ch, ch.index(gold)
 
@@ -195,8 +198,11 @@ def _questions(rng, events, pairs, rep_clips):
                "choices": pick[0], "answer": pick[1], "support": [cid[x] for x in sorted((i, j))]})
     # causal: why the effect happened
     ci, ei = rng.choice(pairs)
+    x, ca, co = events[ci]
     y, ea, eo = events[ei]
-    pick = _choices(rng, because(*events[ci]), [because(*f) for k, f in enumerate(events) if k != ei])
+    someone = because(rng.choice(sorted({f[0] for f in events} - {x})), ca, co)  # the cause, by another person
+    pick = _choices(rng, because(x, ca, co), [because(*f) for k, f in enumerate(events) if k not in (ci, ei)],
+                    must=(someone,))
     if pick is None:
         return None
     qs.append({"type": "causal", "question": f"Why did {y} {ea} the {eo}?", "choices": pick[0], "answer": pick[1],
@@ -206,6 +212,7 @@ def _questions(rng, events, pairs, rep_clips):
     k = len(rep_clips)
     start = rng.randint(max(0, k - 4), k)
     ch = [str(v) for v in range(start, start + 5)]
+    rng.shuffle(ch)
     qs.append({"type": "descriptive", "question": f"How many times did {x} {a} the {o}?", "choices": ch,
                "answer": ch.index(str(k)), "support": [cid[c] for c in rep_clips]})
     return qs

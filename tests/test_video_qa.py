@@ -381,7 +381,8 @@ def test_questions_are_grounded_answerable_and_their_distractors_plausible(gener
         clips = {c["id"]: c for c in v["clips"]}
         assert 8 <= len(clips) <= 20 and list(clips) == [f"c{i + 1}" for i in range(len(clips))]
         events = {t[3]: t for t in v["graph"] if len(t) == 4}
-        assert set(events) == set(clips)  # one event per clip
+        cast = {e[0] for e in events.values()}
+        assert set(events) == set(clips) and 2 <= len(cast) <= 3  # one event per clip
         assert {q["type"] for q in v["questions"]} == {"temporal", "causal", "descriptive"}
         noisy = set(v["noise"]["omitted"]) | set(v["noise"]["wrong"])
         omitted, wrong = omitted + len(v["noise"]["omitted"]), wrong + len(v["noise"]["wrong"])
@@ -400,10 +401,15 @@ def test_questions_are_grounded_answerable_and_their_distractors_plausible(gener
                 x, a, o = re.fullmatch(r"How many times did (\w+) (.+) the (.+)\?", q["question"]).groups()
                 hits = [c for c, e in events.items() if e[:3] == [x, a, o]]
                 assert gold == str(len(hits)) and sorted(hits, key=lambda c: int(c[1:])) == sup
-                assert [int(c) for c in ch] == list(range(int(ch[0]), int(ch[0]) + 5))
+                assert sorted(int(c) for c in ch) == list(range(min(map(int, ch)), min(map(int, ch)) + 5))
                 continue
             texts = {_event_text(q, e): c for c, e in events.items()}
-            assert all(c in texts for c in ch)  # every choice is an event of this very video
+            if q["type"] == "causal":  # one distractor: the true cause, done by another person of the video
+                x, ca, co = events[sup[0]][:3]
+                others = [c for c in ch if c not in texts]
+                assert len(others) == 1 and others[0] in {because(p, ca, co) for p in cast} - {because(x, ca, co)}
+            else:
+                assert all(c in texts for c in ch)  # every choice is an event of this very video
             if q["type"] == "temporal":
                 p = q["question"].split()[2]
                 mine = [c for c, e in events.items() if e[0] == p]
