@@ -9,7 +9,7 @@ later) and one event that happens one to four times. Each clip is rendered as a 
 real captioners have:
     paraphrase      every caption: one of several sentence templates, the action's own verb or a
                     synonym ("grabs" for "picks up"), the object's colour or not
-    omitted object  about 1 clip in 5: "Ben picks up something."
+    omitted object  about 1 in 5 of the clips that support no question: "Ben picks up something."
     wrong detail    in about half the videos, one clip: a wrong place or a wrong colour
 Omissions and wrong details only touch clips that support no question (and no clip of the counted
 person doing the counted action), so every question can be answered from the captions.

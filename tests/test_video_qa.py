@@ -19,8 +19,8 @@ from agents.video_team import (answer_format, has_reason, parse_choice, parse_cl
                                temporal_reference)
 from config import ConfigError, load_config_file
 from data.math_data import DataError
-from data.video_data import (ACTIONS, CAUSAL, GENERIC, N_TRAIN, N_VAL, PEOPLE, aliases_of, because, generate, load_video,
-                             phrase, subgraph)
+from data.video_data import (ACTIONS, CAUSAL, GENERIC, N_TRAIN, N_VAL, PEOPLE, PLACES, aliases_of, because, generate,
+                             load_video, phrase, subgraph)
 from envs.video_qa import ROLES, VideoQAEnv, aggregate, scripted_replies
 from rewards.calculator import RewardCalculator, detect_workflow, video_components
 from rewards.video import citation_scores, clip_id, graph_scores, normalise_name
@@ -376,10 +376,13 @@ def _event_text(q, e):
 
 
 def test_questions_are_grounded_answerable_and_their_distractors_plausible(generated):
-    omitted = wrong = 0
+    omitted = wrong = n_clips = 0
     for v in generated[0] + generated[1]:
         clips = {c["id"]: c for c in v["clips"]}
         assert 8 <= len(clips) <= 20 and list(clips) == [f"c{i + 1}" for i in range(len(clips))]
+        assert len({c["end"] - c["start"] for c in v["clips"]}) == 1 and 2 <= v["clips"][0]["end"] <= 5
+        assert 1 <= sum(t[1] == "causes" for t in v["graph"]) <= 2
+        n_clips += len(clips)
         events = {t[3]: t for t in v["graph"] if len(t) == 4}
         cast = {e[0] for e in events.values()}
         assert set(events) == set(clips) and 2 <= len(cast) <= 3  # one event per clip
@@ -400,7 +403,7 @@ def test_questions_are_grounded_answerable_and_their_distractors_plausible(gener
             if q["type"] == "descriptive":
                 x, a, o = re.fullmatch(r"How many times did (\w+) (.+) the (.+)\?", q["question"]).groups()
                 hits = [c for c, e in events.items() if e[:3] == [x, a, o]]
-                assert gold == str(len(hits)) and sorted(hits, key=lambda c: int(c[1:])) == sup
+                assert gold == str(len(hits)) and 1 <= len(hits) <= 4 and sorted(hits, key=lambda c: int(c[1:])) == sup
                 assert sorted(int(c) for c in ch) == list(range(min(map(int, ch)), min(map(int, ch)) + 5))
                 continue
             texts = {_event_text(q, e): c for c, e in events.items()}
@@ -420,7 +423,7 @@ def test_questions_are_grounded_answerable_and_their_distractors_plausible(gener
                 assert [sup[0], "causes", sup[1]] in v["graph"] and gold == because(*events[sup[0]][:3])
                 assert any(((ca, co), (ea, eo)) in CAUSAL for (ca, co), (ea, eo) in
                            [((events[sup[0]][1], events[sup[0]][2]), (events[sup[1]][1], events[sup[1]][2]))])
-    assert omitted > 100 and wrong > 50  # the noise is there
+    assert 0.10 < omitted / n_clips < 0.14 and wrong == 89  # the noise is there (README: 12% of clips, 89 videos)
 
 
 def test_aliases_map_caption_verbs_without_collisions():
@@ -432,7 +435,7 @@ def test_aliases_map_caption_verbs_without_collisions():
         k = normalise_name(form)
         assert seen.setdefault(k, a) == a, form  # one normalised form, one action
         assert canon.get(k, a) == a, form  # never another action's own name
-    assert set(GENERIC) <= set(ACTIONS) and set(PEOPLE) >= {"Anna", "Ben"}
+    assert set(GENERIC) <= set(ACTIONS) and (len(PEOPLE), len(PLACES), len(ACTIONS)) == (12, 5, 20)
 
 
 def test_perfect_team_scores_one_on_every_generated_question():
