@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import time
+import types
 from contextlib import contextmanager
 
 import pytest
@@ -597,6 +598,14 @@ def test_scripted_teacher_gives_every_roles_turns(tiny, tmp_path, tasks):
     make_env, module, _ = workflow(on)
     ex, counts = sft.scripted_teacher(make_env, module, train_tasks, tok, {r: r for r in ROLES}, set(ROLES), 0, 0.7)
     assert counts == {"teacher:scripted/captioner": 1, "teacher:scripted/grapher": 1} and len(ex) == 2
+    # a turn the env pays below min_reward is left out (a team whose organizer answers wrong)
+    wrong = types.SimpleNamespace(__name__="wrong", scripted_replies=lambda t: scripted_replies(t)[:2] + [
+        "Answer: " + "ABCDE"[(t["answer"] + 1) % 5]])
+    ex, counts = sft.scripted_teacher(VideoQAEnv, wrong, train_tasks, tok, {r: r for r in ROLES}, set(ROLES), 0, 0.7)
+    assert counts == {"teacher:scripted/captioner": 1, "teacher:scripted/grapher": 1,
+                      "teacher:below_min_reward/organizer": 1} and [e.role for e in ex] == ["captioner", "grapher"]
+    with pytest.raises(ValueError, match="defines no scripted_replies"):
+        sft.scripted_teacher(VideoQAEnv, types.SimpleNamespace(__name__="none"), train_tasks, tok, {}, set(ROLES), 0, 0)
     with pytest.raises(ValueError, match="teacher=scripted plays the train config's workflow"):
         sft.run_sft(sft.SFTConfig(teacher="scripted", out=str(tmp_path / "x")))
 
