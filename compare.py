@@ -11,7 +11,8 @@ run, at eval step N (default: each run's last):
     team    mean team reward (the final answer's correctness for the math workflows) ± its binomial
             s.d. sqrt(p (1 - p) / n), n = validation episodes
     the workflow's own aggregate (math team: evaluator balanced accuracy, precision, recall, refine
-            fix rate and break rate) and the summed refinement counts: fixed / broken
+            fix rate and break rate; video team: accuracy by question type, agreement rate, ...) and,
+            for the math teams, the initial accuracy and the summed refinement counts: fixed / broken
     train   wall seconds of the training steps up to N (metrics.jsonl's time/step; evals excluded)
 An arm may also be an eval.py output directory (results.json + greedy.jsonl, or majority.jsonl for
 --maj-k: each task's majority-vote answer), e.g. a single agent given the team's number of generations.
@@ -87,7 +88,7 @@ def summarise_eval(d: Path) -> dict:
     n, p = len(per_task), sum(per_task.values()) / max(len(per_task), 1)
     return {"run": f"{d} ({label})", "roles": None, "step": res.get("step"), "n": n, "team": p,
             "team_sd": math.sqrt(p * (1 - p) / max(n, 1)), "wall": 0.0, "aggregate": {}, "per_task": per_task,
-            "counts": {"initial_correct": float("nan"), "refine_fixed": 0, "refine_broken": 0}, "curve": [],
+            "counts": {}, "curve": [],
             "generations": gens}
 
 
@@ -131,7 +132,8 @@ def summarise(run: Path, step: int | None = None) -> dict:
         raise SystemExit(f"compare.py: {run} has no eval at step {step} (evals at {sorted(files)})")
     ms, p, n = pick["metrics"], pick["team"], pick["n"]
     agg = module.aggregate([types.SimpleNamespace(metrics=m) for m in ms]) if hasattr(module, "aggregate") else {}
-    counts = {k: sum(m.get(k, 0) for m in ms) for k in ("initial_correct", "refine_fixed", "refine_broken")}
+    counts = {k: sum(m.get(k, 0) for m in ms) for k in ("initial_correct", "refine_fixed", "refine_broken")
+              if any(k in m for m in ms)}  # the math teams' counts; other workflows report none
     return {"run": str(run), "roles": len(cfg.roles), "step": pick["step"], "n": n, "team": p,
             "team_sd": math.sqrt(p * (1 - p) / n), "wall": pick["wall"], "aggregate": agg, "counts": counts,
             "curve": [(c["step"], c["wall"], c["team"]) for c in curve], "per_task": pick["per_task"],
@@ -150,9 +152,11 @@ def table(rows: list[dict]) -> str:
         c = r["counts"]
         cells = [name(r), str(r["roles"] or "—"), str(r["step"]), f"{r['wall'] / 60:.0f} min",
                  f"{r['generations']:.2f}" if r.get("generations") else "—",
-                 f"{r['team']:.3f} ± {r['team_sd']:.3f}", f"{c['initial_correct'] / r['n']:.3f}"]
+                 f"{r['team']:.3f} ± {r['team_sd']:.3f}",
+                 f"{c['initial_correct'] / r['n']:.3f}" if "initial_correct" in c else "—"]
         cells += [f"{r['aggregate'][k]:.3f}" if k in r["aggregate"] else "—" for k in keys]
-        cells.append(f"{c['refine_fixed']:.0f}/{c['refine_broken']:.0f}" if (r["roles"] or 0) > 1 else "—")
+        cells.append(f"{c['refine_fixed']:.0f}/{c['refine_broken']:.0f}" if (r["roles"] or 0) > 1 and "refine_fixed" in c
+                     else "—")
         lines.append("| " + " | ".join(cells).replace("nan", "—") + " |")
     return "\n".join(lines)
 

@@ -203,7 +203,7 @@ class RolloutConfig:
 @dataclass
 class DataConfig:
     env: str = "math_3agent"
-    """workflow: a built-in (math_3agent, math_single, math_tool, code, search, react, research, swe, toy: one
+    """workflow: a built-in (math_3agent, math_single, math_tool, code, search, react, research, swe, video_qa, toy: one
     speaker rewarded for digits, what a random model can learn) or your own as `module:Class` or
     `path/to/file.py:Class` (README "Add a workflow": nothing else in troupe changes)"""
     env_kwargs: dict[str, int | float | bool | str] = field(default_factory=dict)
@@ -456,7 +456,7 @@ class Config:
             bad("trainer.logger", f"use console and/or wandb, got {t.logger}")
         if self.data.val_size is not None and self.data.val_size < 1:
             bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
-        builtin = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "swe", "toy")
+        builtin = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "swe", "toy", "video_qa")
         if self.data.env not in builtin and ":" not in self.data.env:
             bad("data.env", f"unknown workflow {self.data.env!r}: one of {builtin}, or module:Class / file.py:Class")
         from envs.react import REWARDS  # the react env's names (checked whatever the env: a typo is an error)

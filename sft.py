@@ -5,6 +5,7 @@ rollouts, and a programmatic teacher. The adapters it writes are what train.py s
     python sft.py --data 'strong_run/*.jsonl' --model smollm2-135m-instruct --roles solver --min-reward 0.7
     python sft.py --train-config configs/tiny_math_3agent.py --teacher math --data 'runs/tiny/trajectories/*.jsonl'
     python sft.py --train-config configs/tiny_math_3agent.py --rejection-k 4 --rejection-tasks 64   # best of 4
+    python sft.py --train-config configs/video_qa.py --teacher scripted --teacher-tasks 200   # a perfect team's turns
     python sft.py --config configs/sft/tiny_math.py          # an SFTConfig in a file (CLI flags override it)
 then RL from there: each role's `init_from` (config.RoleConfig) = <out>/<adapter>.
 
@@ -32,6 +33,10 @@ The pipeline, as this file reads top to bottom:
      with the very prompt the evaluator saw); only for tasks without one, a perturbed answer
      supplements them: a correct solution whose final \\boxed{} answer is changed to a nearby wrong
      number (checked wrong with math_reward). A task that yields no incorrect solution gives no pair.
+     `teacher=scripted` (any workflow whose module defines `scripted_replies(task)`: the video-QA
+     team): a scripted perfect team's replies are played through a fresh env on the train config's
+     training tasks; every turn the env asks for becomes an example (the chat-formatted prompt the
+     role saw -> the scripted reply) when its env reward >= min_reward.
   5. train, one adapter after another on one shared base: AdamW on that adapter's parameters only
      (every other adapter and the base stay bit-exact), micro-batches of `micro_batch_size`,
      `grad_accum` of them per optimizer step, the loss the token mean over the optimizer step's
@@ -96,10 +101,12 @@ class SFTConfig:
     """what min_reward reads: rewards/calculator.py's weighted reward, or the env's recorded reward"""
     weights: dict[str, float] = field(default_factory=dict)
     """calculator weights, e.g. completion 0.5 (unnamed: completion 0.4, efficiency 0.2, quality 0.3, reasoning 0.1)"""
-    teacher: Literal["none", "math"] = "none"
-    """math: balanced evaluator_critique examples (critiques of correct and incorrect solutions, right verdicts)"""
+    teacher: Literal["none", "math", "scripted"] = "none"
+    """math: balanced evaluator_critique examples (critiques of correct and incorrect solutions, right verdicts);
+    scripted: every role's turns of a scripted perfect team (the workflow module's scripted_replies(task))"""
     teacher_tasks: int = 0
-    """tasks the teacher makes pairs for (0 = all: the trajectories' tasks, then the train config's)"""
+    """tasks the teacher makes pairs for (0 = all: the trajectories' tasks, then the train config's); scripted:
+    the first N of the train config's training tasks (0 = all)"""
     rejection_k: int = 0
     """rejection sampling: roll out the current policy k times per training task, keep the best (0 = off)"""
     rejection_tasks: int = 0
@@ -318,6 +325,36 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int) -> 
     return out, dict(counts)
 
 
+def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_tasks: int,
+                     min_reward: float) -> tuple[list[Example], dict]:
+    """Examples from a scripted perfect team: the workflow module's `scripted_replies(task)` (replies in
+    turn order) played through a fresh env per task; each turn the env asked for gives (the
+    chat-formatted prompt that role saw -> the scripted reply) when its env reward >= min_reward.
+    Returns (examples, counts: per role kept, and below min_reward)."""
+    play = getattr(module, "scripted_replies", None)
+    if play is None:
+        raise ValueError(f"teacher=scripted: the workflow module {module.__name__} defines no scripted_replies(task)")
+    out, counts = [], defaultdict(int)
+    for task in (tasks[:n_tasks] if n_tasks else tasks):
+        env = make_env()
+        turn, seen = env.reset(task), []
+        for reply in play(task):
+            if turn is None:
+                break
+            seen.append((turn, reply))
+            turn = env.step(reply)
+        for (t, reply), r in zip(seen, env.turn_rewards()):
+            if t.role not in roles:
+                continue
+            if r < min_reward:
+                counts[f"teacher:below_min_reward/{t.role}"] += 1
+                continue
+            prompt = tok.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False)
+            out.append(Example(adapter_of[t.role], t.role, prompt, reply, True, "teacher:scripted", float(r)))
+            counts[f"teacher:scripted/{t.role}"] += 1
+    return out, dict(counts)
+
+
 # --------------------------------------------------------------------------------------------
 # 5. training: padded batches, the masked token loss, one adapter's loop
 
@@ -477,6 +514,8 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         raise ValueError(f"sft option val_frac must be in [0, 1), got {cfg.val_frac}")
     if cfg.rejection_k and train_cfg is None:
         raise ValueError("rejection sampling (rejection_k) needs train_config: its workflow, roles and tasks")
+    if cfg.teacher == "scripted" and train_cfg is None:
+        raise ValueError("teacher=scripted plays the train config's workflow on its tasks: give train_config")
     if not cfg.data and not cfg.rejection_k and cfg.teacher == "none":
         raise ValueError("nothing to learn from: give data (trajectory globs), rejection_k or a teacher")
     out = Path(cfg.out or (Path(train_cfg.trainer.output_dir) / "sft" if train_cfg is not None else "runs/sft"))
@@ -550,7 +589,7 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     # --- rejection sampling: the current policy's best of k per task -----------------------------
     summary: dict = {"sources": {"files": len({w.rsplit(':', 1)[0] for w, _ in records}), "episodes": len(records)}}
     tasks, teacher_records = [], records
-    if tc is not None and (cfg.rejection_k or cfg.teacher == "math"):
+    if tc is not None and (cfg.rejection_k or cfg.teacher in ("math", "scripted")):
         from workflows import load_data
         tasks = load_data(tc)[0]
     if cfg.rejection_k:
@@ -580,6 +619,12 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         if ev is None:
             raise ValueError("teacher=math trains evaluator_critique: add it to roles")
         teach, summary["teacher"] = math_teacher(teacher_records, tasks, tok, ev, cfg.teacher_tasks, cfg.seed)
+        examples += teach
+    if cfg.teacher == "scripted":
+        from workflows import workflow
+        make_env, module, _ = workflow(tc)
+        teach, summary["teacher"] = scripted_teacher(make_env, module, tasks, tok, adapter_of, set(role_names),
+                                                     cfg.teacher_tasks, cfg.min_reward)
         examples += teach
     by_adapter, too_long = defaultdict(list), defaultdict(int)
     for ex in examples:

@@ -38,6 +38,17 @@ A "step" is a line or sentence (split at newlines and after . ! ? ;) holding a l
                              the verdict match (a critique's claims must agree with the truth)
                  reasoning   min(1, steps before the verdict line / min_steps); 0 without a verdict
   math_single (role solver): as generator_initial, without the turns term.
+  video (roles captioner, grapher, organizer: envs/video_qa.py; `choices` = the task's choices):
+    every role   completion  the recorded (env) reward clipped: citation F1 / triple F1 / the right choice
+                 efficiency  1 - reply_tokens/budget
+    captioner    quality     mean(cites a clip id (of the video's clips, when the record has them),
+                             makes a temporal reference (a timestamp m:ss, before / after / then /
+                             because ...), names a choice)
+    grapher      quality     mean(share of its triples that carry a clip id or link two clips (0 with
+                             no triple), writes a temporal or causal link between clips, names a choice)
+    captioner, grapher  reasoning  min(1, report lines besides the choice line / min_steps)
+    organizer    quality     mean(answer format: 1 for "Answer: <letter>", 0.5 for a choice read any
+                             other way, 0 for none; its reason cites a clip or makes a temporal reference)
   any other workflow (generic fallback):
                  completion  the recorded (env) reward clipped to [0, 1]
                  efficiency  mean(1 - reply_tokens/budget, and when the episode's metrics count tool
@@ -45,7 +56,7 @@ A "step" is a line or sentence (split at newlines and after . ! ? ;) holding a l
                  quality     1 if the reply ended on its own (finish_reason "stop"), else 0
                  reasoning   as for math generators when the reply holds a final answer, else n/a
 
-The workflow is read from the roles of each record (math_3agent / math_single / generic) unless
+The workflow is read from the roles of each record (math_3agent / math_single / video / generic) unless
 `workflow=` names one. Weights, budgets and max_refinements come from a train config with
 `RewardCalculator.from_config(cfg)` (it reads `cfg.data.reward_weights` when that field exists).
 Online use: `rescore_episodes(calc, episodes)` replaces each rollout Step's reward by the weighted
@@ -67,12 +78,14 @@ from pathlib import Path
 import numpy as np
 
 from agents.math_team import parse_verdict
+from agents.video_team import answer_format, parse_choice, parse_clip_ids, parse_triples, report_lines, temporal_reference
 from rewards.math import extract_answer, math_reward
 
 COMPONENTS = ("completion", "efficiency", "quality", "reasoning")
 DEFAULT_WEIGHTS = {"completion": 0.4, "efficiency": 0.2, "quality": 0.3, "reasoning": 0.1}
 MATH_3AGENT = ("generator_initial", "evaluator_critique", "generator_refinement")
-WORKFLOWS = ("math_3agent", "math_single", "generic")
+VIDEO_QA = ("captioner", "grapher", "organizer")
+WORKFLOWS = ("math_3agent", "math_single", "video", "generic")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
@@ -149,6 +162,8 @@ def detect_workflow(rec: dict) -> str:
         return "math_single"
     if roles and roles <= set(MATH_3AGENT) and "generator_initial" in roles:
         return "math_3agent"
+    if roles and roles <= set(VIDEO_QA) and "captioner" in roles:
+        return "video"
     return "generic"
 
 
@@ -238,7 +253,8 @@ class RewardCalculator:
         """Budgets (each role's max_tokens), max_refinements and the workflow from a train config;
         weights from `weights`, else `cfg.data.reward_weights` when the config has that field."""
         env = cfg.data.env
-        wf = env if env in ("math_3agent", "math_single") else "generic"
+        wf = env if env in ("math_3agent", "math_single") else "video" if env == "video_qa" or \
+            sorted(r.name for r in cfg.roles) == sorted(VIDEO_QA) else "generic"
         weights = weights if weights is not None else (getattr(cfg.data, "reward_weights", None) or None)
         return cls(weights, {r.name: r.max_tokens for r in cfg.roles}, workflow=wf,
                    max_refinements=cfg.data.max_refinement_iterations, **kw)
@@ -311,6 +327,10 @@ class RewardCalculator:
                 else:
                     c["quality"] = fmt
                 c["reasoning"] = steps_score(reply, pos, self.min_steps)
+            elif wf == "video" and role in VIDEO_QA:
+                if clipped is not None:
+                    c["completion"] = clipped
+                c.update(video_components(role, reply, task, self.min_steps))
             else:  # generic: what any workflow's record tells
                 if clipped is not None:
                     c["completion"] = clipped
@@ -325,6 +345,27 @@ class RewardCalculator:
             c = {k: c[k] for k in COMPONENTS if k in c}
             out.append(TurnScore(role, c, self.weighted(c), None if recorded is None else float(recorded)))
         return out
+
+
+def video_components(role: str, reply: str, task: dict, min_steps: int) -> dict:
+    """quality (and reasoning for the two agents) of one video-QA turn (the module docstring)."""
+    choices = task.get("choices") if isinstance(task.get("choices"), list) else [""] * 5
+    choice = parse_choice(reply, choices)
+    named = float(choice is not None)
+    if role == "organizer":
+        evidence = float(bool(parse_clip_ids(reply)) or temporal_reference(reply))
+        return {"quality": (answer_format(reply, choices, choice) + evidence) / 2}
+    if role == "captioner":
+        ids = parse_clip_ids(reply)
+        known = {c.get("id") for c in task.get("clips") or [] if isinstance(c, dict)}
+        cites = float(any(i in known for i in ids) if known else bool(ids))
+        quality = (cites + float(temporal_reference(reply)) + named) / 3
+    else:
+        triples = parse_triples(reply)
+        anchored = sum(1 for t in triples if t[3] or (parse_clip_ids(t[0]) and parse_clip_ids(t[2])))
+        links = any(t[3] == "" and parse_clip_ids(t[0]) and parse_clip_ids(t[2]) for t in triples)
+        quality = ((anchored / len(triples) if triples else 0.0) + float(links) + named) / 3
+    return {"quality": quality, "reasoning": min(1.0, report_lines(reply) / max(1, min_steps))}
 
 
 def rescore_episodes(calc: RewardCalculator, episodes) -> None:
