@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-import train
+import collectives
+import session
 from config import from_dict, load_config_file
 from rollout import RoleSpec
 from workflows import load_data
@@ -99,23 +100,23 @@ def main(argv=None) -> dict:
                                     eval_only=bool(ckpt and not args.base), logger=("console",), resume_if_changed=True))
     cfg.validate()
     _, tasks = load_data(cfg)
-    run, _ = train.build(cfg, ckpt if not args.base else None)
-    specs = train.role_specs(cfg, None, greedy=True)
+    run, _ = session.build(cfg, ckpt if not args.base else None)
+    specs = session.role_specs(cfg, None, greedy=True)
     if args.base:
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}
-    ids = list(range(train.RANK, len(tasks), train.WORLD))
+    ids = list(range(collectives.rank(), len(tasks), collectives.world()))
     mine = [tasks[i] for i in ids]
-    steps, eps = train.rollout(run.engine, run.tok, cfg, mine, ids, specs, 1)
+    steps, eps = session.episodes(run.engine, run.tok, cfg, mine, ids, specs, 1)
     results = {"checkpoint": str(ckpt) if ckpt else None, "base": args.base, "step": run.step, "tasks": len(tasks),
-               "data": cfg.data.val_files, **train.eval_metrics(run, steps, eps, "greedy")}
-    train.save_trajectories(run, eps, out / "greedy.jsonl", "eval_greedy", 1.0)
+               "data": cfg.data.val_files, **session.eval_metrics(run, steps, eps, "greedy")}
+    session.save_trajectories(run, eps, out / "greedy.jsonl", "eval_greedy", 1.0)
     k = max(args.n_samples, args.maj_k)
     if k:
-        sspecs = train.role_specs(cfg, cfg.trainer.seed + 12345)
+        sspecs = session.role_specs(cfg, cfg.trainer.seed + 12345)
         if args.base:
             sspecs = {n: RoleSpec(None, s.sampling) for n, s in sspecs.items()}
-        _, seps = train.rollout(run.engine, run.tok, cfg, mine, ids, sspecs, k)
-        every = [e for part in train.gather_objects([_light(e) for e in seps]) for e in part]
+        _, seps = session.episodes(run.engine, run.tok, cfg, mine, ids, sspecs, k)
+        every = [e for part in collectives.gather_objects([_light(e) for e in seps]) for e in part]
         if args.n_samples:
             results.update(sampled_scores(cfg, [e for e in every if e.episode_id % k < args.n_samples], args.threshold))
         if args.maj_k:
@@ -124,17 +125,17 @@ def main(argv=None) -> dict:
             rows = majority_rows(tasks, seps, k, args.maj_k)
             results.update({f"maj@{args.maj_k}/team": float(np.mean([r["correct"] for r in rows])) if rows else 0.0,
                             "maj_k": args.maj_k, "generations_per_task": float(np.mean([r["generations"] for r in rows]))})
-            if train.RANK == 0:
+            if collectives.rank() == 0:
                 out.mkdir(parents=True, exist_ok=True)
                 (out / "majority.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        train.save_trajectories(run, seps, out / "sampled.jsonl", "eval_sampled", 1.0)
-    if train.RANK == 0:
+        session.save_trajectories(run, seps, out / "sampled.jsonl", "eval_sampled", 1.0)
+    if collectives.rank() == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=1))
         print(json.dumps({k: v for k, v in results.items() if "/reward/" in k or "@" in k or k.endswith("team_reward")},
                          indent=1))
         print(f"results: {out / 'results.json'}")
-    return train.finish(results)
+    return session.finish(results)
 
 
 def majority_rows(tasks, eps, k: int, maj_k: int) -> list[dict]:
@@ -142,7 +143,7 @@ def majority_rows(tasks, eps, k: int, maj_k: int) -> list[dict]:
     mine = [(e.task_id, e.episode_id % k, e.env.final_answer(), float(e.metrics.get("team_reward", 0.0)), len(e.steps))
             for e in eps]
     by_task = defaultdict(list)
-    for t, c, ans, sc, n in sorted(x for part in train.gather_objects(mine) for x in part):
+    for t, c, ans, sc, n in sorted(x for part in collectives.gather_objects(mine) for x in part):
         if c < maj_k:
             by_task[t].append((ans, sc, n))
     rows = []

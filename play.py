@@ -14,7 +14,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-import train
+import session
 from config import from_dict, load_config_file
 from rollout import RoleSpec
 
@@ -37,11 +37,11 @@ def main(argv=None):
         cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none", eval_only=bool(ckpt and not args.base),
         logger=("console",)))
     cfg.validate()
-    run, _ = train.build(cfg, ckpt if not args.base else None)
-    specs = train.role_specs(cfg, args.seed if args.sample else None, greedy=not args.sample)
+    run, _ = session.build(cfg, ckpt if not args.base else None)
+    specs = session.role_specs(cfg, args.seed if args.sample else None, greedy=not args.sample)
     if args.base:
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}
-    _, eps = train.rollout(run.engine, run.tok, cfg, [{"question": args.question, "answer": args.answer}], [0], specs, 1)
+    _, eps = session.episodes(run.engine, run.tok, cfg, [{"question": args.question, "answer": args.answer}], [0], specs, 1)
     ep = eps[0]
     for s in ep.steps:
         print(f"--- {s.role} (turn {s.turn}, {len(s.completion_ids)} tokens, {s.finish_reason})\n{s.info['text']}\n")

@@ -234,10 +234,12 @@ def resolve_resume(cfg: Config, out: Path) -> Path | None:
 
 
 class Logger:
-    """metrics.jsonl (+ wandb, console) on rank 0; other ranks' calls are no-ops."""
+    """metrics.jsonl (always: resume and compare.py read it) + the trainer.logger sinks (console lines,
+    wandb, TensorBoard event files under <run>/tensorboard) on rank 0; other ranks' calls are no-ops."""
 
     def __init__(self, run, out: Path):
-        self.path, self.wandb = out / "metrics.jsonl", None
+        self.path, self.wandb, self.tb = out / "metrics.jsonl", None, None
+        self.console = "console" in run.cfg.trainer.logger
         self.rank0 = _rank_world()[0] == 0
         if not self.rank0:
             return
@@ -258,6 +260,9 @@ class Logger:
             run.wandb_id = run.wandb_id or uuid.uuid4().hex[:8]  # saved in checkpoints: a resume continues it
             self.wandb = wandb.init(project=run.cfg.trainer.wandb_project, dir=str(out), config=to_dict(run.cfg),
                                     name=out.name, id=run.wandb_id, resume="allow")
+        if "tensorboard" in run.cfg.trainer.logger:  # `tensorboard --logdir runs/`; a resume drops the events past its step
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(str(out / "tensorboard"), purge_step=run.step + 1 if run.step else None)
 
     def log(self, step, metrics: dict, console: str | None = None):
         if not self.rank0:
@@ -266,7 +271,12 @@ class Logger:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
-        if console:
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if console and self.console:
             print(console, flush=True)
 
     def episodes(self, step, records: list[dict], n: int = 4):
@@ -292,7 +302,8 @@ class Logger:
                 pts = [(x["step"], x[key]) for x in rows if key in x]
                 if pts:  # markers: a series of one point still shows
                     ax.plot(*zip(*pts), marker="o", label=r, **({"color": "black", "ls": "--"} if r == "team" else {}))
-            ax.set(title=f"{prefix} reward per role", xlabel="step", ylim=(-0.05, 1.05))
+            low = min([0.0] + [y for ln in ax.get_lines() for y in ln.get_ydata()])  # rewards may go below 0 (a +-1 judge)
+            ax.set(title=f"{prefix} reward per role", xlabel="step", ylim=(low - 0.05, 1.05))
             if ax.get_lines():
                 ax.legend(fontsize=8)
         fig.tight_layout()

@@ -87,8 +87,8 @@ class SFTConfig:
     data: tuple[str, ...] = ()
     """trajectory files: globs (quote them) or directories of *.jsonl in the unified format (trajectories.py)"""
     train_config: str | None = None
-    """a train.py config (configs/*.py): model, roles (adapter names; max_tokens = token budgets), LoRA
-    defaults, seed, and the workflow and tasks the teacher and rejection sampling use"""
+    """a train.py config (configs/*.py, or a run's config.json): model, roles (adapter names; max_tokens =
+    token budgets), LoRA defaults, seed, and the workflow and tasks the teacher and rejection sampling use"""
     model: str = "tiny"
     """base model when there is no train_config: a preset, a .gguf file, a local directory or a hub id"""
     dtype: str = "float32"
@@ -504,8 +504,9 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     if train_cfg is None and cfg.train_config:
-        from config import load_config_file
-        train_cfg = load_config_file(cfg.train_config)
+        from config import from_dict, load_config_file
+        train_cfg = (from_dict(json.loads(Path(cfg.train_config).read_text())) if cfg.train_config.endswith(".json")
+                     else load_config_file(cfg.train_config))
     for name, v, lo in [("epochs", cfg.epochs, 1), ("micro_batch_size", cfg.micro_batch_size, 1),
                         ("grad_accum", cfg.grad_accum, 1), ("max_len", cfg.max_len, 2), ("rejection_k", cfg.rejection_k, 0)]:
         if v < lo:
@@ -519,6 +520,11 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     if not cfg.data and not cfg.rejection_k and cfg.teacher == "none":
         raise ValueError("nothing to learn from: give data (trajectory globs), rejection_k or a teacher")
     out = Path(cfg.out or (Path(train_cfg.trainer.output_dir) / "sft" if train_cfg is not None else "runs/sft"))
+    done = out / "summary.json"  # a rerun (or train.py's mode=both resuming) finds this SFT done
+    if done.exists() and json.loads(done.read_text()).get("config") == json.loads(json.dumps(dataclasses.asdict(cfg),
+                                                                                           default=str)):
+        print_(f"SFT: {done} holds the SFT of this config: not run again (another --out, or delete it, to redo)")
+        return json.loads(done.read_text())
     out.mkdir(parents=True, exist_ok=True)
     device = (next(model.parameters()).device if model is not None else
               torch.device("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else
@@ -679,38 +685,6 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
 
 # --------------------------------------------------------------------------------------------
 # train.py's mode = sft | both
-
-
-def stage(cfg):
-    """mode sft|both: sft.py's pipeline (cfg.sft_config, with this config as its train config) into
-    <output_dir>/sft, skipped when that directory already holds the SFT of the same SFT config (a
-    rerun or a resume). sft: None (stop there); both: this config with every role whose adapter SFT
-    wrote starting from it (init_from; a role's own init_from wins): a config.Config."""
-    import os
-
-    from config import ConfigError
-    world, rank0 = int(os.environ.get("WORLD_SIZE", "1")), os.environ.get("RANK", "0") == "0"
-    scfg = load_sft_config(cfg.sft_config)
-    scfg = dataclasses.replace(scfg, train_config=None, out=scfg.out or str(Path(cfg.trainer.output_dir) / "sft"))
-    done = Path(scfg.out) / "summary.json"
-    same = json.loads(json.dumps(dataclasses.asdict(scfg), default=str))
-    if done.exists() and json.loads(done.read_text()).get("config") == same:
-        summary = json.loads(done.read_text())
-        if rank0:
-            print(f"SFT: {done} holds the SFT of this sft_config: not run again", flush=True)
-    else:
-        if world > 1:
-            raise ConfigError("config field mode: SFT runs on one process; run `python sft.py --config ...` first, "
-                              "then RL with torchrun and each role's init_from")
-        summary = run_sft(scfg, train_cfg=cfg)
-    if cfg.mode == "sft":
-        return None
-    written = summary["adapters"]  # adapter -> directory
-    roles = tuple(dataclasses.replace(r, init_from=r.init_from or written.get(cfg.adapter_of(r))) for r in cfg.roles)
-    if rank0:
-        print("RL starts from SFT: " + (", ".join(f"{a} <- {d}" for a, d in written.items()) or "no adapter was written"),
-              flush=True)
-    return dataclasses.replace(cfg, roles=roles, mode="rl").validate()
 
 
 def load_sft_config(path: str) -> SFTConfig:

@@ -31,7 +31,7 @@ def workflow(cfg: Config):
         return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
     from envs import code_team, math_3agent, math_single, math_tool, react, research, search_team, swe, toy, video_qa
     from rewards.code import load_code_tasks, load_humaneval
-    builtins = {  # name -> (make_env(**env_kwargs), module, load_tasks)
+    builtins = {  # name -> (make_env(**env_kwargs), module, load_tasks); their names: BUILTINS
         "math_3agent": (lambda **kw: math_3agent.MathTeamEnv(d.max_refinement_iterations, **kw), math_3agent, load_math),
         "math_single": (math_single.MathSingleEnv, math_single, load_math),
         "math_tool": (lambda **kw: math_tool.MathToolEnv(d.max_refinement_iterations, **kw), math_tool, load_math),
@@ -49,6 +49,30 @@ def workflow(cfg: Config):
     }
     make, module, load = builtins[d.env]
     return (lambda: make(**d.env_kwargs)), module, load
+
+
+BUILTINS = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "swe", "toy", "video_qa")
+
+
+def check_names(cfg: Config):
+    """The names a config gives workflows, tools and rewards, checked where they are defined, before
+    any model loads; the error names the field and lists the known names."""
+    d = cfg.data
+    if d.env not in BUILTINS and ":" not in d.env:
+        raise ConfigError(f"config field data.env: unknown workflow {d.env!r}: one of {BUILTINS}, or module:Class / "
+                          "file.py:Class")
+    from envs.react import REWARDS  # the react env's names (checked whatever the env: a typo is an error)
+    from envs.tools import TOOL_NAMES
+    if unknown := [x for x in d.tools if x not in TOOL_NAMES]:
+        raise ConfigError(f"config field data.tools: unknown tool(s) {unknown}: choose from {TOOL_NAMES}")
+    if d.agent_reward not in REWARDS:
+        raise ConfigError(f"config field data.agent_reward: unknown reward {d.agent_reward!r}: choose from {tuple(REWARDS)}")
+    if d.reward_weights:
+        from rewards.calculator import RewardCalculator
+        try:
+            RewardCalculator(dict(d.reward_weights))
+        except ValueError as e:
+            raise ConfigError(f"config field data.reward_weights: {e}") from None
 
 
 def check_roles(cfg: Config):

@@ -33,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [ROOT] + [x for x in sys.path if os.path.abspath(x or ".") != os.path.join(ROOT, "bench")]  # not bench/lora.py
 import lora  # noqa: E402
 from rollout import Request, SamplingParams, Step, TorchEngine  # noqa: E402
+import learner
 
 # the real shapes (the models' config.json on the hub); weights are random
 CONFIGS = {
@@ -152,8 +153,7 @@ def static_equals_eager(device, capture) -> bool:
 
 def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats):
     """Seconds per fused policy_update (3 adapters) and its model FLOPs."""
-    import train
-    from batch import RoleBatch
+    from learner import RoleBatch
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     roles = tuple(RoleConfig(n, max_tokens=reply_len) for n in ADAPTERS)
     cfg = Config(roles=roles, lora=LoRAConfig(rank=16, alpha=32, dropout=0.0, targets=TARGETS),
@@ -173,20 +173,20 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
                 steps.append(Step(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
             rb = RoleBatch(steps, [1.0] * len(steps), 0, reply_len)
             adv = torch.randn(rb.mask.shape, generator=g) * rb.mask  # (N, T)
-            out.append(train.Part(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
+            out.append(learner.Part(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
                                   torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0),
                                   torch.Generator().manual_seed(k)))
         return out
 
     m.train()
     ps = parts()
-    train.policy_update(m, ps, cfg, device, 0.0)  # warm-up
+    learner.policy_update(m, ps, cfg, device, 0.0)  # warm-up
     ts = []
     for _ in range(repeats):
         ps = parts()
         sync(device)
         t = time.perf_counter()
-        train.policy_update(m, ps, cfg, device, 0.0)
+        learner.policy_update(m, ps, cfg, device, 0.0)
         sync(device)
         ts.append(time.perf_counter() - t)
     m.eval()

@@ -7,7 +7,7 @@
 before: each adapter in turn (update_adapter of REV), micro-batches in random order, logits over every
         column (prompt included).
 after:  one forward/backward per micro-batch for every role's rows (each row wearing its own adapter),
-        rows sorted by length, logits only from the first generated column (train.policy_update).
+        rows sorted by length, logits only from the first generated column (learner.policy_update).
 Both run the same rows: the demo's step (4 tasks x 4 chains; generator, evaluator and refiner turns
 with the prompt and reply lengths of configs/smollm2_math_cpu.py), LoRA rank 16 on q/k/v/o, AdamW.
 "before" runs in a subprocess on REV's train.py, batch.py and lora.py (git show), "after" on the
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import learner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [x for x in sys.path if Path(x or ".").resolve() != ROOT / "bench"]  # bench/lora.py is not lora.py
@@ -112,9 +113,9 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
             for n in names:
                 train.update_adapter(run, n, [s for s in st if s.role == n], 1, 1234 + k)
         else:
-            parts = [train.prepare_adapter(run, n, [s for s in st if s.role == n], 1, 1234 + k)[0] for n in names]
+            parts = [learner.prepare_adapter(run, n, [s for s in st if s.role == n], 1, 1234 + k)[0] for n in names]
             for group in ([parts] if cfg.algo.fused_update else [[p] for p in parts]):
-                train.policy_update(model, group, cfg, run.device, 0.0)
+                learner.policy_update(model, group, cfg, run.device, 0.0)
         if k:  # the first is a warm-up
             times.append(time.perf_counter() - t0)
     real = sum(p + c for _, p, c, _, _ in rows)

@@ -32,8 +32,14 @@ def with_(section, **kw):
     (dataclasses.replace(BASE, roles=(RoleConfig("a", temperature=0.0),)), "roles[0].temperature"),
 ])
 def test_bad_values_name_their_field(cfg, field):
+    """Values are checked by Config.validate, names where they are defined (workflows, learner): all
+    before any model loads, each error naming the field."""
+    import learner
+    from workflows import check_names
     with pytest.raises(ValueError, match=f"config field {field.replace('[', '.').replace(']', '.')}"):
         cfg.validate()
+        check_names(cfg)
+        learner.check_names(cfg)
 
 
 def test_the_shipped_configs_validate():
@@ -74,3 +80,18 @@ def test_rollout_compile_needs_cuda_and_the_torch_engine():
     vllm = dataclasses.replace(on, rollout=dataclasses.replace(on.rollout, engine="vllm"))
     with pytest.raises(ConfigError, match=r"rollout\.compile"):
         vllm.validate()
+
+
+def test_env_kwargs_from_the_cli_for_keys_the_config_did_not_list():
+    import train
+    cfg = train.cli(["--config", str(ROOT / "configs" / "tiny_math_3agent.py"), "--data.env-kwargs.evaluator-reward",
+                     "accuracy", "--data.env-kwargs.refiner_reward=correctness", "--data.env-kwargs.fix-bonus", "0.5",
+                     "--trainer.total-steps", "3"])
+    assert cfg.data.env_kwargs == {"evaluator_reward": "accuracy", "refiner_reward": "correctness", "fix_bonus": 0.5}
+    assert cfg.trainer.total_steps == 3
+    from workflows import check_roles, workflow
+    env = workflow(cfg)[0]()
+    assert (env.evaluator_reward, env.refiner_reward, env.fix_bonus) == ("accuracy", "correctness", 0.5)
+    bad = train.cli(["--config", str(ROOT / "configs" / "tiny_math_3agent.py"), "--data.env-kwargs.no-such-knob", "1"])
+    with pytest.raises(ValueError, match=r"data\.env_kwargs: workflow 'math_3agent' refused \{'no_such_knob': 1\}"):
+        check_roles(bad)

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+import learner
 from agents.math_team import build_messages, parse_verdict
 from data.math_data import DataError, generate, load_math
 from envs.math_3agent import ROLES, MathTeamEnv, aggregate
@@ -189,13 +190,13 @@ def test_an_approving_judge_is_not_paid_for_the_batch_being_mostly_correct(mixed
     one wrong solution of the mixed task. Without the mixed-groups
     filter, GRPO pushes its "Correct" verdicts up (the batch is mostly right: approving pays); with it,
     the push is zero and a discriminating judge's right verdicts are what gets credit."""
-    import ppo
     import torch
-    import train
+
+    import ppo
     from config import Config
     cfg = Config()
     blind = _judge_batch(lambda t, c, right: c in (0, 2) if t == 3 else c != 3, mixed_only)
-    kept = train.mixed_label_groups(cfg, blind)
+    kept = learner.mixed_label_groups(cfg, blind)
     adv = ppo.grpo_advantages(torch.tensor([s.reward for s in kept]), [s.task_id for s in kept], torch.ones(len(kept), 1))
     push = sum(float(a) for s, a in zip(kept, adv[:, 0]) if s.info["says_correct"])  # net push on "Correct"
     if mixed_only:
@@ -205,7 +206,7 @@ def test_an_approving_judge_is_not_paid_for_the_batch_being_mostly_correct(mixed
     # a judge right on 3 of the mixed task's 4 (it approves the last, wrong one) and flipping a coin on the
     # others: in what is kept, its right verdicts get credit and the wrong one is pushed down
     half = _judge_batch(lambda t, c, right: (right or c == 3) if t == 3 else c % 2 == 0, True)
-    kept = train.mixed_label_groups(cfg, half)
+    kept = learner.mixed_label_groups(cfg, half)
     adv = ppo.grpo_advantages(torch.tensor([s.reward for s in kept]), [s.task_id for s in kept], torch.ones(len(kept), 1))
     assert all((a > 0) == (s.reward > 0) for s, a in zip(kept, adv[:, 0]))
     # and in reward, on this mostly-correct batch, approving everything earns less than discriminating

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 import train
 from config import ConfigError, load_config_file
+from workflows import check_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +66,6 @@ def test_calculator_as_the_online_reward(tmp_path):
     env = [t["env_reward"] for t in turns]
     assert max(env) > 0 and [t["reward"] for t in turns] != pytest.approx(env)  # not a no-op
     with pytest.raises(ConfigError, match=r"data\.reward_weights: unknown reward component 'speed'"):
-        dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, reward_weights={"speed": 1.0})).validate()
+        check_names(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, reward_weights={"speed": 1.0})))
     with pytest.raises(ConfigError, match=r"data\.reward: remax"):
         dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, adv_estimator="remax")).validate()

@@ -12,12 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 
+import learner
 import lora
 import ppo
 import train
 from config import AlgoConfig, Config, load_config_file
 from envs import Turn, toy
-from rollout import RoleSpec, SamplingParams, Step, TorchEngine, merge_turns, run_episodes
+from rollout import (
+    RoleSpec,
+    SamplingParams,
+    Step,
+    TorchEngine,
+    merge_turns,
+    run_episodes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "configs" / "tiny_toy.py")
@@ -45,7 +53,7 @@ def role_batch(tok, n=6, seed=0):
         p = torch.randint(5, 900, (P,), generator=g).tolist()
         c = torch.randint(5, 900, (C,), generator=g).tolist()
         steps.append(Step(i, i // 3, "r", 0, p, c, [-2.0] * C, reward=float(i % 2)))
-    return train.RoleBatch(steps, [1.0] * n, tok.pad_token_id, norm_len=16)
+    return learner.RoleBatch(steps, [1.0] * n, tok.pad_token_id, norm_len=16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,8 +69,8 @@ def test_kl_in_reward_changes_every_estimator(tiny, estimator):
     cfg = Config(algo=AlgoConfig(adv_estimator=estimator, kl_coef=1.0, kl_in_reward=True))
     kl_tok = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(1)) * rb.mask
     values = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(2)) * rb.mask
-    adv0, _ = train.advantages(cfg, rb, kl_tok, values, kl_coef=0.0)
-    adv1, _ = train.advantages(cfg, rb, kl_tok, values, kl_coef=1.0)
+    adv0, _ = learner.advantages(cfg, rb, kl_tok, values, kl_coef=0.0)
+    adv1, _ = learner.advantages(cfg, rb, kl_tok, values, kl_coef=1.0)
     assert not torch.allclose(adv0, adv1), f"{estimator} never saw the KL in the reward"
     assert torch.all(adv1[rb.mask == 0] == 0)
 
@@ -82,7 +90,7 @@ def test_kl_in_reward_adds_no_kl_to_the_loss(tiny):
                 p.add_(0.01)
         opt = torch.optim.SGD(params, lr=0.1)
         cfg = Config(algo=AlgoConfig(kl_coef=1.0, kl_in_reward=True, micro_batch_size=2))
-        out = train.policy_update(mm, [train.Part("r", rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), kl_coef)["r"]
+        out = learner.policy_update(mm, [learner.Part("r", rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), kl_coef)["r"]
         assert "kl_loss" not in out
         finals.append([p.detach().clone() for p in params])
     assert all(torch.equal(a, b) for a, b in zip(*finals))
@@ -108,17 +116,17 @@ def test_update_independent_of_micro_batch_size(tiny, agg):
         params = lora.adapter_parameters(mm, "r")
         opt = torch.optim.SGD(params, lr=1.0)
         cfg = Config(algo=AlgoConfig(loss_agg=agg, micro_batch_size=micro, mini_batch_size=6, grad_clip=1e9))
-        train.policy_update(mm, [train.Part("r", rb, adv, rb.sample_logp, None, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["r"]
+        learner.policy_update(mm, [learner.Part("r", rb, adv, rb.sample_logp, None, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["r"]
         grads.append(torch.cat([p.detach().flatten() for p in params]))
     for g in grads[1:]:
         torch.testing.assert_close(g, grads[0], rtol=1e-5, atol=1e-6)
     # padding: the same rows behind a much longer prompt row (wider batch, more pad) give the same loss
     long = Step(99, 9, "r", 0, list(range(5, 60)), [7, 8], [-2.0, -2.0], reward=0.0)
-    rb2 = train.RoleBatch(rb.steps + [long], [1.0] * 7, tok.pad_token_id, norm_len=16)
+    rb2 = learner.RoleBatch(rb.steps + [long], [1.0] * 7, tok.pad_token_id, norm_len=16)
     adv2 = torch.zeros_like(rb2.mask)
     adv2[:6, :adv.shape[1]] = adv
     rb2.mask[6] = 0  # the long row carries no loss: only the padding changed
-    lp = train.ppo.agg_loss(adv, rb.mask, agg, None, 16), train.ppo.agg_loss(adv2, rb2.mask, agg, None, 16)
+    lp = ppo.agg_loss(adv, rb.mask, agg, None, 16), ppo.agg_loss(adv2, rb2.mask, agg, None, 16)
     torch.testing.assert_close(lp[0], lp[1])
 
 
@@ -151,10 +159,10 @@ def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
             # SGD: weights move by exactly the gradient (Adam's first step, g / |g|, would blow float noise
             # in near-zero gradients up to lr)
             opt = torch.optim.SGD(lora.adapter_parameters(mm, name), lr=1.0)
-            parts.append(train.Part(name, rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(
+            parts.append(learner.Part(name, rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda s: 1.0), torch.Generator().manual_seed(100 + j)))
         groups = [parts] if fused else [[p] for p in parts]
-        metrics = {k: v for g in groups for k, v in train.policy_update(mm, g, cfg, torch.device("cpu"), 0.5).items()}
+        metrics = {k: v for g in groups for k, v in learner.policy_update(mm, g, cfg, torch.device("cpu"), 0.5).items()}
         results.append((mm, metrics))
     (fm, fmet), (sm, smet) = results
     for name in "abc":
@@ -205,6 +213,7 @@ def test_adaptive_kl_steps_once_per_sequence_of_the_step(tmp_path):
     cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
     cfg = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, kl_coef=0.1, kl_in_reward=True, kl_adaptive=True,
                                                             kl_target=1e-9, kl_horizon=100),
+                              data=dataclasses.replace(cfg.data, env_kwargs={"evaluator_mixed_groups_only": False}),  # train every turn
                               trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / "run"), resume="none",
                                                           total_steps=2, save_freq=0, test_freq=0, val_before_train=False,
                                                           trajectory_sample=1.0))
@@ -223,7 +232,7 @@ def test_adaptive_kl_needs_the_kl_in_the_reward():
 
 
 def test_adapter_divergence_is_the_symmetrised_kl_between_adapters(tiny):
-    from batch import adapter_divergence
+    from learner import adapter_divergence
     m, tok = tiny
     lora.add_lora(m, ["a", "b", "c"], rank=4, alpha=8)
     g = torch.Generator().manual_seed(0)
@@ -262,10 +271,10 @@ def _steps(rewards_by_group):
 def test_dynamic_sampling_filter():
     steps = _steps({0: [1.0, 1.0], 1: [0.0, 1.0], 2: [0.5]})
     grpo = Config(algo=AlgoConfig(adv_estimator="grpo", dynamic_sampling=True))
-    assert [s.task_id for s in train.informative(grpo, steps)] == [1, 1, 2]  # the flat group leaves; one stays (adv = r)
+    assert [s.task_id for s in learner.informative(grpo, steps)] == [1, 1, 2]  # the flat group leaves; one stays (adv = r)
     for est in ("remax", "reinforce++", "gae"):  # there a flat group has advantages: nothing leaves
         cfg = Config(algo=AlgoConfig(adv_estimator=est, dynamic_sampling=True))
-        assert [s.task_id for s in train.informative(cfg, steps)] == [0, 0, 1, 1, 2]
+        assert [s.task_id for s in learner.informative(cfg, steps)] == [0, 0, 1, 1, 2]
 
 
 @pytest.mark.parametrize("estimator", sorted(ppo.ADVANTAGES))
@@ -284,7 +293,7 @@ def test_dynamic_sampling_drops_only_groups_whose_advantages_are_zero(estimator)
     if estimator == "reinforce++_baseline":  # r - group mean, before the batch whitening shifts every row alike
         adv = (scores - ppo.group_stats(scores, [s.task_id for s in steps])[0]).unsqueeze(-1) * mask
     cfg = Config(algo=AlgoConfig(adv_estimator=estimator, dynamic_sampling=True))
-    kept = {id(s) for s in train.informative(cfg, steps)}
+    kept = {id(s) for s in learner.informative(cfg, steps)}
     for s, a in zip(steps, adv):
         if id(s) not in kept:
             assert torch.all(a == 0), (estimator, s.task_id)
@@ -302,9 +311,9 @@ def test_dapo_trims_to_the_batch_size():
     steps = _steps({t: [0.0, 1.0] for t in range(7)} | {7: [1.0, 1.0]})
     cfg = Config(algo=AlgoConfig(adv_estimator="grpo", dynamic_sampling=True), data=dataclasses.replace(
         Config().data, batch_size=4))
-    assert [s.task_id for s in train.dapo_batch(cfg, steps)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [s.task_id for s in learner.dapo_batch(cfg, steps)] == [0, 0, 1, 1, 2, 2, 3, 3]
     with pytest.raises(ValueError, match="algo.dynamic_sampling"):
-        Config(algo=AlgoConfig(adv_estimator="reinforce++", dynamic_sampling=True)).validate()
+        learner.check_names(Config(algo=AlgoConfig(adv_estimator="reinforce++", dynamic_sampling=True)))
 
 
 def test_dynamic_sampling_refills_and_reports(tmp_path):
@@ -476,3 +485,20 @@ def test_two_ranks_equal_one_with_real_advantages(tmp_path):
         # gradient is ~0 turns that 1e-7 noise into a visible step (seen: 1 of 2048 off by 3e-4 = lr/16)
         close = torch.isclose(fa[k], fb[k], atol=1e-5, rtol=1e-4)
         assert close.float().mean() >= 0.995 and float((fa[k] - fb[k]).abs().max()) < 1e-3, k
+
+
+def test_tensorboard_logger_holds_what_metrics_jsonl_holds(tmp_path, capsys):
+    """trainer.logger = (tensorboard,): event files under <run>/tensorboard with every numeric metric of
+    metrics.jsonl at its step, and no console lines (console is a sink like the others)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    cfg = toy_cfg(tmp_path, trainer=dict(total_steps=2, logger=("tensorboard",)))
+    train.main(cfg)
+    assert "[step 1/2]" not in capsys.readouterr().out
+    ev = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    ev.Reload()
+    r = rows(tmp_path / "run" / "metrics.jsonl")
+    for key in ("train/reward/speaker", "train/pg_loss/speaker", "time/step"):
+        got = [(e.step, e.value) for e in ev.Scalars(key)]
+        assert got == [(x["step"], pytest.approx(x[key], rel=1e-6)) for x in r if key in x]
+    with pytest.raises(ValueError, match="trainer.logger"):
+        dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, logger=("tensorbored",))).validate()

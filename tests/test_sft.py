@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import lora
+import session
 import sft
 from agents.math_team import build_messages, parse_verdict
 from rewards.calculator import RewardCalculator, TrajectoryError, load_records
@@ -116,13 +117,12 @@ def test_per_role_lora_settings_are_written(run):
 
 
 def test_init_from_loads_exactly_what_sft_saved(run, tmp_path):
-    import train
     cfg = run["train_cfg"]
     roles = tuple(dataclasses.replace(r, init_from=run["summary"]["adapters"].get(r.name)) for r in cfg.roles)
     cfg = dataclasses.replace(cfg, roles=roles, trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path),
                                                                             resume="none"))
     cfg.validate()
-    r, _ = train.build(cfg, None)
+    r, _ = session.build(cfg, None)
     for name in ("generator_initial", "evaluator_critique"):
         saved = load_file(str(run["out"] / name / "adapter_model.safetensors"))
         own = lora.adapter_state_dict(r.model, name)

@@ -11,7 +11,7 @@ from config import ConfigError, load_config_file
 from envs import react
 from envs.react import REWARDS, ToolAgentEnv
 from envs.tools import TOOL_NAMES, get_tools, tool_names
-from workflows import check_roles, load_data, workflow
+from workflows import check_names, check_roles, load_data, workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZANNE = {"question": "In which country is the city of Zanne?", "answer": "Garhullo", "support": ["city0_0"]}
@@ -163,7 +163,7 @@ def test_the_builtin_react_route_takes_tools_and_reward_by_name():
     for field, value, msg in (("tools", ("serach",), r"data\.tools: unknown tool\(s\) \['serach'\]"),
                               ("agent_reward", "f2", r"data\.agent_reward: unknown reward 'f2': choose from .*qa_f1")):
         with pytest.raises(ConfigError, match=msg):
-            dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{field: value})).validate()
+            check_names(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{field: value})))
     research = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="research"))
     research.validate()  # a built-in name now
     swe = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="swe"))

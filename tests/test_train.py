@@ -14,9 +14,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import learner
 import lora
+import session
 import train
-from config import AlgoConfig, Config, load_config_file
+from config import AlgoConfig, Config, ConfigError, load_config_file
+from workflows import check_names
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "configs" / "tiny_math_3agent.py")
@@ -94,7 +97,8 @@ def test_per_role_settings_reach_the_optimizer_adapter_and_estimator(tmp_path):
     cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=3, save_freq=3))
     ev = dataclasses.replace(cfg.roles[1], lr=3e-4, rank=4, alpha=2.0, targets=("q_proj", "v_proj"),
                              adv_estimator="gae", frozen_steps=2)
-    cfg = dataclasses.replace(cfg, roles=(cfg.roles[0], ev, cfg.roles[2]))
+    cfg = dataclasses.replace(cfg, roles=(cfg.roles[0], ev, cfg.roles[2]), data=dataclasses.replace(
+        cfg.data, env_kwargs={"evaluator_mixed_groups_only": False}))  # the random model is always wrong: keep its turns
     train.main(cfg)
     r = rows(tmp_path / "run" / "metrics.jsonl")
     assert "train/lr/evaluator_critique" not in r[1] and "train/grad_norm/evaluator_critique" not in r[1]  # frozen
@@ -157,17 +161,17 @@ def test_nan_loss_skips_step_and_leaves_weights(tiny):
     comp = tok.encode(" the answer is 2")
     steps = [Step(0, 0, "r", 0, tok.encode("What is 1 + 1?"), comp, [-1.0] * len(comp), reward=1.0)] * 2
     with pytest.raises(ValueError, match="logprobs"):
-        train.RoleBatch([Step(0, 0, "r", 0, [1, 2], comp, [-1.0], reward=1.0)], [1.0], tok.pad_token_id, 16)
-    rb = train.RoleBatch(steps, [1.0, 1.0], tok.pad_token_id, 16)
+        learner.RoleBatch([Step(0, 0, "r", 0, [1, 2], comp, [-1.0], reward=1.0)], [1.0], tok.pad_token_id, 16)
+    rb = learner.RoleBatch(steps, [1.0, 1.0], tok.pad_token_id, 16)
     cfg = Config(algo=AlgoConfig(mini_batch_size=4, micro_batch_size=2))
     before = [p.detach().clone() for p in lora.adapter_parameters(m, "a")]
     opt = torch.optim.AdamW(lora.adapter_parameters(m, "a"), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     adv = torch.full_like(rb.mask, float("nan"))
-    out = train.policy_update(m, [train.Part("a", rb, adv, rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
+    out = learner.policy_update(m, [learner.Part("a", rb, adv, rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
     assert out["skipped"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, lora.adapter_parameters(m, "a")))
-    out = train.policy_update(m, [train.Part("a", rb, torch.ones_like(rb.mask), rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
+    out = learner.policy_update(m, [learner.Part("a", rb, torch.ones_like(rb.mask), rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
     assert out["skipped"] == 0 and not all(torch.equal(a, b) for a, b in zip(before, lora.adapter_parameters(m, "a")))
 
 
@@ -215,7 +219,7 @@ def test_config_cli_and_errors(tmp_path):
     with pytest.raises(ValueError, match="config field algo.lr"):
         dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, lr=0)).validate()
     with pytest.raises(ValueError, match="rollout.num_chains"):
-        dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, num_chains=1)).validate()
+        learner.check_names(dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, num_chains=1)))
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\n")
     with pytest.raises(TypeError, match="must define `config"):
@@ -225,8 +229,9 @@ def test_config_cli_and_errors(tmp_path):
     for path, say in ((tmp_path / "missing.py", "does not exist"), (bad, "must define `config")):
         r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(path)], capture_output=True, text=True,
                            timeout=120)  # one line naming the file, not a 20-line traceback
-        assert r.returncode != 0 and r.stderr.strip().splitlines() == [f"error: --config: {path} {say}" + (
-            "" if say == "does not exist" else " = Config(...)`, found NoneType")], r.stderr
+        want = (f"error: --config: config file {path} does not exist" if say == "does not exist"
+                else f"error: --config: {path} must define `config = Config(...)`, found NoneType")
+        assert r.returncode != 0 and r.stderr.strip().splitlines() == [want], r.stderr
     with pytest.raises(ValueError, match="config field trainer.resume"):
         dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, resume=str(tmp_path))).validate()
     assert train.cli([f"--config={TINY}", "--trainer.total-steps", "3"]).trainer.total_steps == 3
@@ -293,7 +298,7 @@ config = Config(roles=(RoleConfig("poet", max_tokens=6), RoleConfig("judge", max
     saved = json.loads((tmp_path / "run/checkpoints/step_000002/config.json").read_text())
     assert saved["data"]["env_kwargs"] == {"letter": "e"}  # the CLI override reached the env's constructor
     with pytest.raises(ValueError, match="config field data.env: unknown workflow 'haiku'"):
-        dataclasses.replace(load_config_file(TINY), data=dataclasses.replace(load_config_file(TINY).data, env="haiku")).validate()
+        check_names(dataclasses.replace(load_config_file(TINY), data=dataclasses.replace(load_config_file(TINY).data, env="haiku")))
 
 
 def test_a_rerun_with_another_config_does_not_silently_resume(tmp_path):
@@ -323,7 +328,7 @@ def test_init_from_starts_a_role_from_a_saved_adapter(tmp_path):
     lora.save_adapter(m, "sft", tmp_path / "sft")
     saved = load_file(tmp_path / "sft" / "adapter_model.safetensors")
     roles = (dataclasses.replace(cfg.roles[0], init_from=str(tmp_path / "sft")),) + cfg.roles[1:]
-    run, _ = train.build(dataclasses.replace(cfg, roles=roles), None)
+    run, _ = session.build(dataclasses.replace(cfg, roles=roles), None)
     name = cfg.adapter_of(roles[0])
     got = lora.adapter_state_dict(run.model, name)
     assert got.keys() == saved.keys() and all(torch.equal(got[k], saved[k]) for k in saved)
@@ -331,10 +336,10 @@ def test_init_from_starts_a_role_from_a_saved_adapter(tmp_path):
     assert all(m.dropout_p[name] == 0.0 for m in lora.lora_modules(run.model).values())
     for bad_dir, msg in ((tmp_path / "nope", "is not a PEFT adapter directory"),):
         bad = (dataclasses.replace(cfg.roles[0], init_from=str(bad_dir)),) + cfg.roles[1:]
-        with pytest.raises(train.ConfigError, match=r"roles\[0\]\.init_from: .*" + msg):
+        with pytest.raises(ConfigError, match=r"roles\[0\]\.init_from: .*" + msg):
             dataclasses.replace(cfg, roles=bad).validate()
     other = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, targets=("q_proj",)), roles=roles)
-    with pytest.raises(train.ConfigError, match=r"roles\[0\]\.init_from: .* same modules"):
+    with pytest.raises(ConfigError, match=r"roles\[0\]\.init_from: .* the role's targets are"):
         other.validate()
 
 
@@ -343,12 +348,12 @@ def test_fused_update_option_reaches_the_loop(tmp_path, monkeypatch, fused):
     """algo.fused_update: one policy_update over every busy adapter, or one call per adapter (the
     weights are the same either way: tests/test_rl_core.py checks that)."""
     calls = []
-    real = train.policy_update
+    real = learner.policy_update
 
     def spy(model, parts, *a, **k):
         calls.append(sorted(p.adapter for p in parts))
         return real(model, parts, *a, **k)
-    monkeypatch.setattr(train, "policy_update", spy)
+    monkeypatch.setattr(learner, "policy_update", spy)
     train.main(tiny_cfg(tmp_path, algo=dict(fused_update=fused), trainer=dict(total_steps=1)))
     adapters = sorted({x for c in calls for x in c})
     assert len(adapters) >= 2

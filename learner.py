@@ -1,0 +1,528 @@
+"""The learner: from a step's turns to each adapter's update. Everything between the rollout and
+the optimizer lives here, on top of the math in ppo.py:
+
+  RoleBatch        one adapter's turns as right-padded tensors (mask = 1 on tokens it generated)
+  score            old / reference logprobs under an adapter (None = the base), in micro-batches
+  advantages       token rewards (outcome on the last token, minus the KL when it is in the reward)
+                   -> ppo.ADVANTAGES[the adapter's estimator]
+  informative, mixed_label_groups, dapo_batch
+                   which groups train: DAPO's filter and trim, and env-labelled uniform groups
+  prepare_adapter  score -> advantages -> (critic) for one adapter: its Part
+  policy_update    ppo_epochs x mini-batches x micro-batches over one or more Parts (fused: one
+                   forward/backward per micro-batch for every adapter's rows), each adapter's own
+                   grad clip and AdamW step
+  update           all of it for one training step: what train.py calls
+  Critic           GAE's value model: a linear head on the shared base wearing its own adapter
+  adapter_divergence  how far the role adapters moved apart (a val metric)
+  check_names      the estimator and loss names against ppo's dicts, before a model loads
+
+Distributed: every forward is in lockstep (collectives.lockstep_chunks) and every normaliser a global
+sum, so 2 ranks compute the same update as 1.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+import lora
+import ppo
+from collectives import (
+    all_sum,
+    backward,
+    clip_grad,
+    gather_objects,
+    lockstep_chunks,
+    rank,
+    world,
+)
+from config import Config, ConfigError
+from rollout import Step
+
+
+def check_names(cfg: Config):
+    """Estimator and loss names are ppo's (ADVANTAGES, LOSSES): a new estimator is one function and
+    one dict entry there, nothing here. Checked before any model loads; the error names the field."""
+    for where, name in [("algo.adv_estimator", cfg.algo.adv_estimator)] + [
+            (f"roles[{i}].adv_estimator", r.adv_estimator) for i, r in enumerate(cfg.roles) if r.adv_estimator]:
+        if name not in ppo.ADVANTAGES:
+            raise ConfigError(f"config field {where}: unknown estimator {name!r}; known: {sorted(ppo.ADVANTAGES)}")
+    if cfg.algo.policy_loss not in ppo.LOSSES:
+        raise ConfigError(f"config field algo.policy_loss: unknown loss {cfg.algo.policy_loss!r}; known: "
+                          f"{sorted(ppo.LOSSES)}")
+    if grouped := cfg.estimators & set(ppo.GROUPED):
+        if cfg.rollout.num_chains < 2:
+            raise ConfigError(f"config field rollout.num_chains: {sorted(grouped)} need groups: num_chains >= 2")
+    elif cfg.algo.dynamic_sampling:
+        raise ConfigError("config field algo.dynamic_sampling: DAPO's filter drops groups whose advantages are zero "
+                          f"by construction, which only happens under estimators that centre per group {ppo.GROUPED}; "
+                          f"under {sorted(cfg.estimators)} a flat group still carries signal and nothing would be filtered")
+
+
+# --------------------------------------------------------------------------------------------
+# turning Steps into padded tensors; everything lives in "target space": column t predicts token t+1
+
+
+class RoleBatch:
+    """All turns of one adapter in this step, right-padded. A dummy step (info dummy) has mask 0."""
+
+    def __init__(self, steps: list[Step], temps: list[float], pad_id: int, norm_len: int):
+        self.steps, self.norm_len, self.pad_id = steps, norm_len, pad_id  # norm_len: Dr. GRPO's constant
+        L = max(len(s.prompt_ids) + len(s.completion_ids) for s in steps)
+        N = len(steps)
+        self.ids = torch.full((N, L), pad_id, dtype=torch.long)
+        self.attn = torch.zeros(N, L, dtype=torch.long)
+        self.mask = torch.zeros(N, L - 1)  # 1 on targets the role generated
+        self.sample_logp = torch.zeros(N, L - 1)
+        self.scores = torch.tensor([s.reward for s in steps])  # (N,)
+        self.last = torch.zeros(N, dtype=torch.long)  # target column of each row's last token
+        self.first = torch.zeros(N, dtype=torch.long)  # target column of each row's first generated token
+        for i, s in enumerate(steps):
+            P, C = len(s.prompt_ids), len(s.completion_ids)
+            if (s.logprobs and len(s.logprobs) != C) or P == 0:
+                raise ValueError(f"step of episode {s.episode_id} turn {s.turn} ({s.role}): {P} prompt tokens, "
+                                 f"{C} completion tokens but {len(s.logprobs)} logprobs")
+            self.ids[i, :P + C] = torch.tensor(s.prompt_ids + s.completion_ids)
+            self.attn[i, :P + C] = 1
+            m = torch.tensor(s.info.get("loss_mask", [1] * C), dtype=torch.float)  # 0 on tool output
+            self.mask[i, P - 1:P + C - 1] = m * float(not s.info.get("dummy", False))
+            if s.logprobs:
+                self.sample_logp[i, P - 1:P + C - 1] = torch.tensor(s.logprobs)
+            self.last[i], self.first[i] = P + C - 2, P - 1
+        self.temps = torch.tensor(temps)
+        self.rows_len = self.attn.sum(1)
+
+    def micro(self, rows, L: int | None = None):
+        """(ids, attn, number of target columns) for a list of row indices, trimmed (or padded) to L,
+        by default their own length."""
+        n = int(self.rows_len[rows].max())
+        L = n if L is None else L
+        ids, attn = self.ids[rows, :n], self.attn[rows, :n]
+        if L > n:
+            ids, attn = F.pad(ids, (0, L - n), value=self.pad_id), F.pad(attn, (0, L - n))
+        return ids, attn, L - 1
+
+
+def forward_logits(model, pieces: list[tuple[RoleBatch, list[int]]], device):
+    """ONE forward over rows of one or more RoleBatches, padded together; each row wears the adapter
+    already set (lora.set_adapter / set_row_adapters). Logits are computed only from the first
+    generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
+    Returns (logits (b, T - start, V) / temperature, targets (b, T - start), start, T): column j is
+    target column start + j of the batch."""
+    L = max(int(rb.rows_len[rows].max()) for rb, rows in pieces)
+    parts = [rb.micro(rows, L) for rb, rows in pieces]
+    ids, attn = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    start = min(int(rb.first[rows].min()) for rb, rows in pieces)
+    temps = torch.cat([rb.temps[rows] for rb, rows in pieces]).to(device)
+    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), logits_to_keep=L - start).logits[:, :-1]
+    return logits.float() / temps[:, None, None], ids[:, start + 1:].to(device), start, L - 1
+
+
+@torch.no_grad()
+def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
+    """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
+    full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
+    out = torch.zeros_like(rb.sample_logp)
+    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), cfg.algo.micro_batch_size):
+        lora.set_adapter(model, adapter)
+        logits, tgt, start, T = forward_logits(model, [(rb, rows)], device)
+        if full_kl_to_ref:
+            lora.set_adapter(model, None)
+            val = ppo.full_kl(logits, forward_logits(model, [(rb, rows)], device)[0])
+        else:
+            val = ppo.token_logprobs(logits, tgt)
+        if w:
+            out[rows, start:T] = val.cpu()
+    return out
+
+
+@torch.no_grad()
+def adapter_divergence(model, rb: RoleBatch, adapters: list, device, micro_batch_size: int = 4) -> dict[str, float]:
+    """How far the adapters have moved apart: for every pair (a, b) of `adapters` (None = the base),
+    the symmetrised KL 1/2 [KL(pi_a || pi_b) + KL(pi_b || pi_a)] of their next-token distributions on
+    the same prompts and replies (rb), averaged over the generated tokens. {"a~b": kl}, over ranks."""
+    sums = {(a, b): 0.0 for i, a in enumerate(adapters) for b in adapters[i + 1:]}
+    n_tok = 0.0
+    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), micro_batch_size):
+        logp = {}
+        for a in adapters:
+            lora.set_adapter(model, a)
+            logits, _, start, T = forward_logits(model, [(rb, rows)], device)
+            logp[a] = F.log_softmax(logits, -1)  # (b, T - start, V)
+        m = window(rb.mask, rows, start, T).to(device) * w
+        for a, b in sums:
+            p, q = logp[a], logp[b]
+            sym = 0.5 * ((p.exp() * (p - q)).sum(-1) + (q.exp() * (q - p)).sum(-1))  # (b, T - start)
+            sums[(a, b)] += float((sym * m).sum())
+        n_tok += float(m.sum())
+    lora.set_adapter(model, None)
+    keys = list(sums)
+    tot = all_sum([sums[k] for k in keys] + [n_tok])
+    return {f"{a or 'base'}~{b or 'base'}": v / max(tot[-1], 1.0) for (a, b), v in zip(keys, tot[:-1])}
+
+
+def window(t: torch.Tensor, rows, start: int, T: int) -> torch.Tensor:
+    """Target columns start..T-1 of `rows` of a per-batch tensor (N, T_own), zero past its own width
+    (rows padded together with a longer batch's)."""
+    x = t[rows, start:T]
+    return F.pad(x, (0, T - start - x.shape[1])) if x.shape[1] < T - start else x
+
+
+def by_length(rb: RoleBatch, rows) -> list[int]:
+    """Rows longest first: consecutive micro-batches then hold rows of similar length (less padding)."""
+    return sorted(rows, key=lambda i: -int(rb.rows_len[i]))
+
+
+class Critic:
+    """GAE's value model: a linear head on the shared base wearing its own 'critic' adapter, with
+    its own optimizer (built after sharding: make_optimizer)."""
+
+    def __init__(self, model, cfg, device):
+        L = cfg.lora  # the critic is a regression: the one adapter that uses lora.dropout
+        lora.add_lora(model, ["critic"], L.rank, L.alpha, L.dropout, L.targets, seed=cfg.trainer.seed + 1)
+        self.head = torch.nn.Linear(model.config.hidden_size, 1).to(device)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.cfg, self.device, self.opt = cfg, device, None
+
+    def make_optimizer(self, model):  # after sharding: the adapter's parameters become DTensors
+        self.params = lora.adapter_parameters(model, "critic") + list(self.head.parameters())
+        self.opt = torch.optim.AdamW(self.params, lr=self.cfg.algo.critic_lr)
+
+    def forward(self, model, rb: RoleBatch, rows):
+        ids, attn, T = rb.micro(rows)
+        lora.set_adapter(model, "critic")
+        out = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), output_hidden_states=True,
+                    logits_to_keep=1)
+        return self.head(out.hidden_states[-1][:, :-1].float()).squeeze(-1), T  # (b, T)
+
+    @torch.no_grad()
+    def values(self, model, rb: RoleBatch):
+        model.eval()
+        values = torch.zeros_like(rb.mask)
+        for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), self.cfg.algo.micro_batch_size):
+            v, T = self.forward(model, rb, rows)
+            if w:
+                values[rows, :T] = v.cpu()
+        return values
+
+    def update(self, model, rb: RoleBatch, returns, old_values):
+        """ppo_epochs of clipped value regression on all rows (one optimizer step per epoch);
+        returns the mean value loss and the explained variance of the values the advantages used."""
+        a = self.cfg.algo
+        model.train()  # the critic's adapter is the one that uses lora.dropout
+        vf_loss = 0.0  # each chunk's share of the global token-mean loss, summed
+        for _ in range(a.ppo_epochs):
+            denom = max(all_sum(float(rb.mask.sum())), 1.0)
+            for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), a.micro_batch_size):
+                v, T = self.forward(model, rb, rows)
+                loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
+                                         rb.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
+                backward(a.vf_coef * loss)
+                vf_loss += loss.item()
+            if world() > 1:  # the head is replicated, not sharded: average its gradients by hand
+                for p in self.head.parameters():
+                    torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.AVG)
+            if math.isfinite(clip_grad(self.params, a.grad_clip)):
+                self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        m, d = rb.mask, returns - old_values  # explained variance over every rank's tokens
+        n, sr, sr2, sd, sd2 = all_sum([float(x) for x in (m.sum(), (returns * m).sum(), (returns ** 2 * m).sum(),
+                                                           (d * m).sum(), (d ** 2 * m).sum())])
+        var_r, var_d = sr2 / max(n, 1) - (sr / max(n, 1)) ** 2, sd2 / max(n, 1) - (sd / max(n, 1)) ** 2
+        out = {"vf_loss": all_sum(vf_loss) / a.ppo_epochs}
+        if var_r > 1e-12:  # undefined when every return is equal
+            out["explained_variance"] = 1 - var_d / var_r
+        return out
+
+    def state_dict(self):
+        return {"head": self.head.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, d):
+        self.head.load_state_dict(d["head"])
+        self.opt.load_state_dict(d["opt"])
+
+
+# --------------------------------------------------------------------------------------------
+# ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
+
+
+def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: str | None = None):
+    """Token rewards (outcome score on the last token, minus the KL when it is in the reward) ->
+    the chosen estimator's (advantages, returns); `estimator`: this adapter's (default algo's)."""
+    a = cfg.algo
+    token_rewards = torch.zeros_like(rb.mask)  # (N, T)
+    token_rewards[torch.arange(len(rb.steps)), rb.last] = rb.scores
+    if kl_tok is not None and a.kl_in_reward:
+        token_rewards = token_rewards - kl_coef * kl_tok * rb.mask
+    gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.info.get("dummy") else ("dummy", i)
+            for i, s in enumerate(rb.steps)]
+    baseline = torch.tensor([float(s.info.get("baseline", 0.0)) for s in rb.steps])  # ReMax's greedy reward
+    return ppo.ADVANTAGES[estimator or a.adv_estimator](token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline,
+                                           gamma=a.gamma, lam=a.lam, norm_by_std=a.norm_by_std)
+
+
+@dataclass
+class Part:
+    """One adapter's share of a step, ready for the policy update."""
+    adapter: str
+    rb: RoleBatch
+    adv: torch.Tensor  # (N, T) advantages
+    old_logp: torch.Tensor  # (N, T) logprobs of the policy that sampled (or recomputed)
+    ref_logp: torch.Tensor | None  # (N, T) under the reference (adapters off), when KL is in the loss
+    opt: torch.optim.Optimizer
+    sched: object
+    gen: torch.Generator  # its mini-batch permutations
+
+
+def policy_update(model, parts: list[Part], cfg, device, kl_coef) -> dict[str, dict]:
+    """ppo_epochs x mini-batches x micro-batches for one or more adapters at once. Each part keeps its
+    own permutation, mini-batches, loss denominators, grad clip and optimizer step; only the forward
+    and backward of a micro-batch are shared, each row wearing its own adapter. The adapters are
+    disjoint and the base is frozen, so a part's gradient is what it would get alone (one part =
+    the sequential reference, algo.fused_update=False). A non-finite loss or gradient skips that
+    optimizer step (grads dropped, weights untouched) and is counted in `skipped`; when fused, a
+    non-finite row can poison the other parts of its micro-batch (NaN * 0), which then skip too."""
+    a = cfg.algo
+    loss_fn, (clip_low, clip_high), agg = ppo.LOSSES[a.policy_loss], a.clip, a.agg
+    kl_in_loss = a.kl_coef > 0 and not a.kl_in_reward
+    model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
+    names = [p.adapter for p in parts]
+    if len(parts) == 1:
+        lora.set_adapter(model, names[0])
+    params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
+    N = {p.adapter: len(p.rb.steps) for p in parts}
+    n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(N[x]) for x in names]))}
+    sums = {x: defaultdict(float) for x in names}  # token-weighted sums, reduced over ranks at the end
+    ratio_max, grad_norms = {x: [] for x in names}, {x: [] for x in names}
+    skipped, lr = dict.fromkeys(names, 0), {p.adapter: p.opt.param_groups[0]["lr"] for p in parts}
+    for epoch in range(a.ppo_epochs):
+        perm = {p.adapter: torch.randperm(N[p.adapter], generator=p.gen).tolist() for p in parts}
+        for k in range(max(n_mb.values())):
+            now = [p for p in parts if k < n_mb[p.adapter]]
+            mb = {p.adapter: perm[p.adapter][k * N[p.adapter] // n_mb[p.adapter]:(k + 1) * N[p.adapter] // n_mb[p.adapter]]
+                  for p in now}
+            counts = [p.rb.mask[mb[p.adapter]].sum() if agg == "token-mean" else (p.rb.mask[mb[p.adapter]].sum(1) > 0).sum()
+                      for p in now]
+            denom = {p.adapter: max(c, 1.0) for p, c in zip(now, all_sum([float(c) for c in counts]))}  # global
+            rows = sorted(((p, r) for p in now for r in mb[p.adapter]), key=lambda x: -int(x[0].rb.rows_len[x[1]]))
+            bad, mb_ratio_max = dict.fromkeys(names, False), dict.fromkeys(names, 0.0)
+            for chunk, w in lockstep_chunks(rows, a.micro_batch_size, dummy=(now[0], 0)):
+                pieces = [(p, [r for q, r in chunk if q is p]) for p in now if any(q is p for q, _ in chunk)]
+                batch = [(p.rb, rs) for p, rs in pieces]
+                if len(parts) > 1:
+                    lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
+                logits, tgt, start, T = forward_logits(model, batch, device)
+                if kl_in_loss and a.kl_kind == "full":
+                    with torch.no_grad():
+                        lora.set_adapter(model, None)
+                        ref_logits = forward_logits(model, batch, device)[0]
+                        if len(parts) > 1:
+                            lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
+                        else:
+                            lora.set_adapter(model, names[0])
+                loss, off = 0.0, 0
+                for p, rs in pieces:  # each adapter's own loss on its own rows
+                    x, sl = p.adapter, slice(off, off + len(rs))
+                    off += len(rs)
+                    logp = ppo.token_logprobs(logits[sl], tgt[sl])  # (b, T - start)
+                    m = window(p.rb.mask, rs, start, T).to(device) * w
+                    # before the first optimizer step this forward IS the old policy: ratio exactly 1
+                    old = logp.detach() if epoch == 0 and k == 0 else window(p.old_logp, rs, start, T).to(device)
+                    pg_loss, pm = loss_fn(logp, old, window(p.adv, rs, start, T).to(device), m, clip_low, clip_high, a.dual_clip,
+                                          agg, denom[x], p.rb.norm_len)
+                    ent = ppo.entropy(logits[sl] if a.entropy_coef > 0 else logits[sl].detach(), m)  # a metric always
+                    part_loss = pg_loss - a.entropy_coef * ppo.agg_loss(ent, m, agg, denom[x], p.rb.norm_len)
+                    if kl_in_loss:
+                        kl = (ppo.full_kl(logits[sl], ref_logits[sl]) if a.kl_kind == "full"
+                              else ppo.kl_penalty(logp, window(p.ref_logp, rs, start, T).to(device), a.kl_kind))
+                        kl_loss = ppo.agg_loss(kl, m, agg, denom[x], p.rb.norm_len)
+                        part_loss = part_loss + kl_coef * kl_loss
+                        sums[x]["kl_loss"] += kl_loss.item()
+                    bad[x] |= not bool(torch.isfinite(part_loss))
+                    loss = loss + part_loss
+                    n = float(m.sum())
+                    sums[x]["pg_loss"] += pg_loss.item()
+                    sums[x]["tokens"] += n
+                    sums[x]["entropy"] += float((ent.detach() * m).sum())
+                    for key in ("clipfrac", "approx_kl"):
+                        sums[x][key] += pm[key] * n
+                    if n:
+                        mb_ratio_max[x] = max(mb_ratio_max[x], pm["ratio_max"])
+                backward(loss)
+            flags = all_sum([float(bad[p.adapter]) for p in now])
+            for p, flag in zip(now, flags):
+                x = p.adapter
+                ratio_max[x].append(mb_ratio_max[x])
+                norm = clip_grad(params[x], a.grad_clip)
+                if flag or not math.isfinite(norm):  # every rank skips together
+                    skipped[x] += 1
+                    p.opt.zero_grad(set_to_none=True)
+                    continue
+                lr[x] = p.opt.param_groups[0]["lr"]  # the rate this optimizer step used
+                p.opt.step()
+                p.opt.zero_grad(set_to_none=True)
+                grad_norms[x].append(norm)
+    out = {}
+    for x in names:
+        keys = sorted(sums[x])
+        tot = dict(zip(keys, all_sum([sums[x][k] for k in keys])))
+        rmax = np.max(gather_objects(ratio_max[x]), axis=0)  # (epochs x mini-batches,) max over ranks
+        o = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
+        o["pg_loss"] = tot["pg_loss"] / (a.ppo_epochs * n_mb[x])  # mean over mini-batches of the loss stepped on
+        if "kl_loss" in tot:
+            o["kl_loss"] = tot["kl_loss"] / (a.ppo_epochs * n_mb[x])
+        o.update(ratio_max=float(rmax.max()), ratio_max_first=float(rmax[0]), skipped=skipped[x], lr=lr[x])
+        if grad_norms[x]:
+            o["grad_norm"] = float(np.mean(grad_norms[x]))
+        out[x] = o
+    lora.set_adapter(model, None)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# one adapter's share of a step: score -> advantages -> (critic); then the policy update
+
+
+def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> tuple[Part | None, dict]:
+    """Everything one adapter does in a step before its policy update; returns its Part (None when
+    it is not updated: frozen, or the critic is warming up) and its metrics (keys without the name)."""
+    cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
+    roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
+    if not steps:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
+        pad = run.tok.pad_token_id
+        steps = [Step(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], info={"dummy": True})]
+    temp = {r.name: r.temperature for r in roles}
+    rb = RoleBatch(steps, [temp[s.role] for s in steps], run.tok.pad_token_id, max(r.max_tokens for r in roles))
+    out = {}
+    model.eval()
+    old_logp = rb.sample_logp if run.old_from_sampling else score(model, rb, adapter, cfg, device)
+    if not run.old_from_sampling:
+        gap, n = all_sum([float((old_logp - rb.sample_logp).abs().mul(rb.mask).sum()), float(rb.mask.sum())])
+        out["logprob_gap"] = gap / max(n, 1.0)  # engine vs trainer, mean |delta logp| per token
+    ref_logp = kl_tok = None
+    if a.kl_coef > 0:
+        if a.kl_kind == "full":
+            kl_tok = score(model, rb, adapter, cfg, device, full_kl_to_ref=True)
+        else:
+            ref_logp = score(model, rb, None, cfg, device)
+            kl_tok = ppo.kl_penalty(old_logp, ref_logp, a.kl_kind)
+        kl_sum, n = all_sum([float((kl_tok * rb.mask).sum()), float(rb.mask.sum())])
+        out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
+        seq_mean, n_seq = ppo.sequence_mean_kl(kl_tok, rb.mask)
+        out["kl_seq_sum"], out["kl_seqs"] = seq_mean * n_seq, float(n_seq)  # for the controller; summed over ranks
+    estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
+    critic = run.critic if estimator == "gae" else None
+    values = critic.values(model, rb) if critic else None
+    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator)
+    for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
+        s.info["advantage"] = float(a_mean)  # for the trajectory files
+    if critic:
+        out.update(critic.update(model, rb, returns, values))
+    lora.set_adapter(model, None)
+    if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or step <= roles[0].frozen_steps:
+        return None, out
+    gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
+    return Part(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
+
+
+def update(run, steps: list[Step], step: int, step_seed: int) -> dict:
+    """One training step's learning on the kept turns: per adapter, score -> advantages -> (critic);
+    then the policy update, every adapter at once (algo.fused_update) or one after another; the LR
+    schedule; the adaptive KL controller. Returns the step's train/* metrics."""
+    cfg, a, metrics = run.cfg, run.cfg.algo, {}
+    by_adapter = defaultdict(list)
+    for s in steps:
+        by_adapter[cfg.adapter_of(next(r for r in cfg.roles if r.name == s.role))].append(s)
+    busy = [x for x, n in zip(cfg.adapters, all_sum([float(len(by_adapter[x])) for x in cfg.adapters])) if n]
+    bar = tqdm(total=2 * len(busy), desc=f"step {step} update", leave=False,
+               disable=not (cfg.rollout.progress and rank() == 0))
+    parts = []
+    for adapter in busy:
+        part, um = prepare_adapter(run, adapter, by_adapter[adapter], step, step_seed)
+        metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
+        parts += [part] if part else []
+        bar.update(1 if part else 2)
+    for group in ([parts] if a.fused_update and parts else [[p] for p in parts]):
+        for adapter, um in policy_update(run.model, group, cfg, run.device, run.kl_ctrl.value).items():
+            metrics.update({f"train/{k}/{adapter}": v for k, v in um.items()})
+        bar.update(len(group))
+    bar.close()
+    for p in parts:  # the LR schedule counts the training steps that updated the adapter (verl's), not optimizer steps
+        p.sched.step()
+    seq = [(metrics.pop(k), metrics.pop(k.replace("kl_seq_sum", "kl_seqs"))) for k in list(metrics)
+           if k.startswith("train/kl_seq_sum/")]
+    if seq:  # verl's current_kl: the mean over every sequence of the step of its token-mean KL
+        tot, n_seq = all_sum([sum(x for x, _ in seq), sum(n for _, n in seq)])
+        metrics["train/kl"] = tot / max(n_seq, 1.0)
+        if a.kl_in_reward:  # the controller moves the in-reward coefficient (config: adaptive needs it)
+            run.kl_ctrl.update(metrics["train/kl"], int(n_seq))
+    metrics["train/kl_coef"] = run.kl_ctrl.value
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# which groups train
+
+
+def group_key(cfg: Config, s: Step):
+    return s.task_id, s.role, s.turn if cfg.algo.group_by_turn else 0
+
+
+def informative(cfg: Config, steps: list[Step]) -> list[Step]:
+    """DAPO's filter: drop the groups whose advantages are zero by construction, i.e. groups of more
+    than one turn whose rewards all agree, for the roles whose estimator centres per group (grpo,
+    rloo, reinforce++_baseline). A group of one stays (its grpo/rloo advantage is its reward, as
+    in verl), and so does every turn of a role whose estimator does not centre per group (remax,
+    reinforce++, gae: there a flat group still has advantages)."""
+    est = {r.name: cfg.estimator_of(r) for r in cfg.roles}
+    groups = defaultdict(list)
+    for s in steps:
+        groups[group_key(cfg, s)].append(s.reward)
+    flat = {k for k, r in groups.items()
+            if est.get(k[1], cfg.algo.adv_estimator) in ppo.GROUPED and len(r) > 1 and max(r) == min(r)}
+    return [s for s in steps if group_key(cfg, s) not in flat]
+
+
+def mixed_label_groups(cfg: Config, steps: list[Step]) -> list[Step]:
+    """Leave out the groups of several labelled turns whose labels all agree (env.turn_labels: e.g. a
+    judge's verdicts on solutions that were all right, where it can only learn the task's difficulty)."""
+    labels = defaultdict(set)
+    for s in steps:
+        if "label" in s.info:
+            labels[group_key(cfg, s)].add(s.info["label"])
+    n = defaultdict(int)
+    for s in steps:
+        n[group_key(cfg, s)] += 1
+    uniform = {k for k, v in labels.items() if len(v) == 1 and n[k] > 1}
+    return [s for s in steps if group_key(cfg, s) not in uniform]
+
+
+def dapo_batch(cfg: Config, steps: list[Step]) -> list[Step]:
+    """The filter, then DAPO's trim: the informative groups of the first data.batch_size tasks (in
+    stream order, over all ranks) that kept any, so refill rounds never grow the batch."""
+    kept = informative(cfg, steps)
+    tasks = sorted({t for part in gather_objects(sorted({s.task_id for s in kept})) for t in part})
+    first = set(tasks[:cfg.data.batch_size])
+    return [s for s in kept if s.task_id in first]
+
+
+def select(cfg: Config, steps: list[Step]) -> tuple[list[Step], dict]:
+    """The turns that train this step (DAPO's filter and trim when on, then the env-labelled uniform
+    groups out) and what was left out, as train/* metrics."""
+    kept, metrics = (dapo_batch(cfg, steps) if cfg.algo.dynamic_sampling else steps), {}
+    if any("label" in s.info for s in kept):  # the env labelled turns: uniform groups leave the update
+        n_lab, before = all_sum([float(sum("label" in s.info for s in kept)), float(len(kept))])
+        kept = mixed_label_groups(cfg, kept)
+        metrics["train/labelled_turns_dropped"] = (before - all_sum(float(len(kept)))) / max(n_lab, 1.0)
+    if cfg.algo.dynamic_sampling:
+        n_kept, n_all = all_sum([float(len(kept)), float(len(steps))])
+        metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0),
+                        "train/kept_tasks": float(len({t for p in gather_objects({s.task_id for s in kept}) for t in p}))})
+    return kept, metrics

@@ -1,0 +1,193 @@
+"""A run's live objects and what every entry point does with them (train.py, eval.py, play.py share
+these, never each other's internals): build the model, adapters, optimizers and engine from a
+config (resuming from a checkpoint); roll out a config's episodes on this rank's tasks with global
+task ids; summarize them into metrics (+ how far the adapters moved apart); write them as
+trajectory files; finish a run.
+"""
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import collectives
+import lora
+import ppo
+import trajectories
+from collectives import gather_objects, rank
+from config import Config
+from learner import Critic, RoleBatch, adapter_divergence
+from model import load_model
+from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
+from rundir import load_adapters, load_checkpoint
+from workflows import workflow
+
+
+class Run:
+    """The live objects of a run and the counters a checkpoint restores."""
+
+    def __init__(self, cfg, model, tok, device):
+        self.cfg, self.model, self.tok, self.device = cfg, model, tok, device
+        self.step, self.cursor, self.wandb_id = 0, 0, None  # cursor: next position in the task stream
+        self.opts, self.scheds, self.critic, self.engine = {}, {}, None, None
+        a = cfg.algo
+        self.kl_ctrl = (ppo.AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_adaptive
+                        else ppo.FixedKLController(a.kl_coef))
+        self.old_from_sampling = a.recompute_old_logprobs == "never" or (
+            a.recompute_old_logprobs == "auto" and cfg.rollout.engine == "torch" and cfg.model.dtype in ("float32", "fp32")
+            and cfg.rollout.top_p == 1.0 and cfg.rollout.top_k == 0 and not cfg.model.gradient_checkpointing)
+
+    def describe(self) -> str:
+        """One line: the model, each adapter's trainable parameters (frozen, or where it starts from), the engine."""
+        cfg = self.cfg
+        n_base = sum(p.numel() for n, p in self.model.named_parameters() if ".lora_" not in n)
+        inits = {cfg.adapter_of(r): r.init_from for r in cfg.roles if r.init_from}
+        per = {n: sum(p.numel() for p in lora.adapter_parameters(self.model, n)) for n in cfg.adapters}
+        return (f"model {cfg.model.spec} ({n_base / 1e6:.1f}M params, {cfg.model.dtype}) | adapters (trainable params): "
+                + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in self.opts else " frozen")
+                            + (f" from {inits[n]}" if n in inits and self.step == 0 else "") for n, v in per.items())
+                + f" | engine {cfg.rollout.engine} | {collectives.world()} rank(s)")
+
+
+def build(cfg: Config, ckpt: Path | None):
+    """Model, adapters (restored from `ckpt` if resuming), sharding, optimizers, engine."""
+    device = collectives.init()
+    t_cfg, a = cfg.trainer, cfg.algo
+    out = Path(t_cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    random.seed(t_cfg.seed)
+    np.random.seed(t_cfg.seed)
+    torch.manual_seed(t_cfg.seed)
+    model, tok = load_model(cfg.model.spec, cfg.model.dtype, device, seed=t_cfg.seed)
+    for m in model.modules():  # RL forwards use no dropout anywhere: old and new logprobs need one network
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "attention_dropout", None), float):
+            m.attention_dropout = 0.0
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    inits = {cfg.adapter_of(r): r.init_from for r in cfg.roles if r.init_from}  # e.g. sft.py's adapters
+    fresh = defaultdict(list)  # (rank, alpha, targets) -> adapters: one add_lora per setting (one when no role sets its own)
+    for x in cfg.adapters:
+        if x not in inits:
+            fresh[cfg.lora_of(cfg.role_of_adapter(x))].append(x)
+    for (r, alpha, targets), names in fresh.items():
+        lora.add_lora(model, names, r, alpha, 0.0, targets, seed=t_cfg.seed)
+    for name, path in inits.items():
+        lora.load_adapter(model, name, path)  # its own rank and alpha; a policy adapter never drops out
+        for m in lora.lora_modules(model).values():
+            m.dropout_p[name] = 0.0
+        model._lora_config[name]["lora_dropout"] = 0.0
+    run = Run(cfg, model, tok, device)
+    run.critic = Critic(model, cfg, device) if "gae" in cfg.estimators else None
+    if ckpt is not None:  # adapters go into the plain model, before sharding
+        load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
+    collectives.shard(model)  # FSDP2 on several ranks
+    for name in cfg.trainable_adapters:
+        run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=cfg.lr_of(cfg.role_of_adapter(name)),
+                                           weight_decay=a.weight_decay)
+        run.scheds[name] = torch.optim.lr_scheduler.LambdaLR(
+            run.opts[name], lambda s: min(1.0, (s + 1) / a.warmup_steps) if a.warmup_steps else 1.0)
+    if run.critic:
+        run.critic.make_optimizer(model)
+    if cfg.rollout.engine == "vllm":
+        from engines import VLLMEngine
+        run.engine = VLLMEngine(model, tok, adapters=cfg.adapters, max_model_len=cfg.rollout.max_model_len,
+                                seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+    else:
+        run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed,
+                                 compile=cfg.rollout.compile)
+    if ckpt is not None:
+        load_checkpoint(run, ckpt)
+    return run, out
+
+
+# --------------------------------------------------------------------------------------------
+# episodes of a config, their metrics and files
+
+
+def role_specs(cfg: Config, step_seed: int | None, greedy=False) -> dict[str, RoleSpec]:
+    r = cfg.rollout
+    return {ro.name: RoleSpec(cfg.adapter_of(ro), SamplingParams(
+        max_new_tokens=ro.max_tokens, temperature=ro.temperature, top_p=r.top_p, top_k=r.top_k, greedy=greedy,
+        seed=step_seed)) for ro in cfg.roles}
+
+
+def episodes(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress=False, baseline_roles=None):
+    """run_episodes on this rank's tasks, with global task ids (groups and seeds do not depend on
+    how tasks were split over ranks)."""
+    steps, eps = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
+                              max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
+                              progress=progress and rank() == 0, seed_ids=task_ids, baseline_roles=baseline_roles)
+    for e in eps:
+        e.task_id = task_ids[e.task_id]
+        for s in e.steps:
+            s.task_id = e.task_id
+    return steps, eps
+
+
+def summarize(cfg: Config, steps: list[Step], eps, prefix: str) -> dict:
+    """Per-role reward (mean, std, min, max) and response length, the mean of every episode metric,
+    and the workflow's own aggregate; reduced over ranks."""
+    out = {}
+    every = [x for part in gather_objects([(e.metrics, [(s.role, s.reward, len(s.completion_ids)) for s in e.steps],
+                                            e.truncated) for e in eps]) for x in part]
+    for r in cfg.roles:
+        rew = np.array([w for _, st, _ in every for role, w, _ in st if role == r.name])
+        lens = [n for _, st, _ in every for role, _, n in st if role == r.name]
+        if len(rew):
+            out.update({f"{prefix}/reward/{r.name}": float(rew.mean()), f"{prefix}/reward_std/{r.name}": float(rew.std()),
+                        f"{prefix}/reward_min/{r.name}": float(rew.min()), f"{prefix}/reward_max/{r.name}": float(rew.max()),
+                        f"{prefix}/response_len/{r.name}": float(np.mean(lens))})
+    metrics = [m for m, _, _ in every if m]
+    for k in sorted({k for m in metrics for k in m}):
+        out[f"{prefix}/{k}"] = float(np.mean([m.get(k, 0.0) for m in metrics]))
+    if every:
+        out[f"{prefix}/truncated"] = float(np.mean([t for _, _, t in every]))
+    env_module = workflow(cfg)[1]
+    if hasattr(env_module, "aggregate"):  # what is the workflow's own (e.g. an evaluator's precision)
+        light = [Episode(0, 0, None, [Step(0, 0, role, 0, [], [0] * n, [], reward=w) for role, w, n in st], m)
+                 for m, st, _ in every]
+        out.update({f"{prefix}/{k}": v for k, v in env_module.aggregate(light).items()})
+    return out
+
+
+def eval_metrics(run, steps: list[Step], eps, prefix: str) -> dict:
+    """summarize(), plus how far the adapters have moved apart (and from the base): adapter_kl/a~b on
+    the same (first 16) turns for every adapter."""
+    metrics = summarize(run.cfg, steps, eps, prefix)
+    sample = steps[:16] or [Step(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
+                                 [0.0], info={"dummy": True})]
+    rb = RoleBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
+    div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)
+    metrics.update({f"{prefix}/adapter_kl/{k}": v for k, v in div.items()})
+    return metrics
+
+
+def save_trajectories(run, eps, path: Path, split: str, fraction: float) -> list[dict]:
+    """Every 1/fraction-th episode of every rank, as records (trajectories.py), written by rank 0."""
+    every = max(1, round(1 / fraction)) if fraction > 0 else 0
+    mine = [trajectories.episode_record(e, run.tok, split, run.step) for e in eps if every and e.episode_id % every == 0]
+    records = sorted((r for part in gather_objects(mine) for r in part), key=lambda r: (r["task_id"], r["episode_id"]))
+    if rank() == 0 and records:
+        trajectories.write(path, records)
+    return records
+
+
+def finish(metrics):
+    """End a run. Distributed runs synchronise once more, so every rank has finished its
+    collectives and files, then `__main__` leaves with os._exit(0): with torch 2.13 + gloo a rank
+    was seen to SIGABRT inside destroy_process_group() after correct results (1 run in ~10), and
+    tearing the group down buys nothing at process exit."""
+    collectives.barrier()
+    if rank() == 0:
+        try:
+            import wandb
+            if wandb.run is not None:
+                wandb.finish()
+        except ImportError:
+            pass
+    return metrics
