@@ -502,3 +502,21 @@ def test_tensorboard_logger_holds_what_metrics_jsonl_holds(tmp_path, capsys):
         assert got == [(x["step"], pytest.approx(x[key], rel=1e-6)) for x in r if key in x]
     with pytest.raises(ValueError, match="trainer.logger"):
         dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, logger=("tensorbored",))).validate()
+
+
+def test_a_new_estimator_is_one_function_and_one_dict_entry(tmp_path, monkeypatch):
+    """What ppo.py promises a researcher: add a function to ADVANTAGES (here, at run time) and train with
+    it by name; config, CLI and trainer need no edit."""
+    def _adv_sign(token_rewards, mask, group_ids, **_):  # +1 above the group mean, -1 below
+        r = token_rewards.sum(-1)
+        mean, _, _ = ppo.group_stats(r, group_ids)
+        adv = torch.sign(r - mean).unsqueeze(-1) * mask
+        return adv, adv
+    monkeypatch.setitem(ppo.ADVANTAGES, "sign", _adv_sign)
+    assert train.cli(["--config", TOY, "--algo.adv-estimator", "sign"]).algo.adv_estimator == "sign"
+    cfg = toy_cfg(tmp_path, algo=dict(adv_estimator="sign"), trainer=dict(total_steps=12))
+    train.main(cfg)
+    rew = [x["train/reward/speaker"] for x in rows(tmp_path / "run" / "metrics.jsonl")]
+    assert rew[0] < 0.15 and sum(rew[-3:]) / 3 > rew[0] + 0.2, rew
+    with pytest.raises(ValueError, match=r"algo.adv_estimator: unknown estimator 'sgn'; known: .*'sign'"):
+        learner.check_names(dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, adv_estimator="sgn")))
