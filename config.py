@@ -267,6 +267,10 @@ class TrainerConfig:
     """run directory: metrics.jsonl, checkpoints, rewards.png"""
     seed: int = 0
     """seed of everything: model init (tiny), data order, sampling, dropout"""
+    threads: int = 0
+    """torch CPU threads of this process. 0 = auto: OMP_NUM_THREADS when set, else the cores left free at
+    start-up (cores minus the 1-minute load average, at least 1). More threads than free cores made
+    PyTorch's CPU runs 3-30x slower (README "Threads"); a busy machine is named in one line at start"""
     trajectory_sample: float = 0.25
     """fraction of each step's training episodes written to runs/X/trajectories/ (every validation
     episode is written at each eval); 0 = none. The format: trajectories.py"""
@@ -400,7 +404,8 @@ class Config:
                             ("trainer.keep_checkpoints", t.keep_checkpoints, 1), ("trainer.save_freq", t.save_freq, 0),
                             ("trainer.test_freq", t.test_freq, 0), ("trainer.max_empty_steps", t.max_empty_steps, 1),
                             ("algo.dynamic_sampling_max_rounds", a.dynamic_sampling_max_rounds, 0),
-                            ("algo.warmup_steps", a.warmup_steps, 0), ("data.search_k", self.data.search_k, 1)]:
+                            ("algo.warmup_steps", a.warmup_steps, 0), ("data.search_k", self.data.search_k, 1),
+                            ("trainer.threads", t.threads, 0)]:
             if v < lo:
                 bad(name, f"must be >= {lo}, got {v}")
         for name, v in [("algo.lr", a.lr), ("algo.critic_lr", a.critic_lr), ("algo.grad_clip", a.grad_clip),
@@ -525,8 +530,9 @@ def from_dict(d: dict) -> Config:
             if f.name not in values:
                 continue  # a field added since: keep its default
             v = values[f.name]
-            if f.name == "roles":
-                v = tuple(RoleConfig(**r) for r in v)
+            if f.name == "roles":  # fields a role no longer has (an older checkpoint's) are dropped
+                known = {g.name for g in dataclasses.fields(RoleConfig)}
+                v = tuple(RoleConfig(**{k: x for k, x in r.items() if k in known}) for r in v)
             elif dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None):
                 v = build(type(f.default_factory()), v)
             elif isinstance(v, list):

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 import lora
-from config import Config, ConfigError, to_dict
+from config import Config, ConfigError, from_dict, to_dict
 
 
 def _rank_world():
@@ -47,7 +47,7 @@ def _barrier():
 FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
                   "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
                   "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",
-                  "trainer.output_dir", "rollout.progress", "data.val_size")
+                  "trainer.output_dir", "trainer.threads", "rollout.progress", "data.val_size")
 
 
 def config_changes(cfg: Config, ckpt: Path) -> list[str]:
@@ -55,7 +55,10 @@ def config_changes(cfg: Config, ckpt: Path) -> list[str]:
     def flat(d, pre=""):
         return {k2: v2 for k, v in d.items() for k2, v2 in (flat(v, f"{pre}{k}.").items() if isinstance(v, dict)
                                                             else [(f"{pre}{k}", v)])}
-    old, new = flat(json.loads((ckpt / "config.json").read_text())), flat(json.loads(json.dumps(to_dict(cfg))))
+    # the checkpoint's config read back through from_dict: fields added since take their defaults, so a
+    # checkpoint of an older troupe resumes unless something it knew about changed
+    old = flat(json.loads(json.dumps(to_dict(from_dict(json.loads((ckpt / "config.json").read_text()))))))
+    new = flat(json.loads(json.dumps(to_dict(cfg))))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
             if k not in FREE_ON_RESUME and old.get(k) != new.get(k)]
 

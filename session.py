@@ -6,6 +6,7 @@ trajectory files; finish a run.
 """
 from __future__ import annotations
 
+import os
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -49,12 +50,31 @@ class Run:
         return (f"model {cfg.model.spec} ({n_base / 1e6:.1f}M params, {cfg.model.dtype}) | adapters (trainable params): "
                 + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in self.opts else " frozen")
                             + (f" from {inits[n]}" if n in inits and self.step == 0 else "") for n, v in per.items())
-                + f" | engine {cfg.rollout.engine} | {collectives.world()} rank(s)")
+                + f" | engine {cfg.rollout.engine} | {collectives.world()} rank(s)"
+                + (f", {torch.get_num_threads()} torch thread(s)" if self.device.type == "cpu" else ""))
+
+
+def pick_threads(requested: int) -> tuple[int, str | None]:
+    """(torch threads, a note when the machine looks oversubscribed). requested 0 = auto: OMP_NUM_THREADS
+    when set, else the cores the 1-minute load average leaves free, at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    n = requested or (int(env) if env.isdigit() and int(env) > 0 else max(1, min(cores, round(cores - load))))
+    busy = load + n > cores + 0.5
+    return n, (f"note: this machine looks busy (load average {load:.1f} on {cores} cores) and torch will use {n} "
+               f"thread(s): expect slow steps; more threads than free cores made CPU runs 3-30x slower (README "
+               f"\"Threads\"; set --trainer.threads)" if busy else None)
 
 
 def build(cfg: Config, ckpt: Path | None):
     """Model, adapters (restored from `ckpt` if resuming), sharding, optimizers, engine."""
     device = collectives.init()
+    if device.type == "cpu":
+        n, note = pick_threads(cfg.trainer.threads)
+        torch.set_num_threads(n)
+        if note:
+            collectives.print0(note)
     t_cfg, a = cfg.trainer, cfg.algo
     out = Path(t_cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)

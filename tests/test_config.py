@@ -1,5 +1,8 @@
 """Config.validate names the bad field before anything expensive happens."""
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +98,27 @@ def test_env_kwargs_from_the_cli_for_keys_the_config_did_not_list():
     bad = train.cli(["--config", str(ROOT / "configs" / "tiny_math_3agent.py"), "--data.env-kwargs.no-such-knob", "1"])
     with pytest.raises(ValueError, match=r"data\.env_kwargs: workflow 'math_3agent' refused \{'no_such_knob': 1\}"):
         check_roles(bad)
+
+
+def test_threads_auto_takes_the_free_cores_and_names_a_busy_machine(monkeypatch):
+    import session
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(session.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert session.pick_threads(0) == (2, None)  # idle: both cores
+    monkeypatch.setattr(session.os, "getloadavg", lambda: (2.6, 2.0, 1.0))
+    n, note = session.pick_threads(0)
+    assert n == 1 and "looks busy (load average 2.6 on 2 cores)" in note  # never more threads than free cores
+    assert session.pick_threads(2)[0] == 2 and "2 thread(s)" in session.pick_threads(2)[1]  # asked for: kept, named
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(session.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert session.pick_threads(0) == (1, None)  # the environment's choice wins over auto
+
+
+def test_the_threads_setting_reaches_torch(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "tiny_toy.py"),
+                        "--trainer.threads", "1", "--trainer.total-steps", "1", "--trainer.output-dir", str(tmp_path),
+                        "--trainer.resume", "none"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| 1 rank(s), 1 torch thread(s) |" in r.stdout
