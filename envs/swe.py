@@ -41,6 +41,8 @@ the generator of the small offline instances in data/swe_{train,val}.jsonl).
 """
 from __future__ import annotations
 
+import bisect
+import collections
 import difflib
 import functools
 import hashlib
@@ -157,11 +159,14 @@ def patched_paths(text: str) -> set[str]:
 
 def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
     """A new {path: text} with the diff applied (hunks must match exactly, at the stated line or the
-    nearest place they do). Raises PatchError naming the file and hunk. Files keep a final newline."""
+    nearest place they do, without overlapping another hunk). Raises PatchError naming the file and
+    hunk. Files keep a final newline. Time is linear in the diff and the files, plus a bounded search
+    (MAX_PATCH_SEARCH) for hunks whose lines occur in many places."""
     out = dict(files)
     patches = parse_patch(text)
     if not patches:
         raise PatchError("no file in the diff (expected --- a/path and +++ b/path lines)")
+    budget = [MAX_PATCH_SEARCH + 2 * sum(len(a) for _, _, hunks in patches for _, a, _ in hunks)]
     for old, new, hunks in patches:
         path = new or old
         if (old and clean_path(old) is None) or (new and clean_path(new) is None):
@@ -175,18 +180,7 @@ def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
                 raise PatchError(f"{old}: no such file")
             src = out[old]
             lines = (src.removesuffix("\n")).split("\n") if src else []
-        delta = 0
-        for start, a, b in hunks:
-            want = max(0, start - 1 + delta) if a else max(0, start + delta)
-            at = [k for k in range(len(lines) - len(a) + 1) if lines[k:k + len(a)] == a] if a else [min(want, len(lines))]
-            if not at:  # forgive trailing whitespace, as models (and editors) drop it
-                ra = [x.rstrip() for x in a]
-                at = [k for k in range(len(lines) - len(a) + 1) if [x.rstrip() for x in lines[k:k + len(a)]] == ra]
-            if not at:
-                raise PatchError(f"{path}: hunk @@ -{start},{len(a)} does not match the file")
-            k = min(at, key=lambda x: abs(x - want))
-            lines[k:k + len(a)] = b
-            delta += len(b) - len(a)
+        lines = _apply_hunks(path, lines, hunks, budget)
         if new is None:
             out.pop(old, None)
         else:
@@ -196,16 +190,138 @@ def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
     return out
 
 
+MAX_PATCH_SEARCH = 200_000  # line comparisons a diff may spend beyond checking each hunk once
+
+
+class _Taken:
+    """The places hunks took, in the original file's numbering: spans [k, e) and insertion points."""
+
+    def __init__(self):
+        self.starts, self.ends, self.points = [], [], []
+
+    def free(self, k: int, e: int) -> bool:
+        i = bisect.bisect_left(self.starts, k if k == e else k + 1)
+        if i and self.ends[i - 1] > k:  # a span that starts before k runs into it
+            return False
+        if k == e:
+            return True
+        j = bisect.bisect_left(self.starts, k)
+        return not (j < len(self.starts) and self.starts[j] < e) and not (
+            (p := bisect.bisect_right(self.points, k)) < len(self.points) and self.points[p] < e)
+
+    def take(self, k: int, e: int):
+        if k == e:
+            bisect.insort(self.points, k)
+        else:
+            i = bisect.bisect_left(self.starts, k)
+            self.starts.insert(i, k)
+            self.ends.insert(i, e)
+
+
+def _nearest(lines: list[str], where: dict, a: list[str], want: int, taken: _Taken, budget: list) -> int | None:
+    """The start nearest to `want` (the lower on a tie) where `a` occurs in `lines` in a free place.
+    Candidates come from the positions of a's rarest line (`where`: line -> ascending positions)."""
+    j = min(range(len(a)), key=lambda i: len(where.get(a[i], ())))
+    pos, n, target = where.get(a[j], ()), len(a), want + j
+    hi = bisect.bisect_left(pos, target)
+    lo = hi - 1
+    while lo >= 0 or hi < len(pos):
+        if hi >= len(pos) or (lo >= 0 and target - pos[lo] <= pos[hi] - target):
+            k, lo = pos[lo] - j, lo - 1
+        else:
+            k, hi = pos[hi] - j, hi + 1
+        budget[0] -= n + 1
+        if budget[0] < 0:
+            raise PatchError("the diff's hunks match in too many places to check; give each more context lines")
+        if 0 <= k <= len(lines) - n and lines[k:k + n] == a and taken.free(k, k + n):
+            return k
+    return None
+
+
+def _index(lines: list[str]) -> dict[str, list[int]]:
+    where = {}
+    for i, ln in enumerate(lines):
+        where.setdefault(ln, []).append(i)
+    return where
+
+
+def _apply_hunks(path: str, lines: list[str], hunks, budget: list) -> list[str]:
+    """The file's lines with every hunk applied, each placed in the ORIGINAL lines (so one hunk never
+    matches another's output), then spliced in one pass."""
+    taken, placed, exact, loose, stripped = _Taken(), [], _index(lines), None, None
+    for start, a, b in hunks:
+        if not a:
+            k = min(max(0, start), len(lines))
+            if not taken.free(k, k):
+                raise PatchError(f"{path}: hunk @@ -{start},0 falls inside another hunk")
+        else:
+            k = _nearest(lines, exact, a, max(0, start - 1), taken, budget)
+            if k is None:  # forgive trailing whitespace, as models (and editors) drop it
+                if loose is None:
+                    stripped = [x.rstrip() for x in lines]
+                    loose = _index(stripped)
+                k = _nearest(stripped, loose, [x.rstrip() for x in a], max(0, start - 1), taken, budget)
+            if k is None:
+                raise PatchError(f"{path}: hunk @@ -{start},{len(a)} does not match the file")
+        taken.take(k, k + len(a))
+        placed.append((k, k + len(a), b))
+    out, at = [], 0
+    for k, e, b in sorted(placed, key=lambda x: (x[0], x[1])):  # stable: insertions at one point keep their order
+        out += lines[at:k]
+        out += b
+        at = e
+    return out + lines[at:]
+
+
+MAX_DIFF_LINES = 4000  # changed lines difflib aligns (its time grows with their square: 20k lines took 5 s)
+
+
+def _range(start: int, n: int) -> str:
+    return f"{start + (n > 0)},{n}" if n != 1 else f"{start + 1}"
+
+
+def _unified(a: list[str], b: list[str], fa: str, fb: str, context: int = 3) -> list[str]:
+    """difflib.unified_diff's lines, but difflib aligns only what lies between the common first and
+    last lines, and only up to MAX_DIFF_LINES of it (past that, one hunk replaces the middle)."""
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    q = 0
+    while q < min(len(a), len(b)) - p and a[-1 - q] == b[-1 - q]:
+        q += 1
+    am, bm = a[p:len(a) - q], b[p:len(b) - q]
+    if len(am) + len(bm) <= MAX_DIFF_LINES:
+        mid = difflib.SequenceMatcher(None, am, bm).get_opcodes()
+    else:
+        mid = [("replace", 0, len(am), 0, len(bm))]
+    ops = ([("equal", 0, p, 0, p)] if p else []) + [(t, i1 + p, i2 + p, j1 + p, j2 + p) for t, i1, i2, j1, j2 in mid] \
+        + ([("equal", len(a) - q, len(a), len(b) - q, len(b))] if q else [])
+    sm = difflib.SequenceMatcher(None, (), ())
+    sm.opcodes = ops  # get_grouped_opcodes reads these instead of aligning the whole files
+    out = []
+    for group in sm.get_grouped_opcodes(context):
+        if not out:
+            out += [f"--- {fa}", f"+++ {fb}"]
+        (_, i1, _, j1, _), (_, _, i2, _, j2) = group[0], group[-1]
+        out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [" " + x for x in a[i1:i2]]
+                continue
+            out += ["-" + x for x in a[i1:i2]] + ["+" + x for x in b[j1:j2]]
+    return out
+
+
 def make_patch(old: dict[str, str], new: dict[str, str]) -> str:
-    """A unified diff from one {path: text} to another (git's a/ b/ prefixes)."""
+    """A unified diff from one {path: text} to another (git's a/ b/ prefixes); linear in the files
+    beyond MAX_DIFF_LINES changed lines."""
     chunks = []
     for p in sorted(set(old) | set(new)):
         if old.get(p) == new.get(p):
             continue
         a = old[p].splitlines() if p in old else []
         b = new[p].splitlines() if p in new else []
-        body = list(difflib.unified_diff(a, b, f"a/{p}" if p in old else "/dev/null",
-                                         f"b/{p}" if p in new else "/dev/null", lineterm=""))
+        body = _unified(a, b, f"a/{p}" if p in old else "/dev/null", f"b/{p}" if p in new else "/dev/null")
         chunks.append(f"diff --git a/{p} b/{p}\n" + "\n".join(body) + "\n")
     return "".join(chunks)
 
@@ -427,10 +543,16 @@ def evaluate(task: dict, base: dict[str, str], work: dict[str, str], timeout: fl
 # edits: the writer's blocks applied to the working copy, with the rules that keep them honest
 
 
+MAX_EDITS = 100  # edit blocks one reply may make (each costs a pass over its file)
+
+
 def apply_edits(files: dict[str, str], edits, protected: set[str]) -> tuple[dict[str, str], list[str]]:
     """(new files, problems): every edit applies, or none does (problems say why, one line each).
     SEARCH must occur exactly once (trailing whitespace is forgiven); an empty SEARCH creates a
-    new file. Paths outside the repository and test files are refused."""
+    new file. Paths outside the repository and test files are refused, and so are more than
+    MAX_EDITS edits (each edit is linear in its file)."""
+    if len(edits) > MAX_EDITS:
+        return files, [f"{len(edits)} edit blocks: at most {MAX_EDITS} in one reply"]
     out, problems = dict(files), []
     for k, e in enumerate(edits, 1):
         path = clean_path(e.path)
@@ -450,15 +572,18 @@ def apply_edits(files: dict[str, str], edits, protected: set[str]) -> tuple[dict
             problems.append(f"edit {k}: no file {path} in the repository")
             continue
         src, n = out[path], out[path].count(e.search)
-        if n == 0:  # forgive trailing whitespace: compare line by line, rstripped
-            lines, want = src.split("\n"), [ln.rstrip() for ln in e.search.split("\n")]
-            hits = [i for i in range(len(lines) - len(want) + 1)
-                    if [ln.rstrip() for ln in lines[i:i + len(want)]] == want]
-            if len(hits) == 1:
-                i = hits[0]
-                out[path] = "\n".join(lines[:i] + e.replace.split("\n") + lines[i + len(want):])
+        if n == 0:  # forgive trailing whitespace: the rstripped lines, matched on line boundaries
+            lines = src.split("\n")
+            want = "\n" + "\n".join(ln.rstrip() for ln in e.search.split("\n")) + "\n"
+            hay = "\n" + "\n".join(ln.rstrip() for ln in lines) + "\n"
+            first = hay.find(want)
+            if first >= 0 and hay.find(want, first + 1) < 0:
+                i, m = hay.count("\n", 0, first), e.search.count("\n") + 1
+                out[path] = "\n".join(lines[:i] + e.replace.split("\n") + lines[i + m:])
                 continue
-            n = len(hits)
+            if first >= 0:
+                problems.append(f"edit {k}: the SEARCH text occurs more than once in {path}; include more lines")
+                continue
         if n == 0:
             problems.append(f"edit {k}: the SEARCH text is not in {path} (copy the lines exactly)")
         elif n > 1:
@@ -505,16 +630,27 @@ def repo_files(task: dict) -> dict[str, str]:
 # the env
 
 
-def _mentions(name: str, text: str) -> bool:
-    """`name` in the text as a whole word: not part of a longer path or name (utils.py is not
-    named by test_utils.py, pkg/a.py not by otherpkg/a.py)."""
-    return re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w-])", text) is not None
+_WORD = re.compile(r"[\w./-]+")
 
 
-def names(path: str, text: str, all_paths) -> bool:
-    """Does the text name this file: its path, or its base name when no other file shares it?"""
-    base = posixpath.basename(path)
-    return _mentions(path, text) or (_mentions(base, text) and sum(posixpath.basename(p) == base for p in all_paths) == 1)
+def named(paths, text: str) -> set[str]:
+    """The paths the text names: a path, or a base name no other path shares, as a whole word (not
+    part of a longer path or name: utils.py is not named by test_utils.py, pkg/a.py not by
+    otherpkg/a.py; a trailing '.', '/' or ':' is fine). One pass over the text, whatever the number
+    of paths."""
+    words = sorted(set(_WORD.findall(text)))
+
+    def said(name: str) -> bool:
+        if _WORD.fullmatch(name) is None:  # a name the words cannot hold (a space, say): look for it
+            return re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w-])", text) is not None
+        for key in (name, name + ".", name + "/"):
+            i = bisect.bisect_left(words, key)
+            if i < len(words) and (words[i] == name if key == name else words[i].startswith(key)):
+                return True
+        return False
+
+    bases = collections.Counter(posixpath.basename(p) for p in paths)
+    return {p for p in paths if said(p) or (bases[posixpath.basename(p)] == 1 and said(posixpath.basename(p)))}
 
 
 def _arg(args: dict, key: str, default: int) -> int:
@@ -630,11 +766,12 @@ class SWETeamEnv:
 
     def _files_for_writer(self) -> str:
         code = [p for p in sorted(self.work) if not is_test_path(p)]
-        named = [p for p in code if names(p, self.diagnosis or "", self.work)]
-        if not named:
+        said = named(self.work, self.diagnosis or "")
+        shown = [p for p in code if p in said]
+        if not shown:
             return "Files in the repository:\n" + "\n".join(code[:100])
         parts, left = [], self.file_chars
-        for p in named:
+        for p in shown:
             body = self.work[p] if len(self.work[p]) <= left else self.work[p][:left] + "\n... (truncated)"
             parts.append(f"{p}\n```python\n{body.rstrip()}\n```")
             left -= len(body)
@@ -709,7 +846,7 @@ class SWETeamEnv:
 
     def named_files(self) -> set[str]:
         """The repository's code files (not tests) that the diagnosis names."""
-        return {p for p in self.base if not is_test_path(p) and names(p, self.diagnosis or "", self.base)}
+        return {p for p in named(self.base, self.diagnosis or "") if not is_test_path(p)}
 
     def localised(self) -> float:
         """Recall: the share of the gold patch's files that the diagnosis names (the metric)."""
