@@ -14,8 +14,10 @@ What the code gets (`bwrap --unshare-all --unshare-user --disable-userns`):
     core dumps;
   - a seccomp filter: no new processes (fork / vfork / clone without CLONE_THREAD get EPERM;
     threads are allowed, bounded by the address-space limit), no unshare / setns / mount (no way
-    around the tmpfs cap), no ptrace, bpf, perf, keyrings, userfaultfd, io_uring, file handles;
-    other architectures and the x32 ABI are killed;
+    around the tmpfs cap), no memory outside the address-space limit (memfd_create, System V shared
+    memory and message queues, POSIX message queues), no unix sockets (socket(AF_UNIX): a socket
+    file under a read-only bind would be reachable), no ptrace, bpf, perf, keyrings, userfaultfd,
+    io_uring, file handles; other architectures and the x32 ABI are killed;
   - a wall-clock deadline: bwrap's process group is SIGKILLed and, with it, the PID namespace;
   - output read with a byte cap (`max_output`); past it the sandbox is killed ("output limit").
 Every failure of the code comes back as a SandboxResult with a reason; nothing raises into the
@@ -26,7 +28,9 @@ logged loudly once) that is NOT a jail.
 
 What it does not do: it is not a VM (a kernel bug reachable through the allowed syscalls is out
 of scope); the process limit is the seccomp filter, not RLIMIT_NPROC (which counts every process
-of the user and does not bind root); memory is bounded per process by RLIMIT_AS, not by a cgroup.
+of the user and does not bind root); memory is bounded per process by RLIMIT_AS, not by a cgroup:
+besides the tmpfs (`disk_mb`), what the kernel holds for the process outside its address space is
+small and capped by the 64 open files (pipe and socketpair buffers: about 64 MB at most).
 Run as root, the sandbox's uid 65534 maps to host root on the read-only binds (it could read a
 root-only file under /usr or the Python prefix, if there were one).
 
@@ -80,23 +84,28 @@ def _bwrap() -> str | None:
 
 
 # x86_64 syscall numbers the sandboxed code gets EPERM for: new processes (fork, vfork; clone is
-# checked below), new namespaces or mounts (the way around the size-capped tmpfs), and the usual
-# kernel attack surface no Python program needs (ptrace, bpf, perf, keyrings, userfaultfd, io_uring,
-# file handles, kexec, modules)
+# checked below), new namespaces or mounts (the way around the size-capped tmpfs), memory outside
+# the address-space limit, and the usual kernel attack surface no Python program needs (ptrace, bpf,
+# perf, keyrings, userfaultfd, io_uring, file handles, kexec, modules)
 DENIED = {57: "fork", 58: "vfork", 272: "unshare", 308: "setns", 165: "mount", 166: "umount2", 155: "pivot_root",
           428: "open_tree", 429: "move_mount", 430: "fsopen", 431: "fsconfig", 432: "fsmount", 433: "fspick",
           442: "mount_setattr", 101: "ptrace", 310: "process_vm_readv", 311: "process_vm_writev", 321: "bpf",
           298: "perf_event_open", 248: "add_key", 249: "request_key", 250: "keyctl", 323: "userfaultfd",
           425: "io_uring_setup", 426: "io_uring_enter", 427: "io_uring_register", 303: "name_to_handle_at",
           304: "open_by_handle_at", 246: "kexec_load", 320: "kexec_file_load", 175: "init_module",
-          313: "finit_module", 176: "delete_module", 167: "swapon", 168: "swapoff", 163: "acct"}
+          313: "finit_module", 176: "delete_module", 167: "swapon", 168: "swapoff", 163: "acct",
+          # memory that RLIMIT_AS does not count: memfd files (64 fds x the file-size limit held 976 MB
+          # at mem_mb=256), System V shared memory and message queues, POSIX message queues
+          319: "memfd_create", 447: "memfd_secret", 29: "shmget", 68: "msgget", 240: "mq_open"}
 
 
 def _seccomp_filter() -> bytes:
-    """A classic-BPF seccomp program (x86_64): the DENIED calls and clone without CLONE_THREAD (a
-    new process) get EPERM, clone3 gets ENOSYS (so libc falls back to clone, which is then checked),
-    the rest is allowed. Other architectures (i386 via int 0x80) and the x32 ABI (syscall numbers
-    with bit 30 set) kill the process rather than slip past the numbers above."""
+    """A classic-BPF seccomp program (x86_64): the DENIED calls, clone without CLONE_THREAD (a new
+    process) and socket(AF_UNIX) (a unix socket in a read-only tree is reachable: connect() is not a
+    write) get EPERM, clone3 gets ENOSYS (so libc falls back to clone, which is then checked), the
+    rest is allowed (socketpair too: a connected pair reaches nothing, and asyncio needs one). Other
+    architectures (i386 via int 0x80) and the x32 ABI (syscall numbers with bit 30 set) kill the
+    process rather than slip past the numbers above."""
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
     allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000  # SECCOMP_RET_{ALLOW,KILL_PROCESS,ERRNO}
     prog = [(ld, 0, 0, 4),                   # arch
@@ -111,7 +120,12 @@ def _seccomp_filter() -> bytes:
             (ret, 0, 0, errno | 1),          #   a new process: EPERM
             (ret, 0, 0, allow),
             (jeq, 0, 1, 435),                # clone3: ENOSYS
-            (ret, 0, 0, errno | 38)]
+            (ret, 0, 0, errno | 38),
+            (jeq, 0, 4, 41),                 # socket? else skip its 4 instructions
+            (ld, 0, 0, 16),                  #   domain (args[0], low word)
+            (jeq, 0, 1, 1),                  #   AF_UNIX: EPERM
+            (ret, 0, 0, errno | 1),
+            (ret, 0, 0, allow)]
     for nr in DENIED:
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, errno | 1)]
     prog.append((ret, 0, 0, allow))

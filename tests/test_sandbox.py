@@ -2,9 +2,11 @@
 (trainer) process running and the host unchanged. And code rewards that cannot be forged."""
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,15 +20,29 @@ SECRET = "troupe-secret-4242"
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    """A host directory with files to protect, a live loopback listener, and a secret in our env."""
+    """A host directory with files to protect, a live loopback listener, a listening unix socket
+    under a tree the sandbox sees read-only (the Python installation, when we may write there), and
+    a secret in our env."""
     d = tmp_path_factory.mktemp("host")
     (d / "keep.txt").write_text("precious")
     os.environ["WANDB_API_KEY"] = SECRET
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen()
-    yield d, s.getsockname()[1]
+    u, udir = socket.socket(socket.AF_UNIX), None
+    try:
+        udir = tempfile.mkdtemp(prefix="troupe-test-", dir=sys.base_prefix)
+        os.chmod(udir, 0o755)
+        u.bind(os.path.join(udir, "s"))
+        os.chmod(os.path.join(udir, "s"), 0o777)
+        u.listen()
+    except OSError:
+        pass  # not writable: the AF_UNIX attacks still run (and must fail) against a path that is not there
+    yield d, s.getsockname()[1], os.path.join(udir or "/nonexistent", "s")
     s.close()
+    u.close()
+    if udir:
+        shutil.rmtree(udir, ignore_errors=True)
 
 
 def snapshot(d: Path):
@@ -104,6 +120,18 @@ ATTACKS = {
         "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); "
         "print('PWNED')",
         "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/systemd/private'); print('PWNED')",
+        # a listening unix socket under a read-only bind (the Python installation): connect() is not a write
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('{sock}'); s.sendall(b'PWNED'); print('PWNED')",
+        "import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); print('PWNED')",
+    ],
+    "hold memory outside the limit": [  # mem_mb=512: each would hold >= 480 MB that RLIMIT_AS does not count
+        "import os\nfds = [os.memfd_create(f'm{{i}}') for i in range(60)]\n"
+        "for fd in fds:\n    os.ftruncate(fd, 8 << 20); os.pwrite(fd, b'x' * (8 << 20), 0)\nprint('PWNED')",
+        LIBC + "libc.shmat.restype = ctypes.c_void_p\nfor i in range(32):\n    sid = libc.shmget(0, 16 << 20, 0o1600)\n"
+               "    assert sid >= 0\n    a = libc.shmat(sid, None, 0)\n"
+               "    ctypes.memset(a, 1, 16 << 20); libc.shmdt(ctypes.c_void_p(a))\nprint('PWNED')",
+        LIBC + "q = libc.msgget(0, 0o1600)\nassert q >= 0\nprint('PWNED')",
+        LIBC + "q = libc.mq_open(b'/q', 0o100 | 0o2, 0o600, None)\nassert q >= 0\nprint('PWNED')",
     ],
     "fill the disk": [
         "open('big', 'w').write('x' * (64 << 20)); print('PWNED')",
@@ -142,10 +170,10 @@ def host_comms():
 
 @pytest.mark.parametrize("category, k", [(c, k) for c, codes in ATTACKS.items() for k in range(len(codes))])
 def test_attack_fails_and_changes_nothing(host, category, k):
-    d, port = host
+    d, port, sock = host
     before, limits, prio = snapshot(d), resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0)
     marker = f"trp{os.getpid() % 10000}{k}"
-    code = ATTACKS[category][k].format(d=d, port=port, pid=os.getpid(), marker=marker)
+    code = ATTACKS[category][k].format(d=d, port=port, pid=os.getpid(), marker=marker, sock=sock)
     r = run_python(code, timeout=2, cpu_s=1, mem_mb=512, disk_mb=8)
     assert "PWNED" not in r.stdout, (category, k, r)
     assert SECRET not in r.stdout + r.stderr
@@ -181,6 +209,15 @@ def test_what_the_code_sees():
     assert "'home'" not in r.stdout and "'tmp'" not in r.stdout and "'etc'" not in r.stdout and "'work'" not in r.stdout
     assert "WANDB" not in r.stdout and r.stdout.rstrip().endswith("2")  # its own PID namespace: bwrap's init and itself
     assert "a.txt" not in run_python("import os; print(os.listdir('.'))").stdout  # a fresh tmpfs each run
+
+
+def test_what_still_works_without_unix_sockets_and_memfd():
+    """asyncio (a socketpair), ctypes callbacks (libffi falls back from memfd) and sqlite still run."""
+    r = run_python("import asyncio, ctypes, socket, sqlite3\nasync def f():\n    return 40\n"
+                   "cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x + 1)\na, b = socket.socketpair()\n"
+                   "a.send(b'!')\nprint(cb(asyncio.run(f())), b.recv(1).decode(), "
+                   "sqlite3.connect(':memory:').execute('select 1').fetchone()[0])")
+    assert r.ok and r.stdout == "41 ! 1\n", r
 
 
 def test_the_trainer_keeps_running_after_everything():
