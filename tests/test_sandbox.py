@@ -226,9 +226,9 @@ def test_the_trainer_keeps_running_after_everything():
 
 # ---------------------------------------------------------------------------------- unforgeable code rewards
 
-# Every test of TASK is judged outside the solution's process: two `== literal` ones by run_tests
-# itself, the abs(...) one by the judge sandbox. A forgery scores what an honest function returning
-# the same values would, never more.
+# Every test runs in a judge sandbox that runs none of the solution's code; the solution's function is
+# called through a pipe and only plain data comes back (rewards/code.py). A forgery scores what an
+# honest function returning the same values would, never more.
 TASK = {"entry_point": "add", "tests": "def check(candidate):\n    assert True, 'not a test'\n"
                                        "    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
                                        "    assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9\n"}
@@ -265,6 +265,17 @@ FORGERIES = {
         "import sys\ndef add(a, b):\n    g = sys._getframe(1).f_globals\n    real = g['emit']\n"
         "    g['emit'] = lambda d: real({**d, 'ok': True, 'values': ['3'] * len(d.get('values', [0]))})\n"
         "    g['plain'] = lambda v: v\n    return 0\n"),
+    "the harness found through gc and every frame": (
+        "import gc, json, os, sys\ndef add(a, b):\n    for o in gc.get_objects():\n"
+        "        if callable(o) and getattr(o, '__name__', '') in ('emit', 'report'):\n"
+        "            for i in range(5):\n                try:\n                    o({'i': i, 'ok': True, 'values': ['3']})\n"
+        "                except Exception:\n                    pass\n"
+        "    for f in sys._current_frames().values():\n        while f is not None:\n"
+        "            for v in list(f.f_globals.values()) + list(f.f_locals.values()):\n"
+        "                if isinstance(v, str) and v.startswith('@@'):\n"
+        "                    for i in range(5):\n"
+        "                        os.write(1, (v + json.dumps({'i': i, 'ok': True}) + '\\n').encode())\n"
+        "            f = f.f_back\n    return 0\n"),
 }
 
 
@@ -280,9 +291,7 @@ def test_honest_solutions_score_what_they_pass():
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_forged_results_do_not_pay(name):
     res = run_tests(FORGERIES[name], TASK)
-    assert res.total == 3 and 0.0 <= res.reward <= 1.0
-    # at most what a function that really returns 3 gets: the forged values are all '3'
-    assert res.passed <= 1 if "emit" in name else res.passed == 0, (name, res)
+    assert res.total == 3 and res.passed == 0, (name, res)
 
 
 def test_forgeries_cannot_break_the_code_team_env():
@@ -294,25 +303,24 @@ def test_forgeries_cannot_break_the_code_team_env():
     assert env.turn_rewards() == [0.0, 0.0] and env.metrics()["final_success"] == 0.0
 
 
-# An assert that reads a setup variable runs in the solution's process (module docstring of
-# rewards/code.py): always-equal objects still fail it, a harness-hunting solution does not.
+# An assert that reads a setup variable ran next to the solution before issue 25, where a solution
+# that patched its harness passed it; now every assert runs in the judge.
 IN_PROCESS = {"entry_point": "add", "tests": "def check(candidate):\n    x = 1\n    assert candidate(x, 2) == 3\n"}
 
 
-def test_in_process_asserts_refuse_fake_objects_but_not_harness_hunters():
+def test_asserts_on_setup_variables_refuse_fake_objects_and_harness_hunters():
     assert run_tests(RIGHT, IN_PROCESS).reward == 1.0 and run_tests(WRONG, IN_PROCESS).reward == 0.0
     for name in ("an object equal to everything", "an int subclass equal to everything"):
         res = run_tests(FORGERIES[name], IN_PROCESS)
-        assert res.reward == 0.0 and "not plain data" in res.failures[0], res
-    # the documented limit: same-process asserts cannot stop a solution that patches its harness
-    assert run_tests(FORGERIES["patch the harness's emit"], IN_PROCESS).reward == 1.0
+        assert res.reward == 0.0 and "not compare" in res.failures[0], res
+    for name in ("patch the harness's emit", "the harness found through gc and every frame"):
+        assert run_tests(FORGERIES[name], IN_PROCESS).reward == 0.0, name
 
 
-def test_humaneval_wrong_solutions_score_nothing_and_tests_are_mostly_judged():
+def test_humaneval_wrong_solutions_score_nothing():
     from rewards.code import _plan, load_humaneval, split_tests
     tasks = load_humaneval()
-    kinds = [k for t in tasks for i, k, _, _ in _plan(split_tests(t["tests"]), t["entry_point"])[0]]
-    assert kinds.count("calls") > 1100 and kinds.count("assert") < 10
+    assert sum(len(_plan(split_tests(t["tests"]), t["entry_point"])[1]) for t in tasks) > 1100
     with_assert_true = [t for t in tasks if "assert True" in t["tests"]][:3]
     for t in with_assert_true:  # `assert True, '...'` lines no longer pay a wrong solution
         assert run_tests(f"def {t['entry_point']}(*a, **k):\n    return None\n", t).reward == 0.0
