@@ -456,6 +456,22 @@ def test_loader_checks_rows_and_reads_git_checkouts(tmp_path):
         load_swe(f"{f}@{tmp_path / 'repos'}")
 
 
+def test_loader_refuses_tests_that_could_never_pass(tmp_path):
+    """A FAIL_TO_PASS id in a file that is not in the repository (nor added by test_patch), or not a
+    test file, loaded and could never score (issue 25)."""
+    good = {k: TASK[k] for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
+                                 "FAIL_TO_PASS", "PASS_TO_PASS", "repo_files")}
+    f = tmp_path / "x.jsonl"
+    for field, ids, msg in [("FAIL_TO_PASS", ["tests/test_nope.py::test_add"], "'tests/test_nope.py', which is neither"),
+                            ("PASS_TO_PASS", ["test_neg (calc.tests.OpsTests)"], "neither in the repository"),
+                            ("FAIL_TO_PASS", ["calc/ops.py::test_add"], "'calc/ops.py', which the test runner does not run")]:
+        f.write_text(json.dumps(good) + "\n" + json.dumps({**good, "instance_id": "b", field: ids}) + "\n")
+        with pytest.raises(DataError, match=rf"x\.jsonl:2: field '{field}': .*{msg}"):
+            load_swe(str(f))
+    f.write_text(json.dumps({**good, "FAIL_TO_PASS": ["tests/test_ops.py::test_add"]}) + "\n")  # added by test_patch
+    assert load_swe(str(f))[0]["FAIL_TO_PASS"] == ["tests/test_ops.py::test_add"]
+
+
 # ---------------------------------------------------------------------------------- training
 
 
