@@ -34,10 +34,10 @@ and every other module of the repository is a proxy of a worker sandbox that run
 test. A call from a test reaches the worker through a pipe and comes back as plain data (exact
 builtin types, rebuilt in the judge) or an opaque handle that the judge can call and read but never
 compare, test for truth, hash or iterate: an object whose __eq__ is always True decides nothing, and
-the worker's process holds no result reporter for code that walks frames or gc to find. Modules the
-judge imports itself (the standard library, installed packages) are never the repository's: a new
-`fractions.py` does not replace the one a test uses; the instance's own top-level packages come
-before installed ones. Edits to test files, and to code files the runner would import as a test
+the worker's process holds no result reporter for code that walks frames or gc to find. The
+standard library is always the judge's own (a new `fractions.py` does not replace the one a test
+uses), and a top-level name the base repository did not have never replaces an installed module;
+the base's own packages come before installed ones, as on sys.path. Edits to test files, and to code files the runner would import as a test
 module or package (`tests.py` next to tests/), are refused. Each test gets a SIGALRM deadline in the
 judge, and each call one in the worker. Limits: a test that compares or iterates an object of the
 code under test (not plain data), subclasses or isinstance-checks its classes, or reads a non-test
