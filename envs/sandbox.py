@@ -435,6 +435,8 @@ def _answer(req):
         return {"v": _handle(importlib.import_module(req["name"]))}
     obj = _OBJS[req["obj"]]
     if op == "getattr":
+        if req["name"] == "__all__" and type(obj) is type(sys) and not hasattr(obj, "__all__"):
+            return {"v": [n for n in vars(obj) if not n.startswith("_")]}  # what `import *` takes
         return {"v": _top(getattr(obj, req["name"]))}
     args, kwargs = _dec(req["args"]), {k: _dec(v) for k, v in req["kwargs"].items()}
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -616,7 +618,7 @@ class RemoteModule(_types.ModuleType):
     "A module of the code under test: its attributes are read from the worker."
 
     def __getattr__(self, name):
-        if name.startswith("__") or "_h" not in self.__dict__:
+        if (name.startswith("__") and name not in ("__all__", "__version__")) or "_h" not in self.__dict__:
             raise AttributeError(name)
         return _dec(CHANNEL.ask(op="getattr", obj=self.__dict__["_h"], name=name)["v"])
 
