@@ -37,11 +37,12 @@ compare, test for truth, hash or iterate: an object whose __eq__ is always True 
 the worker's process holds no result reporter for code that walks frames or gc to find. The
 standard library is always the judge's own (a new `fractions.py` does not replace the one a test
 uses), and a top-level name the base repository did not have never replaces an installed module;
-the base's own packages come before installed ones, as on sys.path. Edits to test files, and to code files the runner would import as a test
-module or package (`tests.py` next to tests/), are refused. Each test gets a SIGALRM deadline in the
-judge, and each call one in the worker. Limits: a test that compares or iterates an object of the
-code under test (not plain data), subclasses or isinstance-checks its classes, or reads a non-test
-data file fails here; `python bench/verdicts.py` measures the cost of the two sandboxes.
+the base's own packages come before installed ones, as on sys.path. Edits to test files, and to
+code files the runner would import as a test module or package (`tests.py` next to tests/), are
+refused. Each test gets a SIGALRM deadline in the judge, and each call one in the worker.
+Limits: a test that compares or iterates an object of the code under test (not plain data),
+subclasses or isinstance-checks its classes, or reads a non-test data file fails here; `python
+bench/verdicts.py` measures the cost of the two sandboxes.
 
 Data: data/swe_data.py (load_swe: SWE-bench JSONL, repositories inline or from local git checkouts;
 the generator of the small offline instances in data/swe_{train,val}.jsonl).
@@ -560,7 +561,8 @@ def run_tests(files: dict[str, str], tests=(), collect=(), timeout: float = 30.0
     tops -= set(sys.stdlib_module_names)  # a repository's `json` package never replaces the judge's own
     first = lambda names: [n for n in names if n.split(".")[0] in tops]  # noqa: E731
     late = lambda names: [n for n in names if n.split(".")[0] not in tops]  # noqa: E731
-    job = {"nonce": nonce, "sources": tests_src, "tests": list(tests), "collect": list(collect), "per_test": int(per_test),
+    job = {"nonce": nonce, "sources": tests_src, "tests": list(tests), "collect": list(collect),
+           "per_test": int(per_test),
            "test_packages": [p for p in test_pkgs if p not in pkgs],  # a code package stays the worker's
            "first": first(mods), "first_packages": first(pkgs), "late": late(mods), "late_packages": late(pkgs)}
     judge, worker = run_pair(CLIENT + JUDGE, WORKER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb,
