@@ -18,7 +18,8 @@ What the code gets (`bwrap --unshare-all --unshare-user --disable-userns`):
     memory and message queues, POSIX message queues), no unix sockets (socket(AF_UNIX): a socket
     file under a read-only bind would be reachable), no ptrace, bpf, perf, keyrings, userfaultfd,
     io_uring, file handles; other architectures and the x32 ABI are killed;
-  - a wall-clock deadline: bwrap's process group is SIGKILLed and, with it, the PID namespace;
+  - a wall-clock deadline: bwrap's process group is SIGKILLed and, with it, the PID namespace; every
+    process under bwrap is killed too and waited for, so none is left when run_python returns;
   - output read with a byte cap (`max_output`); past it the sandbox is killed ("output limit").
 `run_pair(judge, worker, ...)` runs two sandboxes joined by two pipes, for verdicts the code under
 test cannot reach: the tests run in the judge, which runs no model code and reaches the code under
@@ -253,11 +254,48 @@ def run_python(code: str, timeout: float = 5.0, cpu_s: int = 5, mem_mb: int = 10
             shutil.rmtree(locals().get("work") or "", ignore_errors=True)
 
 
-def _kill(p):
+def _kill(p, wait: bool = False):
+    """SIGKILL bwrap's process group; its PID namespace dies with it, but asynchronously (the inner
+    processes get their SIGKILL when bwrap's init does). wait=True kills every descendant too and
+    waits (up to 1 s) until they are gone, so nothing of the sandbox is left when the call returns."""
+    inner = _descendants(p.pid) if wait else []
     try:
-        os.killpg(p.pid, signal.SIGKILL)  # bwrap; its PID namespace dies with it
+        os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in inner:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    end = time.perf_counter() + 1.0
+    while inner and time.perf_counter() < end:
+        inner = [pid for pid in inner if _alive(pid)]
+        if inner:
+            time.sleep(0.005)
+
+
+def _descendants(root: int) -> list[int]:
+    """The host pids of every process below `root` (from /proc's parent links)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")  # until reaped (pids are not reused that fast)
 
 
 def _collect(p, t0: float, timeout: float, max_output: int, stop=None) -> SandboxResult:
@@ -281,11 +319,11 @@ def _collect(p, t0: float, timeout: float, max_output: int, stop=None) -> Sandbo
                 if len(out) + len(err) > max_output:
                     reason = "output limit"
     if reason:
-        _kill(p)
+        _kill(p, wait=True)
     try:
         rc = p.wait(timeout=max(0.1, deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
-        _kill(p)
+        _kill(p, wait=True)
         rc, reason = p.wait(), reason or "timeout"
     _kill(p)
     p.stdout.close()
