@@ -337,9 +337,26 @@ class Config:
     def validate(self) -> "Config":
         """Check every field before anything expensive happens; errors name the field."""
         import math
+        import warnings
 
         def bad(name, msg):
             raise ConfigError(f"config field {name}: {msg}")
+
+        def floats(obj, name):  # every number of every field: NaN is never a setting
+            if dataclasses.is_dataclass(obj):
+                for f in dataclasses.fields(obj):
+                    yield from floats(getattr(obj, f.name), f"{name}.{f.name}" if name else f.name)
+            elif isinstance(obj, (list, tuple)):
+                for k, x in enumerate(obj):
+                    yield from floats(x, f"{name}[{k}]")
+            elif isinstance(obj, dict):
+                for k, x in obj.items():
+                    yield from floats(x, f"{name}.{k}")
+            elif isinstance(obj, float):
+                yield name, obj
+        for name, v in floats(self, ""):
+            if math.isnan(v):
+                bad(name, "is NaN")
         if not self.roles:
             bad("roles", "at least one role is needed")
         if len({r.name for r in self.roles}) != len(self.roles):
@@ -379,6 +396,11 @@ class Config:
                 if set([t] if isinstance(t, str) else t) != set(own):
                     bad(f"roles[{i}].init_from", f"{d} adapts {sorted(t)}, the role's targets are {sorted(own)} "
                         f"(roles[{i}].targets, else lora.targets): set them to the adapter's")
+                base = json.loads((d / "adapter_config.json").read_text()).get("base_model_name_or_path")
+                same = lambda x, y: str(x).rstrip("/").rsplit("/", 1)[-1].lower() == str(y).rstrip("/").rsplit("/", 1)[-1].lower()  # noqa: E731
+                if base and not same(base, self.model.spec):
+                    warnings.warn(f"config field roles[{i}].init_from: {d} was trained on base model {base!r}, but "
+                                  f"model.spec is {self.model.spec!r}: the adapter may not fit this model", stacklevel=2)
         if not self.trainable_adapters:
             bad("roles", "every role has trainable=False: nothing would train")
         if self.rollout.compile:
@@ -432,12 +454,18 @@ class Config:
         lo, hi = a.clip
         if not (0 < lo < 1 and hi > 0):
             bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
-        if a.dual_clip is not None and a.dual_clip <= 1:
-            bad("algo.dual_clip", f"must be > 1 (or None), got {a.dual_clip}")
+        if a.dual_clip is not None and not (math.isfinite(a.dual_clip) and a.dual_clip > 1):
+            bad("algo.dual_clip", f"must be a finite number > 1 (or None), got {a.dual_clip}")
+        if a.vf_clip is not None and not (math.isfinite(a.vf_clip) and a.vf_clip > 0):
+            bad("algo.vf_clip", f"must be a finite number > 0 (or None), got {a.vf_clip}")
+        if not math.isfinite(a.kl_target) or (a.kl_adaptive and a.kl_target <= 0):
+            bad("algo.kl_target", f"must be a finite number (> 0 for the adaptive controller), got {a.kl_target}")
+        if t.total_epochs is not None and t.total_epochs < 1:
+            bad("trainer.total_epochs", f"must be >= 1 (or None: total_steps), got {t.total_epochs}")
         if a.kl_kind != "full" and a.kl_kind.rstrip("+") not in ("kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"):
             bad("algo.kl_kind", f"unknown kind {a.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
-        if a.kl_adaptive and (a.kl_target <= 0 or a.kl_horizon <= 0):
-            bad("algo.kl_target/kl_horizon", "the adaptive KL controller needs both > 0")
+        if a.kl_adaptive and a.kl_horizon <= 0:
+            bad("algo.kl_horizon", f"the adaptive KL controller needs it > 0, got {a.kl_horizon}")
         if a.kl_adaptive and not (a.kl_in_reward and a.kl_coef > 0):
             bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
                 "does): set algo.kl_in_reward and algo.kl_coef > 0 (its starting value); a KL in the loss keeps a "

@@ -31,8 +31,9 @@ import numpy as np
 
 import collectives
 import session
-from config import from_dict, load_config_file
+from config import load_config_file
 from rollout import RoleSpec
+from rundir import checkpoint_config
 from workflows import load_data
 
 
@@ -89,9 +90,8 @@ def main(argv=None) -> dict:
         p.error("give --checkpoint, or --config (with --base: adapters off; without: the roles' init_from adapters, "
                 "fresh ones being the base)")
     ckpt = Path(args.checkpoint) if args.checkpoint else None
-    if ckpt is not None and not (ckpt / "config.json").is_file():
-        p.error(f"{ckpt} is not a checkpoint (no config.json)")
-    cfg = load_config_file(args.config) if args.config else from_dict(json.loads((ckpt / "config.json").read_text()))
+    ckpt_cfg = checkpoint_config(ckpt) if ckpt else None  # checked as resume checks it; one line if bad
+    cfg = load_config_file(args.config) if args.config else ckpt_cfg
     out = Path(args.out) if args.out else (ckpt / "eval" if ckpt else Path(cfg.trainer.output_dir) / "eval_base")
     cfg = dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, val_files=args.data or cfg.data.val_files,

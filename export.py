@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 
 import lora
-from config import from_dict
 from model import load_model
+from rundir import checkpoint_config
 
 
 def hub_folder(checkpoint, name: str, out) -> Path:
@@ -64,7 +64,7 @@ def push_to_hub(checkpoint, out, prefix: str, adapters=None) -> list[str]:
 
 def export(checkpoint, out, adapters=None) -> list[Path]:
     checkpoint, out = Path(checkpoint), Path(out)
-    cfg = from_dict(json.loads((checkpoint / "config.json").read_text()))
+    cfg = checkpoint_config(checkpoint)  # checked as resume checks it (a NaN adapter is refused); one line if bad
     model, tok = load_model(cfg.model.spec, cfg.model.dtype, "cpu", seed=cfg.trainer.seed)
     names = adapters or sorted(p.name for p in (checkpoint / "adapters").iterdir() if p.is_dir())
     for name in names:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 import session
-from config import from_dict, load_config_file
+from config import load_config_file
 from rollout import RoleSpec
+from rundir import checkpoint_config
 
 
 def main(argv=None):
@@ -32,7 +32,8 @@ def main(argv=None):
     if not args.checkpoint and not (args.config and args.base):
         p.error("give --checkpoint, or --config with --base")
     ckpt = Path(args.checkpoint) if args.checkpoint else None
-    cfg = load_config_file(args.config) if args.config else from_dict(json.loads((ckpt / "config.json").read_text()))
+    ckpt_cfg = checkpoint_config(ckpt) if ckpt else None  # checked as resume checks it; one line if bad
+    cfg = load_config_file(args.config) if args.config else ckpt_cfg
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, progress=False), trainer=dataclasses.replace(
         cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none", eval_only=bool(ckpt and not args.base),
         logger=("console",)))

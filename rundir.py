@@ -12,7 +12,9 @@
 
 A checkpoint is written into step_N.tmp, its manifest last, and renamed when complete, so a crash
 mid-save leaves the previous one intact. resume=auto takes the newest checkpoint whose manifest,
-sizes, checksums, states and (finite) adapters all check out, and says which it skipped and why. Every rank calls save/load (gathering FSDP shards is a collective);
+sizes, checksums, states and (finite) adapters all check out, and says which it skipped and why;
+eval.py, play.py and export.py load a checkpoint through the same checks (checkpoint_config), so a
+bad file is one line naming it there too. Every rank calls save/load (gathering FSDP shards is a collective);
 rank 0 writes the shared files. Loading the adapters happens before sharding (load_adapters),
 the rest after (load_checkpoint).
 """
@@ -169,6 +171,25 @@ def check_checkpoint(ckpt: Path) -> str | None:
         if bad:
             return f"{d / 'adapter_model.safetensors'} holds NaN/inf in {bad[0]}"
     return None
+
+
+def checkpoint_config(ckpt) -> Config:
+    """For eval.py, play.py and export.py: the config of a checkpoint they are about to load, after the
+    checks resume makes (check_checkpoint: manifest, sizes, checksums, states that load, finite
+    adapters) and its config.json read and validated. A bad one ends the program with one line naming
+    the file (SystemExit), never a traceback from deep inside torch or safetensors."""
+    from config import from_dict
+
+    ckpt = Path(ckpt)
+    why = check_checkpoint(ckpt) if ckpt.is_dir() else f"{ckpt} is not a directory"
+    if why is None:
+        try:
+            cfg = from_dict(json.loads((ckpt / "config.json").read_text(encoding="utf-8")))
+            cfg.validate()
+            return cfg
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OSError) as e:
+            why = f"{ckpt / 'config.json'} is not a config ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+    raise SystemExit(f"error: {ckpt} cannot be loaded: {why}")
 
 
 def load_checkpoint(run, ckpt: Path):

@@ -12,16 +12,22 @@ One JSON object per episode:
                 "reward": 1.0, "advantage": 0.71, "baseline": null}, ...]}
 `advantage` is the mean over the turn's trained tokens (null when the turn was not trained, e.g.
 filtered by dynamic sampling, or in eval); `baseline` is ReMax's greedy reward for the turn.
-Files are written whole (temp file + rename): a reader never sees half a file.
+Files are written whole (temp file + rename): a reader never sees half a file. `read` checks every
+line (check_record: UTF-8, JSON, and the type of every field above that a reader uses); a bad one is
+a TrajectoryError naming file:line and the field, which every reader (this viewer, sft.py,
+rewards/calculator.py) prints as one line.
 
 The viewer (README "See what the agents said"):
     python trajectories.py runs/X [--step N] [--role R] [--split val] [--min-reward x] [--full]
     python trajectories.py runs/X --html          # runs/X/view.html: reward curves + episode browser
+The page embeds the records as JSON with every '<', '>' and '&' escaped, and its script puts each
+field into the page as text (never as HTML), whatever a model wrote or a crafted file holds.
 """
 from __future__ import annotations
 
 import html
 import json
+import math
 import os
 from pathlib import Path
 
@@ -49,28 +55,93 @@ def write(path, records: list[dict]):
     os.replace(tmp, path)
 
 
-def read(path) -> list[dict]:
-    """Every record of a trajectory file (or of every *.jsonl under a directory, in name order)."""
+class TrajectoryError(ValueError):
+    """A trajectory file or line that is not a usable record; the message names file:line and the field."""
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_record(rec, where: str = "record"):
+    """Raise TrajectoryError naming `where` and the field when `rec` is not an episode record of the
+    format above: every field a reader uses has its type (optional ones may be missing or null)."""
+    if not isinstance(rec, dict):
+        raise TrajectoryError(f"{where}: not a trajectory record (a JSON {type(rec).__name__}, not an object)")
+    if not isinstance(rec.get("turns"), list):
+        raise TrajectoryError(f"{where}: field 'turns' is missing or not a list")
+    for key, ok, what in (("split", lambda v: isinstance(v, str), "a string"),
+                          ("step", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+                          ("task_id", lambda v: isinstance(v, (str, int)) and not isinstance(v, bool), "a string or integer"),
+                          ("episode_id", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+                          ("task", lambda v: isinstance(v, dict), "an object"),
+                          ("metrics", lambda v: isinstance(v, dict), "an object"),
+                          ("truncated", lambda v: isinstance(v, bool), "true or false"),
+                          ("error", lambda v: isinstance(v, str), "a string")):
+        if rec.get(key) is not None and not ok(rec[key]):
+            raise TrajectoryError(f"{where}: field {key!r} must be {what} or null, got {str(rec[key])[:60]!r}")
+    team = (rec.get("metrics") or {}).get("team_reward")
+    if team is not None and not _number(team):
+        raise TrajectoryError(f"{where}: field 'metrics.team_reward' must be a finite number, got {str(team)[:60]!r}")
+    for k, t in enumerate(rec["turns"]):
+        if not isinstance(t, dict):
+            raise TrajectoryError(f"{where}: turns[{k}] is not an object")
+        for key in ("role", "reply"):
+            if not isinstance(t.get(key), str):
+                raise TrajectoryError(f"{where}: turns[{k}].{key} is missing or not a string")
+        for key in ("prompt", "finish_reason"):
+            if t.get(key) is not None and not isinstance(t[key], str):
+                raise TrajectoryError(f"{where}: turns[{k}].{key} is not a string")
+        for key in ("reward", "env_reward", "advantage", "baseline"):
+            if t.get(key) is not None and not _number(t[key]):
+                raise TrajectoryError(f"{where}: turns[{k}].{key} must be a finite number or null, got {t[key]!r:.60}")
+        for key in ("reply_tokens", "prompt_tokens", "turn"):
+            n = t.get(key)
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+                raise TrajectoryError(f"{where}: turns[{k}].{key} must be an integer >= 0, got {n!r:.60}")
+
+
+def read(path, with_source: bool = False) -> list:
+    """Every record of a trajectory file (or of every *.jsonl under a directory, in name order),
+    checked (check_record): a line that is not UTF-8, not JSON (100k-deep nesting included) or not a
+    record is a TrajectoryError naming file:line. with_source=True gives (f"{file}:{line}", record)."""
     path = Path(path)
+    if not path.exists():
+        raise TrajectoryError(f"{path}: no such file or directory")
     files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
     out = []
     for p in files:
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{p}:{i}: not a trajectory record ({e})") from None
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise TrajectoryError(f"{p}: cannot be read ({e.strerror or e})") from None
+        for i, raw in enumerate(data.split(b"\n"), 1):
+            where = f"{p}:{i}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TrajectoryError(f"{where}: not UTF-8 text (byte {e.start + 1} of the line)") from None
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TrajectoryError(f"{where}: not a trajectory record (bad JSON: {e})") from None
+            except RecursionError:
+                raise TrajectoryError(f"{where}: not a trajectory record (JSON nested too deeply)") from None
+            check_record(rec, where)
+            out.append((where, rec) if with_source else rec)
     return out
 
 
 def show(record: dict, width: int = 160) -> str:
     """A short, per-role rendering of one episode for the console."""
-    lines = [f"task {record['task_id']} ({record['split']} step {record['step']}): "
+    lines = [f"task {record.get('task_id')} ({record.get('split')} step {record.get('step')}): "
              + str((record.get("task") or {}).get("question", ""))[:width]]
     for t in record["turns"]:
         reply = " ".join(t["reply"].split())
-        lines.append(f"  [{t['role']}] reward {t['reward']:.2f}: {reply[:width]}")
+        reward = "-" if t.get("reward") is None else f"{t['reward']:.2f}"
+        lines.append(f"  [{t['role']}] reward {reward}: {reply[:width]}")
     return "\n".join(lines)
 
 
@@ -150,37 +221,51 @@ PAGE = """<!doctype html>
 <div id="episodes"></div>
 <script id="data" type="application/json">{data}</script>
 <script>
+// Every field of a record reaches the page as text (text nodes, attribute values through setAttribute,
+// numbers through num()): nothing a model wrote, nor anything a crafted file holds, is parsed as HTML.
 const EPS = JSON.parse(document.getElementById("data").textContent);
 const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({{"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}}[c]));
-function fill(id, values) {{
-  for (const v of values) {{ const o = document.createElement("option"); o.value = o.textContent = v; $(id).appendChild(o); }}
+const str = (x) => (x === null || x === undefined) ? "" : String(x);
+const num = (x) => (typeof x === "number" && isFinite(x)) ? x : null;
+const turns = (e) => Array.isArray(e.turns) ? e.turns.filter((t) => t && typeof t === "object") : [];
+function el(tag, attrs, ...kids) {{
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, str(v));
+  n.append(...kids);  // strings become text nodes
+  return n;
 }}
-fill("split", [...new Set(EPS.map((e) => e.split))].sort());
-fill("step", [...new Set(EPS.map((e) => e.step))].sort((a, b) => a - b));
-fill("role", [...new Set(EPS.flatMap((e) => e.turns.map((t) => t.role)))].sort());
+function fill(id, values) {{
+  for (const v of values) {{ const o = document.createElement("option"); o.value = o.textContent = str(v); $(id).appendChild(o); }}
+}}
+fill("split", [...new Set(EPS.map((e) => str(e.split)))].sort());
+fill("step", [...new Set(EPS.map((e) => str(e.step)))].sort((a, b) => Number(a) - Number(b)));
+fill("role", [...new Set(EPS.flatMap((e) => turns(e).map((t) => str(t.role))))].sort());
 function score(e, role) {{
-  const ts = e.turns.filter((t) => !role || t.role === role);
-  if (!role && e.metrics && e.metrics.team_reward !== undefined) return e.metrics.team_reward;
-  return ts.length ? ts.reduce((a, t) => a + (t.reward || 0), 0) / ts.length : 0;
+  const team = e.metrics && typeof e.metrics === "object" ? num(e.metrics.team_reward) : null;
+  if (!role && team !== null) return team;
+  const ts = turns(e).filter((t) => !role || str(t.role) === role);
+  return ts.length ? ts.reduce((a, t) => a + (num(t.reward) || 0), 0) / ts.length : 0;
 }}
 function render() {{
   const split = $("split").value, step = $("step").value, role = $("role").value, min = $("min").value;
-  const shown = EPS.filter((e) => (!split || e.split === split) && (!step || String(e.step) === step)
-    && (!role || e.turns.some((t) => t.role === role)) && (min === "" || score(e, role) >= Number(min)));
+  const shown = EPS.filter((e) => (!split || str(e.split) === split) && (!step || str(e.step) === step)
+    && (!role || turns(e).some((t) => str(t.role) === role)) && (min === "" || score(e, role) >= Number(min)));
   $("count").textContent = shown.length + " of " + EPS.length + " episodes";
-  $("episodes").innerHTML = shown.map((e) => {{
-    const r = score(e, role);
-    return '<details class="episode" data-role-reward="' + r + '"><summary>' + esc(e.split) + " step " + e.step
-      + " · task " + e.task_id + " · " + '<span class="' + (r > 0.5 ? "good" : "bad") + '">reward ' + r.toFixed(2)
-      + "</span> · " + esc(String((e.task || {{}}).question || (e.task || {{}}).prompt || "").slice(0, 120)) + "</summary>"
-      + e.turns.filter((t) => !role || t.role === role).map((t) => '<div class="turn"><span class="role">' + esc(t.role)
-        + "</span> reward " + (t.reward === null ? "-" : t.reward.toFixed(2))
-        + (t.advantage === null || t.advantage === undefined ? "" : " · advantage " + t.advantage.toFixed(2))
-        + " · " + t.reply_tokens + " tokens · " + esc(t.finish_reason)
-        + '<pre class="prompt">' + esc(t.prompt.slice(-600)) + "</pre><pre>" + esc(t.reply) + "</pre></div>").join("")
-      + "</details>";
-  }}).join("");
+  $("episodes").replaceChildren(...shown.map((e) => {{
+    const r = score(e, role), task = e.task && typeof e.task === "object" ? e.task : {{}};
+    const d = el("details", {{"class": "episode", "data-role-reward": r}},
+      el("summary", {{}}, str(e.split) + " step " + str(e.step) + " · task " + str(e.task_id) + " · ",
+         el("span", {{"class": r > 0.5 ? "good" : "bad"}}, "reward " + r.toFixed(2)),
+         " · " + str(task.question || task.prompt).slice(0, 120)));
+    for (const t of turns(e).filter((t) => !role || str(t.role) === role)) {{
+      const rw = num(t.reward), adv = num(t.advantage);
+      d.append(el("div", {{"class": "turn"}}, el("span", {{"class": "role"}}, str(t.role)),
+        " reward " + (rw === null ? "-" : rw.toFixed(2)) + (adv === null ? "" : " · advantage " + adv.toFixed(2))
+          + " · " + str(t.reply_tokens) + " tokens · " + str(t.finish_reason),
+        el("pre", {{"class": "prompt"}}, str(t.prompt).slice(-600)), el("pre", {{}}, str(t.reply))));
+    }}
+    return d;
+  }}));
 }}
 const q = new URLSearchParams(location.hash.slice(1));  // e.g. page.html#role=evaluator&min=0.5
 for (const k of ["split", "step", "role", "min"]) if (q.has(k)) $(k).value = q.get(k);
@@ -192,27 +277,54 @@ if (q.has("open"))  // #open=2 expands the first two episodes shown
 """
 
 
+def _metric_rows(path: Path) -> list[dict]:
+    """metrics.jsonl's rows as {"step": int, key: finite number}: a torn last line (a killed run) and
+    anything that is not a number are left out."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            x = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(x, dict) and isinstance(x.get("step"), int) and not isinstance(x["step"], bool):
+            rows.append({k: v for k, v in x.items() if k == "step" or _number(v)})
+    return rows
+
+
+def _embed(records: list[dict]) -> str:
+    """The records as JSON that is safe inside <script type="application/json">: no '<', '>' or '&' (so
+    no "</script>" nor "<!--<script>", which would swallow the page), no U+2028/2029."""
+    data = json.dumps(records, default=str)
+    for c, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        data = data.replace(c, esc)
+    return data
+
+
+def page_html(records: list[dict], rows: list[dict], title: str) -> str:
+    """The static page for these records and metrics rows (write_html's content)."""
+    roles = sorted({k.split("/", 2)[2] for x in rows for k in x if k.startswith(("train/reward/", "val/reward/"))}
+                   | {str(t.get("role")) for r in records for t in r.get("turns") or [] if isinstance(t, dict)})
+    charts = _svg_curves(rows, "train", roles) + _svg_curves(rows, "val", roles)
+    return PAGE.format(title=html.escape(title), charts=charts, data=_embed(records))
+
+
 def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
     """A static page (no network, no server): per-role reward curves from metrics.jsonl and a
-    browsable, filterable sample of the run's episodes (the newest `max_episodes`)."""
+    browsable, filterable sample of the run's episodes (the newest `max_episodes`). A bad trajectory
+    file is a TrajectoryError naming file:line and the field."""
     run_dir = Path(run_dir)
     path = Path(path) if path else run_dir / "view.html"
-    metrics = run_dir / "metrics.jsonl"
-    rows = []
-    if metrics.exists():
-        for line in metrics.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
+    rows = _metric_rows(run_dir / "metrics.jsonl")
     tdir = run_dir / "trajectories"
     records = read(tdir) if tdir.is_dir() else []
-    records = sorted(records, key=lambda r: (r.get("step", 0), r.get("split", "")))[-max_episodes:]
-    roles = sorted({k.split("/", 2)[2] for x in rows for k in x if k.startswith(("train/reward/", "val/reward/"))}
-                   | {t["role"] for r in records for t in r["turns"]})
-    charts = _svg_curves(rows, "train", roles) + _svg_curves(rows, "val", roles)
-    data = json.dumps(records, default=str).replace("</", "<\\/")  # no "</script>" inside the JSON
-    path.write_text(PAGE.format(title=html.escape(str(run_dir)), charts=charts, data=data), encoding="utf-8")
+    records = sorted(records, key=lambda r: (r.get("step") or 0, r.get("split") or ""))[-max_episodes:]
+    try:
+        text = page_html(records, rows, str(run_dir))
+    except RecursionError:
+        raise TrajectoryError(f"{tdir}: a record nests too deeply to show") from None
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -232,7 +344,12 @@ def main(argv=None):
     a = p.parse_args(argv)
     path = Path(a.path)
     if a.html is not None:
-        print(write_html(path, a.html or None))
+        if not path.is_dir():
+            raise SystemExit(f"error: {path} is not a run directory")
+        try:
+            print(write_html(path, a.html or None))
+        except (TrajectoryError, OSError) as e:
+            raise SystemExit(f"error: {e}") from None
         return
     if path.is_dir() and (path / "trajectories").is_dir():
         path = path / "trajectories"
@@ -240,13 +357,13 @@ def main(argv=None):
         raise SystemExit(f"error: {path} does not exist")
     try:
         records = read(path)
-    except ValueError as e:
+    except TrajectoryError as e:
         raise SystemExit(f"error: {e}") from None
     chosen = select(records, a.step, a.role, a.split, a.min_reward, a.max_reward)
     print(f"{len(chosen)} of {len(records)} episodes match")
     for r in chosen[:a.limit]:
         if a.full:
-            print(f"=== task {r['task_id']} ({r['split']} step {r['step']}) metrics {r.get('metrics')}")
+            print(f"=== task {r.get('task_id')} ({r.get('split')} step {r.get('step')}) metrics {r.get('metrics')}")
             for t in r["turns"]:
                 if a.role is None or t["role"] == a.role:
                     print(f"--- [{t['role']}] reward {t['reward']} · {t['reply_tokens']} tokens · {t['finish_reason']}\n"

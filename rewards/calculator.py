@@ -77,9 +77,12 @@ from pathlib import Path
 
 import numpy as np
 
+import trajectories
 from agents.math_team import parse_verdict
 from agents.video_team import answer_format, parse_choice, parse_clip_ids, parse_triples, report_lines, temporal_reference
 from rewards.math import extract_answer, math_reward
+
+TrajectoryError, check_record = trajectories.TrajectoryError, trajectories.check_record  # their home: trajectories.py
 
 COMPONENTS = ("completion", "efficiency", "quality", "reasoning")
 DEFAULT_WEIGHTS = {"completion": 0.4, "efficiency": 0.2, "quality": 0.3, "reasoning": 0.1}
@@ -89,18 +92,14 @@ WORKFLOWS = ("math_3agent", "math_single", "video", "generic")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-class TrajectoryError(ValueError):
-    """A trajectory line that is not a usable record; the message names file:line."""
-
-
 # --------------------------------------------------------------------------------------------
-# reading trajectory files
+# reading trajectory files: trajectories.py checks every record (one checker for every reader)
 
 
 def load_records(patterns, with_source: bool = False) -> list:
-    """Every episode record of the files matching the globs (or directories: their *.jsonl), checked:
-    a line that is not JSON, or a record without turns / a turn without role, reply or reward, is a
-    TrajectoryError naming file:line. with_source=True returns (f"{file}:{line}", record) pairs."""
+    """Every episode record of the files matching the globs (or directories: their *.jsonl), checked
+    by trajectories.read: a line that is not UTF-8 or JSON, or a record with a field of the wrong
+    type, is a TrajectoryError naming file:line. with_source=True returns (f"{file}:{line}", record)."""
     patterns = [patterns] if isinstance(patterns, (str, Path)) else list(patterns)
     files = []
     for p in patterns:
@@ -110,50 +109,7 @@ def load_records(patterns, with_source: bool = False) -> list:
         if not found or not all(f.is_file() for f in found):
             raise FileNotFoundError(f"no trajectory file matches {p}")
         files += found
-    out = []
-    for f in files:
-        try:
-            lines = f.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as e:
-            raise TrajectoryError(f"{f}: not UTF-8 text ({e})") from None
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            where = f"{f}:{i}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TrajectoryError(f"{where}: not a trajectory record (bad JSON: {e})") from None
-            check_record(rec, where)
-            out.append((where, rec) if with_source else rec)
-    return out
-
-
-def check_record(rec, where: str = "record"):
-    """Raise TrajectoryError naming `where` and the field when `rec` is not an episode record."""
-    if not isinstance(rec, dict):
-        raise TrajectoryError(f"{where}: not a trajectory record (a JSON {type(rec).__name__}, not an object)")
-    if not isinstance(rec.get("turns"), list):
-        raise TrajectoryError(f"{where}: field 'turns' is missing or not a list")
-    if rec.get("task") is not None and not isinstance(rec["task"], dict):
-        raise TrajectoryError(f"{where}: field 'task' must be an object")
-    if rec.get("metrics") is not None and not isinstance(rec["metrics"], dict):
-        raise TrajectoryError(f"{where}: field 'metrics' must be an object")
-    for k, t in enumerate(rec["turns"]):
-        if not isinstance(t, dict):
-            raise TrajectoryError(f"{where}: turns[{k}] is not an object")
-        for key in ("role", "reply"):
-            if not isinstance(t.get(key), str):
-                raise TrajectoryError(f"{where}: turns[{k}].{key} is missing or not a string")
-        if "prompt" in t and not isinstance(t["prompt"], str):
-            raise TrajectoryError(f"{where}: turns[{k}].prompt is not a string")
-        for key in ("reward", "env_reward"):
-            r = t.get(key)
-            if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)):
-                raise TrajectoryError(f"{where}: turns[{k}].{key} must be a finite number or null, got {r!r}")
-        n = t.get("reply_tokens")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-            raise TrajectoryError(f"{where}: turns[{k}].reply_tokens must be an integer >= 0, got {n!r}")
+    return [r for f in files for r in trajectories.read(f, with_source=with_source)]
 
 
 def detect_workflow(rec: dict) -> str:

@@ -33,6 +33,10 @@ def with_(section, **kw):
     (dataclasses.replace(BASE, roles=(RoleConfig("a"), RoleConfig("a"))), "roles"),
     (dataclasses.replace(BASE, roles=tuple(dataclasses.replace(r, trainable=False) for r in BASE.roles)), "roles"),
     (dataclasses.replace(BASE, roles=(RoleConfig("a", temperature=0.0),)), "roles[0].temperature"),
+    # issue 25: these passed validation and trained
+    (with_("algo", dual_clip=float("nan")), "algo.dual_clip"), (with_("algo", kl_target=float("nan")), "algo.kl_target"),
+    (with_("algo", vf_clip=float("nan")), "algo.vf_clip"), (with_("algo", vf_clip=float("inf")), "algo.vf_clip"),
+    (with_("trainer", total_epochs=-1), "trainer.total_epochs"), (with_("trainer", total_epochs=0), "trainer.total_epochs"),
 ])
 def test_bad_values_name_their_field(cfg, field):
     """Values are checked by Config.validate, names where they are defined (workflows, learner): all
@@ -43,6 +47,49 @@ def test_bad_values_name_their_field(cfg, field):
         cfg.validate()
         check_names(cfg)
         learner.check_names(cfg)
+
+
+def _float_fields(obj, name=""):
+    for f in dataclasses.fields(obj):
+        v, n = getattr(obj, f.name), f"{name}{f.name}"
+        if dataclasses.is_dataclass(v):
+            yield from _float_fields(v, n + ".")
+        elif isinstance(v, float) or f.type in ("float", "float | None"):
+            yield n
+
+
+def test_nan_in_any_number_is_refused_by_name():
+    """Every float field of every section (roles too): NaN is never a setting."""
+    names = list(_float_fields(BASE))
+    assert len(names) > 15 and "algo.dual_clip" in names and "algo.vf_clip" in names
+    for name in names:
+        section, _, field = name.rpartition(".")
+        cfg = with_(section, **{field: float("nan")}) if section else dataclasses.replace(BASE, **{field: float("nan")})
+        with pytest.raises(ValueError, match=f"config field {name}"):
+            cfg.validate()
+    roles = tuple(dataclasses.replace(r, temperature=float("nan")) if k == 1 else r for k, r in enumerate(BASE.roles))
+    with pytest.raises(ValueError, match=r"config field roles\[1\]\.temperature"):
+        dataclasses.replace(BASE, roles=roles).validate()
+
+
+def test_an_init_from_adapter_of_another_base_is_named(tmp_path):
+    import json
+    d = tmp_path / "adapter"
+    d.mkdir()
+    (d / "adapter_model.safetensors").write_bytes(b"")
+    (d / "adapter_config.json").write_text(json.dumps({"target_modules": list(BASE.lora.targets),
+                                                      "base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
+    cfg = dataclasses.replace(BASE, roles=tuple(dataclasses.replace(r, init_from=str(d)) if k == 1 else r
+                                                for k, r in enumerate(BASE.roles)))
+    with pytest.warns(UserWarning, match=r"roles\[1\]\.init_from: .* base model 'Qwen/Qwen2.5-0.5B', but model.spec is "
+                                         r"'tiny'"):
+        cfg.validate()
+    (d / "adapter_config.json").write_text(json.dumps({"target_modules": list(BASE.lora.targets),
+                                                      "base_model_name_or_path": "tiny"}))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg.validate()  # the same base: no word
 
 
 def test_the_shipped_configs_validate():

@@ -186,3 +186,38 @@ def test_code_task_rows_name_file_line_and_field(tmp_path, row, field):
     p.write_bytes(b'{"prompt": "\\xff"}\n\xff\n')
     with pytest.raises(DataError, match="not UTF-8"):
         load_code_tasks(str(p))
+
+
+def test_datasets_that_cannot_be_read_name_the_spec(tmp_path):
+    """Before issue 25: ArrowInvalid for a garbage parquet, a raw FileNotFoundError for an empty or
+    broken save_to_disk directory, a ConnectionError for a hub name without network."""
+    datasets = pytest.importorskip("datasets")
+    from data.math_data import load_math
+    (tmp_path / "garbage.parquet").write_bytes(b"PAR1 not really\x00\x01")
+    (tmp_path / "empty").mkdir()
+    dd = datasets.DatasetDict({"test": datasets.Dataset.from_dict({"question": ["1+1?"], "answer": ["2"]})})
+    dd.save_to_disk(str(tmp_path / "broken"))
+    for f in (tmp_path / "broken" / "test").glob("*.arrow"):
+        f.write_bytes(f.read_bytes()[:40])
+    (tmp_path / "noinfo").mkdir()
+    (tmp_path / "noinfo" / "dataset_dict.json").write_text("{not json")
+    for spec in (str(tmp_path / "garbage.parquet"), f"hf:{tmp_path / 'empty'}::test", f"hf:{tmp_path / 'broken'}::test",
+                 f"hf:{tmp_path / 'noinfo'}::test"):
+        with pytest.raises(DataError, match=rf"^{re.escape(spec)}: cannot be read as a dataset \(\w+"):
+            load_math(spec)
+
+
+def test_a_hub_dataset_without_network_is_one_line(tmp_path):
+    pytest.importorskip("datasets")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "train.py"), "--config", str(root / "configs" / "tiny_math_3agent.py"),
+                        "--trainer.output-dir", str(tmp_path / "run"), "--data.val-files", "hf:openai/gsm8k:main:test"],
+                       capture_output=True, text=True, timeout=300, cwd=root,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: hf:openai/gsm8k:main:test: cannot be read as a dataset")
+    assert "prepare_hf.py" in r.stderr

@@ -1,4 +1,5 @@
-"""Nothing a model writes can crash or stall training (issue 11 §3): math, search and tool-call parsers.
+"""Nothing a model writes can crash or stall training (issue 11 §3, issue 25 §2): every reply parser
+and every workflow's `step`.
 
 Replies are at most ~1024 tokens (4-8 kB); every hostile reply here is >= 32 kB (4x that, and
 more) of the shapes that break regexes and number parsing: long runs of one character, a phrase a
@@ -9,23 +10,41 @@ regex, so a regression fails here in seconds instead of hanging the suite; the m
 cases are milliseconds: `python bench/hostile_parsers.py` prints them). Before the fix,
 "Verdict" + 1000 spaces took 20 s in parse_verdict and "The answer is" + 2000 spaces + "x$ y"
 60 s in extract_answer (both cubic), and parse_query("Query: ") raised IndexError.
+
+Issue 25 found a shape the set missed: a marker, one character, a long blank run, one more
+character. "<tool_call>a" + 64k spaces + "b" took 53 s in parse_tool_call (a lazy `.*?` followed by
+`\s*` and an alternative backtracks over every blank), and the research env's step inherited it;
+2000 one-line hunks against a 20k-line file took 12-31 s in envs/swe.apply_patch. So every marker any
+parser looks for (MARKERS) now comes in that shape, with newlines, and repeated; every workflow's
+`step` is fuzzed with the whole set (each step under STEP_BOUND_S) and with 1 MB replies of the
+shapes that were slow (each step under STEP_BOUND_S: the issue asks ~1 s; the bound is generous so
+a loaded machine does not flake, and `python bench/hostile_parsers.py` prints the measured times).
 """
 from __future__ import annotations
 
 import math
 import random
+import re
 import signal
 import time
 from contextlib import contextmanager
 
 import pytest
 
+from agents import swe_team
 from agents.math_team import parse_verdict
+from agents.research_team import clean_doc_id, parse_citations, parse_plan, parse_report
 from agents.search_team import MAX_QUERY_CHARS, parse_answer, parse_query
+from agents.tool_agent import read_final
+from envs.code_team import CodeTeamEnv, complete_code
 from envs.math_3agent import MathTeamEnv
-from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
 from envs.math_single import MathSingleEnv
+from envs.math_tool import MathToolEnv
+from envs.swe import PatchError, SWETeamEnv, apply_edits, apply_patch
+from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
+from envs.toy import ToyEnv
 from rewards import qa
+from rewards.code import extract_code
 from rewards.math import TIMEOUT_S, _answer_is, _last_boxed, extract_answer, is_equiv, math_reward, normalize
 
 N = 32 * 1024  # 4x the longest configured reply, rounded up
@@ -103,6 +122,19 @@ HOSTILE = {
     "random printable": lambda: _random_text(1, "".join(map(chr, range(32, 127))) + "\n\t"),
 }
 
+# what any parser looks for (agents/, rewards/, envs/tools.py, envs/swe.py): each in the shape that
+# backtracks (marker + a + blanks + b: the lazy-then-blanks regex), with newlines, and repeated
+MARKERS = ("<tool_call>", "</tool_call>", "```json\n{", "```", '"name":', "Action:", "Action: calculator[",
+           "Action: calculator\nAction Input:", "[", "]", "\\boxed{", "####", "The answer is", "Verdict:", "verdict",
+           "not", "$", "Query:", "Answer:", "Search again", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE",
+           "--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1 +1 @@\n", "@@", "ACCEPT", "```diff\n", "```python\n",
+           "def add(", "Sub-question 1:", "1.", "Citations:", "[doc", "search[", "read_doc[", "note[", "id:", "?",
+           "\\", "{", "}", "(", '"', ":")
+for _k in MARKERS:
+    HOSTILE[f"{_k!r} + a + spaces + b"] = lambda k=_k: k + "a" + " " * N + "b"
+    HOSTILE[f"{_k!r} + a + newlines + b"] = lambda k=_k: k + "a" + "\n" * N + "b"
+    HOSTILE[f"({_k!r} + a) repeated"] = lambda k=_k: _rep(k + "a ")
+
 
 def _kind(*types):
     return lambda r: isinstance(r, types)
@@ -127,7 +159,29 @@ PARSERS = {
     "parse_tool_call": (lambda s: parse_tool_call(s, [CALCULATOR, PYTHON, ANSWER]), _kind(ToolCall, str, type(None))),
     "calculate": (calculate, _kind(str)),
     "calculate(short)": (lambda s: calculate(s[:150]), _kind(str)),
+    "swe parse_edits": (swe_team.parse_edits, lambda r: isinstance(r, tuple) and len(r) == 2),
+    "swe extract_diff": (swe_team.extract_diff, _kind(str, type(None))),
+    "swe parse_verdict": (swe_team.parse_verdict, _kind(bool, type(None))),
+    "swe apply_patch": (lambda s: _patched(apply_patch, s), _kind(dict, str)),
+    "swe apply_edits": (lambda s: apply_edits(REPO, swe_team.parse_edits(s)[0], set()), _kind(tuple)),
+    "parse_plan": (parse_plan, _kind(list)),
+    "parse_report": (parse_report, _kind(tuple)),
+    "parse_citations": (parse_citations, _kind(list)),
+    "clean_doc_id": (clean_doc_id, _kind(str)),
+    "read_final": (read_final, _kind(str, type(None))),
+    "extract_code": (extract_code, _kind(str)),
+    "complete_code": (lambda s: complete_code(s, {"prompt": "def add(a, b):\n", "entry_point": "add"}), _kind(str)),
 }
+REPO = {"calc/__init__.py": "from .ops import add\n", "calc/ops.py": "def add(a, b):\n    return a - b\n",
+        "tests/test_ops.py": "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"}
+
+
+def _patched(fn, text):
+    try:
+        return fn(REPO, swe_team.extract_diff(text) or text)
+    except PatchError as e:
+        return str(e)
+
 # a deadline, not a speed target: parsers take milliseconds; math_reward may spend its worker's
 # whole deadline on one answer plus a worker restart
 BOUND_S = {name: 2.0 for name in PARSERS} | {"math_reward(reply)": TIMEOUT_S + 10, "math_reward(gold)": TIMEOUT_S + 10}
@@ -242,10 +296,19 @@ def test_short_garbage_never_raises():
 # ---------------------------------------------------------------------------------- envs
 
 
-def _drive(env, task, replies, max_turns=12):
+STEP_BOUND_S = 3.0  # one env.step on one hostile reply (issue 25: ~1 s; measured: bench/hostile_parsers.py)
+
+
+def _drive(env, task, replies, max_turns=12, label="step"):
+    """Play one episode with these replies in turn; each step must end within STEP_BOUND_S (a stuck
+    regex is interrupted, so a regression fails here instead of hanging the suite)."""
     turn, n = env.reset(task), 0
     while turn is not None and n < max_turns:
-        turn = env.step(replies[n % len(replies)])
+        t = time.perf_counter()
+        with bounded(STEP_BOUND_S + 1, f"{label}, step {n}"):
+            turn = env.step(replies[n % len(replies)])
+        took = time.perf_counter() - t
+        assert took <= STEP_BOUND_S, f"{label}, step {n} ({turn and turn.role}) took {took:.2f} s"
         n += 1
     assert turn is None, "the episode did not end"
     rewards, metrics = env.turn_rewards(), env.metrics()
@@ -281,3 +344,118 @@ def test_search_env_never_raises_on_hostile_replies(hostile):
             _drive(SearchTeamEnv(max_refinement_iterations=2), task, [text])
             _drive(SearchTeamEnv(max_refinement_iterations=2), task,
                    [text, "Search again: more", "Query: " + text, texts[(i + 3) % len(texts)]])
+
+
+MATH_TASK = {"question": "What is 2 + 3?", "answer": "5"}
+CODE_TASK = {"prompt": "def add(a, b):\n", "tests": ["assert add(1, 2) == 3"], "entry_point": "add", "question": "add"}
+BIG_FILE = "".join(f"x{i} = {i}\n" for i in range(20_000))  # 20k lines: apply_patch's nearest-match scan
+
+
+def _swe_task(big: bool = False):
+    from envs.swe import make_patch
+    base = {**REPO, "calc/big.py": BIG_FILE} if big else dict(REPO)
+    tests = {**base, "tests/test_ops.py": base["tests/test_ops.py"] + "\n\ndef test_add2():\n    assert add(1, 1) == 2\n"}
+    return {"instance_id": "calc-1", "repo": "me/calc", "base_commit": "0" * 40, "repo_files": base,
+            "problem_statement": "add(2, 3) returns -1", "patch": make_patch(base, {**base, "calc/ops.py": "def add(a, b):\n"
+                                                                                   "    return a + b\n"}),
+            "test_patch": make_patch(base, tests), "FAIL_TO_PASS": ["tests/test_ops.py::test_add2"],
+            "PASS_TO_PASS": []}
+
+
+def _research():
+    from envs.research import ResearchEnv
+    return ResearchEnv(max_sub_questions=2, max_rounds=2)
+
+
+def _react(style, tools, reward="math"):
+    from envs.react import ToolAgentEnv
+    return lambda: ToolAgentEnv(style, tools, reward=reward)
+
+
+# every built-in workflow (config.py's list): name -> (make env, task, every k-th hostile reply). The
+# math and search envs have their own tests above (every reply, twice); envs whose step runs the
+# reply in the sandbox take a sample (such a step costs a sandbox start, not parsing time)
+WORKFLOWS = {
+    "toy": (ToyEnv, {"question": "Say something.", "answer": ""}, 1),
+    "math_single": (MathSingleEnv, MATH_TASK, 0),
+    "math_3agent": (lambda: MathTeamEnv(max_refinement_iterations=1), MATH_TASK, 0),
+    "math_tool": (lambda: MathToolEnv(max_refinement_iterations=1), MATH_TASK, 8),
+    "code": (lambda: CodeTeamEnv(max_refinement_iterations=1), CODE_TASK, 32),
+    "search": (None, {"question": "In which country is the city of Vorla?", "answer": "Kalomi", "support": ["city0_0"]}, 0),
+    "react": (_react("react", ("calculator", "search")), MATH_TASK, 1),
+    "react (code)": (_react("code", ("python",), "code"), CODE_TASK, 32),
+    "research": (_research, {"question": "In which country was the founder of Zorblax born?", "answer": "Kalomi",
+                             "support": ["company0", "person0", "country0"]}, 2),
+    "swe": (lambda: SWETeamEnv(max_analyzer_calls=1, max_validator_calls=1, max_refinement_iterations=1), None, 3),
+}
+
+
+def _workflow(name):
+    make, task, every = WORKFLOWS[name]
+    if name in ("search", "research", "react"):
+        pytest.importorskip("bm25s")
+    if name == "search":
+        from envs.search_team import SearchTeamEnv
+        make = lambda: SearchTeamEnv(max_refinement_iterations=1)  # noqa: E731
+    return make, task if task is not None else _swe_task(), every
+
+
+def test_every_builtin_workflow_is_fuzzed():
+    import config
+    import inspect
+    builtin = set(re.findall(r'"(\w+)"', inspect.getsource(config).split("builtin = (", 1)[1].split(")", 1)[0]))
+    assert builtin == {n.split(" ")[0] for n in WORKFLOWS}
+
+
+@pytest.mark.parametrize("name", [n for n, (_, _, every) in WORKFLOWS.items() if every])
+def test_every_workflow_step_is_fast_on_hostile_replies(name, hostile):
+    """Each hostile reply as every turn of an episode; every step within STEP_BOUND_S."""
+    make, task, every = _workflow(name)
+    math_reward("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")  # the math-verify worker starts outside the timing
+    for text_name in list(hostile)[::every]:
+        _drive(make(), task, [hostile[text_name]], label=f"{name} on {text_name!r}")
+
+
+MB = 2 ** 20
+# the shapes that were slow before issue 25, at 1 MB (the largest reply the issue asks about)
+SLOW_BEFORE = {
+    "<tool_call>a + 1 MB of spaces + b": lambda: "<tool_call>a" + " " * MB + "b",
+    "<tool_call>a + 1 MB of newlines + b": lambda: "<tool_call>a" + "\n" * MB + "b",
+    "Action: a + 1 MB of spaces + b": lambda: "Action: a" + " " * MB + "b",
+    "Action Input: a + 1 MB of spaces + b": lambda: "Action: calculator\nAction Input:a" + " " * MB + "b",
+    "```json { repeated to 1 MB": lambda: _rep("```json\n{", MB),
+    "Action: calculator[ repeated to 1 MB": lambda: _rep("Action: calculator[", MB),
+}
+
+
+@pytest.mark.parametrize("name", list(WORKFLOWS))
+def test_1mb_replies_keep_every_step_within_budget(name):
+    make, task, every = _workflow(name)
+    math_reward("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")
+    for text_name, gen in list(SLOW_BEFORE.items())[::3 if every > 8 else 2 if every > 1 else 1]:
+        text = gen()
+        assert len(text) >= MB
+        _drive(make(), task, [text], label=f"{name} on {text_name!r}")
+
+
+def test_swe_writer_step_is_linear_in_the_patch():
+    """2000 one-line hunks against a 20k-line file (12-31 s before), as a diff and as edit blocks."""
+    task = _swe_task(big=True)
+    hunks = "".join(f"@@ -{i + 1},1 +{i + 1},1 @@\n-x{i} = {i}\n+x{i} = {i + 1}\n" for i in range(0, 20_000, 10))
+    diff = "--- a/calc/big.py\n+++ b/calc/big.py\n" + hunks
+    blocks = "".join(f"calc/big.py\n<<<<<<< SEARCH\nx{i} = {i}\n=======\nx{i} = {i + 1}\n>>>>>>> REPLACE\n"
+                     for i in range(0, 20_000, 10))
+    for reply in (diff, "```diff\n" + diff + "```", blocks, blocks.replace(" = ", " =  ")):
+        env = SWETeamEnv(max_analyzer_calls=0)
+        env.reset(task)
+        env.step("calc/big.py")
+        t = time.perf_counter()
+        with bounded(STEP_BOUND_S + 1, "writer step"):
+            env.step(reply)
+        assert time.perf_counter() - t <= STEP_BOUND_S
+    assert env.history[-1][1].startswith("NOT applied") and "at most" in env.history[-1][1]  # 2000 blocks: too many
+    env = SWETeamEnv(max_analyzer_calls=0)
+    env.reset(task)
+    env.step("calc/big.py")
+    env.step(diff)
+    assert env.work["calc/big.py"].count("\n") == 20_000 and "x10 = 11\n" in env.work["calc/big.py"]

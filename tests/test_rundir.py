@@ -89,6 +89,43 @@ def test_an_explicit_bad_checkpoint_is_a_clear_error(run3):
         load_adapters(load_model("tiny")[0], ck(run3, 2), ["speaker"])
 
 
+# what eval.py, play.py and export.py got before issue 25: a SafetensorError without the file's name, a
+# bare JSONDecodeError, a PytorchStreamReader error; export.py merged a NaN adapter and wrote the model
+ENTRY_CORRUPTIONS = {
+    **CORRUPTIONS,
+    "garbage config.json": lambda c: ((c / "config.json").write_text("{not json"), remanifest(c)),
+    "config.json of the wrong shape": lambda c: ((c / "config.json").write_text('{"trainer": 3}'), remanifest(c)),
+    "NaN in an adapter, manifest rewritten": lambda c: (put_nan(c / "adapters" / "speaker" / "adapter_model.safetensors"),
+                                                        remanifest(c)),
+    "truncated adapter, manifest rewritten": lambda c: (truncate(c / "adapters" / "speaker" / "adapter_model.safetensors"),
+                                                        remanifest(c)),
+}
+
+
+def test_eval_play_and_export_check_a_checkpoint_as_resume_does(run3, tmp_path):
+    """Every entry point that loads a checkpoint gives one line naming the bad file (and writes nothing)."""
+    import shutil
+
+    import eval as eval_
+    import export
+    import play
+    for name, corrupt in ENTRY_CORRUPTIONS.items():
+        c = tmp_path / name.replace(" ", "_") / "step_000003"
+        shutil.copytree(ck(run3, 3), c)
+        corrupt(c)
+        for label, call in (("eval", lambda: eval_.main(["--checkpoint", str(c), "--out", str(tmp_path / "ev")])),
+                            ("play", lambda: play.main(["What is 2 + 2?", "--checkpoint", str(c)])),
+                            ("export", lambda: export.export(c, tmp_path / "exported"))):
+            with pytest.raises(SystemExit) as e:
+                call()
+            msg = str(e.value.code)
+            assert msg.startswith(f"error: {c} cannot be loaded: {c}") and "\n" not in msg, (name, label, msg)
+        assert not (tmp_path / "exported").exists() and not (tmp_path / "ev").exists()
+    r = subprocess.run([os.sys.executable, "export.py", "--checkpoint", str(c), "--out", str(tmp_path / "x")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr[-2000:]
+
+
 def test_a_torn_metrics_line_does_not_stop_a_resume(run3):
     with open(run3 / "metrics.jsonl", "a") as f:
         f.write('{"step": 4, "train/rew')  # SIGKILL mid-write

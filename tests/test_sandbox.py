@@ -2,9 +2,11 @@
 (trainer) process running and the host unchanged. And code rewards that cannot be forged."""
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,15 +20,29 @@ SECRET = "troupe-secret-4242"
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    """A host directory with files to protect, a live loopback listener, and a secret in our env."""
+    """A host directory with files to protect, a live loopback listener, a listening unix socket
+    under a tree the sandbox sees read-only (the Python installation, when we may write there), and
+    a secret in our env."""
     d = tmp_path_factory.mktemp("host")
     (d / "keep.txt").write_text("precious")
     os.environ["WANDB_API_KEY"] = SECRET
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen()
-    yield d, s.getsockname()[1]
+    u, udir = socket.socket(socket.AF_UNIX), None
+    try:
+        udir = tempfile.mkdtemp(prefix="troupe-test-", dir=sys.base_prefix)
+        os.chmod(udir, 0o755)
+        u.bind(os.path.join(udir, "s"))
+        os.chmod(os.path.join(udir, "s"), 0o777)
+        u.listen()
+    except OSError:
+        pass  # not writable: the AF_UNIX attacks still run (and must fail) against a path that is not there
+    yield d, s.getsockname()[1], os.path.join(udir or "/nonexistent", "s")
     s.close()
+    u.close()
+    if udir:
+        shutil.rmtree(udir, ignore_errors=True)
 
 
 def snapshot(d: Path):
@@ -104,6 +120,18 @@ ATTACKS = {
         "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('8.8.8.8', 53)); "
         "print('PWNED')",
         "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/systemd/private'); print('PWNED')",
+        # a listening unix socket under a read-only bind (the Python installation): connect() is not a write
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('{sock}'); s.sendall(b'PWNED'); print('PWNED')",
+        "import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); print('PWNED')",
+    ],
+    "hold memory outside the limit": [  # mem_mb=512: each would hold >= 480 MB that RLIMIT_AS does not count
+        "import os\nfds = [os.memfd_create(f'm{{i}}') for i in range(60)]\n"
+        "for fd in fds:\n    os.ftruncate(fd, 8 << 20); os.pwrite(fd, b'x' * (8 << 20), 0)\nprint('PWNED')",
+        LIBC + "libc.shmat.restype = ctypes.c_void_p\nfor i in range(32):\n    sid = libc.shmget(0, 16 << 20, 0o1600)\n"
+               "    assert sid >= 0\n    a = libc.shmat(sid, None, 0)\n"
+               "    ctypes.memset(a, 1, 16 << 20); libc.shmdt(ctypes.c_void_p(a))\nprint('PWNED')",
+        LIBC + "q = libc.msgget(0, 0o1600)\nassert q >= 0\nprint('PWNED')",
+        LIBC + "q = libc.mq_open(b'/q', 0o100 | 0o2, 0o600, None)\nassert q >= 0\nprint('PWNED')",
     ],
     "fill the disk": [
         "open('big', 'w').write('x' * (64 << 20)); print('PWNED')",
@@ -142,10 +170,10 @@ def host_comms():
 
 @pytest.mark.parametrize("category, k", [(c, k) for c, codes in ATTACKS.items() for k in range(len(codes))])
 def test_attack_fails_and_changes_nothing(host, category, k):
-    d, port = host
+    d, port, sock = host
     before, limits, prio = snapshot(d), resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0)
     marker = f"trp{os.getpid() % 10000}{k}"
-    code = ATTACKS[category][k].format(d=d, port=port, pid=os.getpid(), marker=marker)
+    code = ATTACKS[category][k].format(d=d, port=port, pid=os.getpid(), marker=marker, sock=sock)
     r = run_python(code, timeout=2, cpu_s=1, mem_mb=512, disk_mb=8)
     assert "PWNED" not in r.stdout, (category, k, r)
     assert SECRET not in r.stdout + r.stderr
@@ -183,15 +211,24 @@ def test_what_the_code_sees():
     assert "a.txt" not in run_python("import os; print(os.listdir('.'))").stdout  # a fresh tmpfs each run
 
 
+def test_what_still_works_without_unix_sockets_and_memfd():
+    """asyncio (a socketpair), ctypes callbacks (libffi falls back from memfd) and sqlite still run."""
+    r = run_python("import asyncio, ctypes, socket, sqlite3\nasync def f():\n    return 40\n"
+                   "cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x + 1)\na, b = socket.socketpair()\n"
+                   "a.send(b'!')\nprint(cb(asyncio.run(f())), b.recv(1).decode(), "
+                   "sqlite3.connect(':memory:').execute('select 1').fetchone()[0])")
+    assert r.ok and r.stdout == "41 ! 1\n", r
+
+
 def test_the_trainer_keeps_running_after_everything():
     assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True).returncode == 0
 
 
 # ---------------------------------------------------------------------------------- unforgeable code rewards
 
-# Every test of TASK is judged outside the solution's process: two `== literal` ones by run_tests
-# itself, the abs(...) one by the judge sandbox. A forgery scores what an honest function returning
-# the same values would, never more.
+# Every test runs in a judge sandbox that runs none of the solution's code; the solution's function is
+# called through a pipe and only plain data comes back (rewards/code.py). A forgery scores what an
+# honest function returning the same values would, never more.
 TASK = {"entry_point": "add", "tests": "def check(candidate):\n    assert True, 'not a test'\n"
                                        "    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
                                        "    assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9\n"}
@@ -228,6 +265,17 @@ FORGERIES = {
         "import sys\ndef add(a, b):\n    g = sys._getframe(1).f_globals\n    real = g['emit']\n"
         "    g['emit'] = lambda d: real({**d, 'ok': True, 'values': ['3'] * len(d.get('values', [0]))})\n"
         "    g['plain'] = lambda v: v\n    return 0\n"),
+    "the harness found through gc and every frame": (
+        "import gc, json, os, sys\ndef add(a, b):\n    for o in gc.get_objects():\n"
+        "        if callable(o) and getattr(o, '__name__', '') in ('emit', 'report'):\n"
+        "            for i in range(5):\n                try:\n                    o({'i': i, 'ok': True, 'values': ['3']})\n"
+        "                except Exception:\n                    pass\n"
+        "    for f in sys._current_frames().values():\n        while f is not None:\n"
+        "            for v in list(f.f_globals.values()) + list(f.f_locals.values()):\n"
+        "                if isinstance(v, str) and v.startswith('@@'):\n"
+        "                    for i in range(5):\n"
+        "                        os.write(1, (v + json.dumps({'i': i, 'ok': True}) + '\\n').encode())\n"
+        "            f = f.f_back\n    return 0\n"),
 }
 
 
@@ -243,9 +291,7 @@ def test_honest_solutions_score_what_they_pass():
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_forged_results_do_not_pay(name):
     res = run_tests(FORGERIES[name], TASK)
-    assert res.total == 3 and 0.0 <= res.reward <= 1.0
-    # at most what a function that really returns 3 gets: the forged values are all '3'
-    assert res.passed <= 1 if "emit" in name else res.passed == 0, (name, res)
+    assert res.total == 3 and res.passed == 0, (name, res)
 
 
 def test_forgeries_cannot_break_the_code_team_env():
@@ -257,25 +303,24 @@ def test_forgeries_cannot_break_the_code_team_env():
     assert env.turn_rewards() == [0.0, 0.0] and env.metrics()["final_success"] == 0.0
 
 
-# An assert that reads a setup variable runs in the solution's process (module docstring of
-# rewards/code.py): always-equal objects still fail it, a harness-hunting solution does not.
+# An assert that reads a setup variable ran next to the solution before issue 25, where a solution
+# that patched its harness passed it; now every assert runs in the judge.
 IN_PROCESS = {"entry_point": "add", "tests": "def check(candidate):\n    x = 1\n    assert candidate(x, 2) == 3\n"}
 
 
-def test_in_process_asserts_refuse_fake_objects_but_not_harness_hunters():
+def test_asserts_on_setup_variables_refuse_fake_objects_and_harness_hunters():
     assert run_tests(RIGHT, IN_PROCESS).reward == 1.0 and run_tests(WRONG, IN_PROCESS).reward == 0.0
     for name in ("an object equal to everything", "an int subclass equal to everything"):
         res = run_tests(FORGERIES[name], IN_PROCESS)
-        assert res.reward == 0.0 and "not plain data" in res.failures[0], res
-    # the documented limit: same-process asserts cannot stop a solution that patches its harness
-    assert run_tests(FORGERIES["patch the harness's emit"], IN_PROCESS).reward == 1.0
+        assert res.reward == 0.0 and "not compare" in res.failures[0], res
+    for name in ("patch the harness's emit", "the harness found through gc and every frame"):
+        assert run_tests(FORGERIES[name], IN_PROCESS).reward == 0.0, name
 
 
-def test_humaneval_wrong_solutions_score_nothing_and_tests_are_mostly_judged():
+def test_humaneval_wrong_solutions_score_nothing():
     from rewards.code import _plan, load_humaneval, split_tests
     tasks = load_humaneval()
-    kinds = [k for t in tasks for i, k, _, _ in _plan(split_tests(t["tests"]), t["entry_point"])[0]]
-    assert kinds.count("calls") > 1100 and kinds.count("assert") < 10
+    assert sum(len(_plan(split_tests(t["tests"]), t["entry_point"])[1]) for t in tasks) > 1100
     with_assert_true = [t for t in tasks if "assert True" in t["tests"]][:3]
     for t in with_assert_true:  # `assert True, '...'` lines no longer pay a wrong solution
         assert run_tests(f"def {t['entry_point']}(*a, **k):\n    return None\n", t).reward == 0.0

@@ -27,6 +27,7 @@ from envs.swe import (
     parse_patch,
     patched_paths,
     repo_files,
+    run_tests,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,6 +166,91 @@ def test_resolution_rule():
     hang = evaluate(TASK, BASE, {**BASE, "calc/ops.py": FIXED.replace("return a + b", "while True:\n        pass")},
                     per_test=1)
     assert hang.score == 0.0
+
+
+# Reward hacks a policy could learn (issue 25): each leaves the bug unfixed; before, each scored 1.0
+ALWAYS_EQUAL = ("class _Any:\n    def __eq__(self, other):\n        return True\n\n    __hash__ = object.__hash__\n\n\n"
+                + BUGGY.replace("    return a - b", "    return _Any()"))
+COMPILE_SWAP = ("import builtins, re\n_compile = builtins.compile\n\n\n"
+                "def compile(src, *a, **k):  # every test's asserts become `pass`\n"
+                "    if isinstance(src, str) and 'def test' in src:\n"
+                "        src = re.sub(r'assert [^\\n]*', 'pass', src)\n"
+                "    return _compile(src, *a, **k)\n\n\nbuiltins.compile = compile\n")
+REPORTER_HUNT = ("import gc, sys\n_IDS = ['tests/test_ops.py::' + t for t in ('test_add', 'test_add_neg', 'test_neg', "
+                 "'test_add_zero')]\n\n\ndef _forge():\n    f = sys._getframe()\n    while f is not None:  # the frames\n"
+                 "        rep = f.f_locals.get('report')\n        if callable(rep):\n"
+                 "            [rep(t, True) for t in _IDS]\n        f = f.f_back\n"
+                 "    for o in gc.get_objects():  # and everything alive\n"
+                 "        if callable(o) and getattr(o, '__name__', '') in ('report', 'emit'):\n"
+                 "            try:\n                [o(t, True) for t in _IDS]\n            except Exception:\n"
+                 "                pass\n\n\n_forge()\n")
+WITH_STDLIB = {**WITH_TESTS, "tests/test_ops.py": WITH_TESTS["tests/test_ops.py"].replace(
+    "def test_add():\n    assert add(2, 3) == 5", "def test_add():\n    import fractions\n    assert fractions.Fraction(add(2, 3)) == 5")}
+STDLIB_TASK = {**TASK, "test_patch": make_patch(BASE, WITH_STDLIB)}
+FRACTIONS = "class Fraction:\n    def __init__(self, *a):\n        pass\n\n    def __eq__(self, other):\n        return True\n"
+HACKS = {  # name -> (task, the repository after the "fix")
+    "__eq__ always True": (TASK, {**BASE, "calc/ops.py": ALWAYS_EQUAL}),
+    "tests.py swaps compile()": (TASK, {**BASE, "tests.py": COMPILE_SWAP, "calc/util.py": "X = 2\n"}),
+    "an int subclass equal to everything": (TASK, {**BASE, "calc/ops.py": "class _I(int):\n    def __eq__(self, other):\n"
+                                                   "        return True\n\n    __hash__ = int.__hash__\n\n\n"
+                                                   + BUGGY.replace("    return a - b", "    return _I(a - b)")}),
+    "the reporter found by frames and gc": (TASK, {**BASE, "calc/ops.py": REPORTER_HUNT + BUGGY}),
+    "a repository module named like the stdlib one a test uses": (STDLIB_TASK, {**BASE, "fractions.py": FRACTIONS,
+                                                                               "calc/util.py": "X = 2\n"}),
+}
+
+
+@pytest.mark.parametrize("hack", list(HACKS))
+def test_reward_hacks_do_not_pay(hack):
+    task, work = HACKS[hack]
+    r = evaluate(task, BASE, work)
+    assert (r.score, r.f2p, r.resolved) == (0.0, 0.0, False), (hack, r)
+    honest = evaluate(task, BASE, {**work, "calc/ops.py": FIXED})  # the same extras next to the real fix still pass
+    assert honest.score == 1.0 or "equal" in hack, (hack, honest)
+
+
+def test_an_always_equal_fix_earns_nothing_in_the_workflow():
+    """Through the env: the writer's always-equal "fix" applies, the validator accepts it; neither
+    is paid (before: every turn reward 1.0, resolved)."""
+    edit = ("calc/ops.py\n<<<<<<< SEARCH\n" + BUGGY.rstrip("\n") + "\n=======\n" + ALWAYS_EQUAL.rstrip("\n")
+            + "\n>>>>>>> REPLACE\n")
+    _, rew, m = play(SWETeamEnv(), TASK, ["The bug is in calc/ops.py.", edit, "Verdict: ACCEPT"])
+    assert rew == [1.0, 0.0, 0.0] and m["resolved"] == 0.0 and m["team_reward"] == 0.0 and m["patch_applied"] == 1.0
+
+
+def test_files_the_runner_imports_as_tests_are_refused():
+    """Path rules are about what the runner imports: `tests.py` would be the package `tests`."""
+    for path in ("tests.py", "tests/__init__.py", "conftest.py", "test_x.py"):
+        block = f"{path}\n<<<<<<< SEARCH\n=======\nX = 1\n>>>>>>> REPLACE\n"
+        out, probs = apply_edits(BASE, parse_edits(block)[0], patched_paths(TASK["test_patch"]))
+        assert out == BASE and probs and "test" in probs[0], (path, probs)
+    env = SWETeamEnv()
+    env.reset(TASK)
+    env.step("calc/ops.py")
+    env.step("--- /dev/null\n+++ b/tests.py\n@@ -0,0 +1 @@\n+import builtins\n")
+    assert "NOT applied" in env.history[-1][1] and "tests" in env.history[-1][1]
+
+
+def test_the_code_under_test_reaches_the_test_only_through_plain_data():
+    """What crosses from the worker: plain data and in-place changes to it; exceptions by class;
+    an object of the code under test can be called and read, never compared."""
+    tests = ("from calc.ops import add, Box, sort_in_place, boom\nfrom calc.ops import *\n\n\n"
+             "def test_plain():\n    assert add((1,), (2,)) == (1, 2) and add({1}, {2}) == {1, 2} and add(b'a', b'b') == b'ab'\n\n\n"
+             "def test_in_place():\n    xs = [3, 1, 2]\n    sort_in_place(xs)\n    assert xs == [1, 2, 3]\n\n\n"
+             "def test_object_calls():\n    b = Box(5)\n    assert b.get() == 5 and b.n == 5\n\n\n"
+             "def test_object_compared():\n    assert Box(5) == 5\n\n\n"
+             "def test_raises():\n    try:\n        boom()\n    except ValueError as e:\n        assert 'no' in str(e)\n"
+             "    else:\n        assert False\n\n\ndef test_star_import():\n    assert Oops is not None and add(1, 1) == 2\n")
+    code = ("def add(a, b):\n    return a | b if isinstance(a, set) else a + b\n\n\n"
+            "class Box:\n    def __init__(self, n):\n        self.n = n\n\n    def get(self):\n        return self.n\n\n"
+            "    def __eq__(self, other):\n        return True\n\n\n"
+            "def sort_in_place(xs):\n    xs.sort()\n\n\nclass Oops(ValueError):\n    pass\n\n\n"
+            "def boom():\n    raise Oops('no')\n")
+    run = run_tests({"calc/__init__.py": "", "calc/ops.py": code, "tests/test_x.py": tests}, collect=["tests"])
+    got = {t.split("::")[1]: ok for t, (ok, _) in run.outcomes.items()}
+    assert got == {"test_plain": True, "test_in_place": True, "test_object_calls": True, "test_object_compared": False,
+                   "test_raises": True, "test_star_import": True}, run.summary()
+    assert "not compare" in run.outcomes["tests/test_x.py::test_object_compared"][1]
 
 
 def test_forged_results_do_not_pay(tmp_path):
@@ -368,6 +454,22 @@ def test_loader_checks_rows_and_reads_git_checkouts(tmp_path):
     f.write_text(json.dumps({**row, "repo": "me/other"}) + "\n")
     with pytest.raises(DataError, match="x.jsonl:1: field 'repo': no git checkout of 'me/other'"):
         load_swe(f"{f}@{tmp_path / 'repos'}")
+
+
+def test_loader_refuses_tests_that_could_never_pass(tmp_path):
+    """A FAIL_TO_PASS id in a file that is not in the repository (nor added by test_patch), or not a
+    test file, loaded and could never score (issue 25)."""
+    good = {k: TASK[k] for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
+                                 "FAIL_TO_PASS", "PASS_TO_PASS", "repo_files")}
+    f = tmp_path / "x.jsonl"
+    for field, ids, msg in [("FAIL_TO_PASS", ["tests/test_nope.py::test_add"], "'tests/test_nope.py', which is neither"),
+                            ("PASS_TO_PASS", ["test_neg (calc.tests.OpsTests)"], "neither in the repository"),
+                            ("FAIL_TO_PASS", ["calc/ops.py::test_add"], "'calc/ops.py', which the test runner does not run")]:
+        f.write_text(json.dumps(good) + "\n" + json.dumps({**good, "instance_id": "b", field: ids}) + "\n")
+        with pytest.raises(DataError, match=rf"x\.jsonl:2: field '{field}': .*{msg}"):
+            load_swe(str(f))
+    f.write_text(json.dumps({**good, "FAIL_TO_PASS": ["tests/test_ops.py::test_add"]}) + "\n")  # added by test_patch
+    assert load_swe(str(f))[0]["FAIL_TO_PASS"] == ["tests/test_ops.py::test_add"]
 
 
 # ---------------------------------------------------------------------------------- training

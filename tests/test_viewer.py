@@ -71,7 +71,7 @@ def test_viewer_filters_episodes(run):
     n = len(trajectories.select(records, step=2, split="val"))
     assert cli.startswith(f"{n} of {len(records)} episodes match") and cli.count("(val step 2)") == 2
     bad = out.parent / "bad.jsonl"
-    bad.write_text('{"split": "val"}\n{not json\n')
+    bad.write_text('{"split": "val", "turns": []}\n{not json\n')
     err = subprocess.run([sys.executable, "trajectories.py", str(bad)], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, check=False)
     assert err.returncode != 0 and "bad.jsonl:2" in err.stderr
@@ -114,3 +114,119 @@ def test_html_page_renders_curves_and_filters_episodes_in_chromium(run, tmp_path
     img = Image.open(shot).convert("RGB")
     colors = img.getcolors(maxcolors=1 << 20)
     assert img.size == (1100, 900) and len(colors) > 20  # drawn, not blank
+
+
+# ---------------------------------------------------------------------------------- hostile files (issue 25)
+
+GOOD = {"split": "val", "step": 1, "task_id": 3, "task": {"question": "2+2?"}, "metrics": {"team_reward": 1.0},
+        "turns": [{"role": "solver", "prompt": "p", "reply": "4", "reward": 1.0, "reply_tokens": 1, "finish_reason": "stop"}]}
+
+
+def _turn(**kw):
+    return {**GOOD, "turns": [{**GOOD["turns"][0], **kw}]}
+
+
+# name -> (the bad line, what the error says): every field a reader uses, each of the wrong type
+MALFORMED = {
+    "not UTF-8": (b'{"turns": [\xff\xfe]}', "not UTF-8"),
+    "bad JSON": (b"{not json", "bad JSON"),
+    "100k-deep nesting": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    "a JSON list": (b"[1, 2]", "a JSON list"),
+    "a JSON string": (b'"x"', "a JSON str"),
+    "no turns": (json.dumps({"split": "val"}).encode(), "field 'turns'"),
+    "turns a number": (json.dumps({**GOOD, "turns": 3}).encode(), "field 'turns'"),
+    "a turn that is a number": (json.dumps({**GOOD, "turns": [1]}).encode(), r"turns\[0\] is not an object"),
+    "no role": (json.dumps({**GOOD, "turns": [{"reply": "x"}]}).encode(), r"turns\[0\]\.role"),
+    "reply a number": (json.dumps(_turn(reply=5)).encode(), r"turns\[0\]\.reply"),
+    "reward a string": (json.dumps(_turn(reward="high")).encode(), r"turns\[0\]\.reward"),
+    "reward NaN": (json.dumps(_turn(reward=float("nan"))).encode(), r"turns\[0\]\.reward"),
+    "reward true": (json.dumps(_turn(reward=True)).encode(), r"turns\[0\]\.reward"),
+    "advantage a string": (json.dumps(_turn(advantage="x")).encode(), r"turns\[0\]\.advantage"),
+    "reply_tokens a string": (json.dumps(_turn(reply_tokens="<img src=x onerror=alert(1)>")).encode(),
+                              r"turns\[0\]\.reply_tokens"),
+    "prompt a list": (json.dumps(_turn(prompt=[1])).encode(), r"turns\[0\]\.prompt"),
+    "finish_reason a number": (json.dumps(_turn(finish_reason=1)).encode(), r"turns\[0\]\.finish_reason"),
+    "step a string": (json.dumps({**GOOD, "step": "2"}).encode(), "field 'step'"),
+    "split a number": (json.dumps({**GOOD, "split": 1}).encode(), "field 'split'"),
+    "task_id an object": (json.dumps({**GOOD, "task_id": {"a": 1}}).encode(), "field 'task_id'"),
+    "task a list": (json.dumps({**GOOD, "task": [1]}).encode(), "field 'task'"),
+    "metrics a string": (json.dumps({**GOOD, "metrics": "x"}).encode(), "field 'metrics'"),
+    "team_reward a string": (json.dumps({**GOOD, "metrics": {"team_reward": "1"}}).encode(), "team_reward"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_every_trajectory_reader_gives_one_line_on_a_malformed_file(case, tmp_path):
+    """The console viewer, the HTML page, the reward statistics and SFT: one line naming file:line and
+    the field, never a traceback (before: 14 of 16 such files ended in a traceback in the viewer)."""
+    import sft
+    from rewards import calculator
+    line, why = MALFORMED[case]
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    f = run / "trajectories" / "val_step_000001.jsonl"
+    f.write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n")
+    want = re.compile(rf"^error: .*val_step_000001\.jsonl:2: .*{why}")
+    for call in (lambda: trajectories.main([str(f)]), lambda: trajectories.main([str(run)]),
+                 lambda: trajectories.main([str(run), "--html"]), lambda: calculator.main(["--stats", str(f)])):
+        with pytest.raises(SystemExit) as e:
+            call()
+        msg = str(e.value.code)
+        assert want.match(msg) and "\n" not in msg, (case, msg[:300])
+    with pytest.raises(trajectories.TrajectoryError, match=rf"val_step_000001\.jsonl:2: .*{why}"):
+        sft.run_sft(sft.SFTConfig(data=(str(f),), out=str(tmp_path / "sft")))
+    assert not (run / "view.html").exists()
+
+
+def test_readers_cli_one_line_not_a_traceback(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(MALFORMED["100k-deep nesting"][0] + b"\n")
+    for cmd in (["trajectories.py", str(f)], ["sft.py", "--data", str(f), "--out", str(tmp_path / "o")],
+                ["-m", "rewards.calculator", "--stats", str(f)]):
+        r = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert r.stderr.strip().splitlines()[-1].startswith("error: ") and "t.jsonl:1" in r.stderr
+
+
+# A model's reply, and every field a crafted file can hold, that would run script or blank the page
+HOSTILE_TEXT = ("<!--<script>", "</script><script>document.title='pwned-1'</script>",
+                "<img src=x onerror=\"document.title='pwned-2'\">", "\u2028\u2029", "&amp; & <b>bold</b>",
+                "]]></script><!--", "<svg onload=\"document.title='pwned-3'\">")
+
+
+def _hostile_records():
+    recs = []
+    for i, h in enumerate(HOSTILE_TEXT):
+        recs.append({"split": "val" if i % 2 else h, "step": i, "task_id": h, "episode_id": i,
+                     "task": {"question": h}, "metrics": {"team_reward": 1.0, h: 1.0},
+                     "turns": [{"role": h, "prompt": h, "reply": h, "reward": 0.5, "advantage": 0.1, "reply_tokens": 3,
+                                "finish_reason": h}]})
+    return recs
+
+
+@pytest.mark.parametrize("source", ["trajectory file", "any JSON (fields of every type)"])
+def test_html_page_shows_hostile_fields_as_text_in_chromium(source, tmp_path):
+    """`<!--<script>` in one reply blanked the whole page (only `</` was escaped), and a string task_id
+    or reply_tokens in a crafted file ran script: every field reaches the page as text."""
+    recs = _hostile_records()
+    if source == "trajectory file":
+        run = tmp_path / "run"
+        trajectories.write(run / "trajectories" / "val_step_000001.jsonl", recs)
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "val/team_reward": 0.5, "val/reward/<b>x": 0.2}) +
+                                           "\n" + json.dumps({"step": "<script>", "val/team_reward": "<x>"}) + "\n[1]\n")
+        page = trajectories.write_html(run)
+    else:  # what the page's script does with types the reader refuses (defence in depth)
+        recs += [{**recs[2], "task_id": {"x": "<img src=x onerror=\"document.title='pwned-4'\">"}, "step": "<b>",
+                  "turns": [{"role": 1, "reply": None, "reward": "<img src=x onerror=\"document.title='pwned-5'\">",
+                             "advantage": [1], "reply_tokens": "<img src=x onerror=\"document.title='pwned-6'\">",
+                             "prompt": {"a": 1}, "finish_reason": 2}, 7]}, {"turns": "x"}, {}]
+        page = tmp_path / "view.html"
+        page.write_text(trajectories.page_html(recs, [], "<script>t</script>"), encoding="utf-8")
+    r = _chromium(f"--user-data-dir={tmp_path / 'u'}", "--virtual-time-budget=3000", "--dump-dom",
+                  page.resolve().as_uri() + "#open=99")
+    dom = r.stdout
+    assert f"{len(recs)} of {len(recs)} episodes" in dom, r.stderr[-2000:]
+    assert shown(dom) == len(recs) and "pwned" not in dom.split("</title>")[0]
+    assert "<img" not in dom and "<svg onload" not in dom and "<b>" not in dom.split("<body>")[1]
+    if source == "trajectory file":
+        assert dom.count("&lt;img src=x onerror=") >= 5 and dom.count("&lt;!--&lt;script&gt;") >= 4
