@@ -30,7 +30,7 @@ def workflow(cfg: Config):
             raise ConfigError(f"config field data.env: {where} has no class {cls!r}")
         return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
     from envs import code_team, math_3agent, math_single, math_tool, react, research, search_team, swe, toy, video_qa
-    from rewards.code import load_code_tasks, load_humaneval
+    from data.code_data import load_code_tasks, load_humaneval
     builtins = {  # name -> (make_env(**env_kwargs), module, load_tasks); their names: BUILTINS
         "math_3agent": (lambda **kw: math_3agent.MathTeamEnv(d.max_refinement_iterations, **kw), math_3agent, load_math),
         "math_single": (math_single.MathSingleEnv, math_single, load_math),

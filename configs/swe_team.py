@@ -1,5 +1,5 @@
 """The SWE team (analyzer -> writer -> validator, envs/swe.py) on SmolLM2-135M-Instruct, CPU, on the
-offline SWE-bench-format instances in data/swe_{train,val}.jsonl (`python -m data.swe_data`
+offline SWE-bench-format instances in data/swe_{train,val}.jsonl (`python -m data.swe_generate`
 regenerates them from HumanEval). A 135M model almost never writes an edit block that applies, so
 on CPU this config shows the workflow's mechanics and step time rather than learning; real runs
 want a 1.5B-7B coder model on a GPU (--model.spec Qwen/Qwen2.5-Coder-7B-Instruct --rollout.engine

@@ -10,6 +10,7 @@ born?"). Each question lists the ids of the documents that support it.
 The questions load with data.math_data.load_math (rows {"question", "answer", "support", "hops"});
 the corpus with `load_corpus`, which checks every document before the BM25 index is built.
 """
+import functools
 import json
 import os
 import random
@@ -95,3 +96,11 @@ if __name__ == "__main__":
             for r in rows:
                 f.write(json.dumps(r) + "\n")
     print(f"{len(docs)} documents, {len(qs) - 30} train and 30 val questions")
+
+
+@functools.lru_cache(maxsize=4)
+def search_tool(corpus_path: str = "data/search_corpus.jsonl", k: int = 3):
+    """The BM25 search tool (envs.tools.SearchTool) over a corpus file, built once per (path, k); a bad
+    corpus is a DataError naming file:line and the field."""
+    from envs.tools import SearchTool
+    return SearchTool(load_corpus(corpus_path), k=int(k))

@@ -30,6 +30,7 @@ import re
 
 from agents.tool_agent import observation_message, read_final, system_prompt
 from envs import Turn
+from data.search_data import search_tool
 from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
 from rewards.code import extract_code, run_tests
 from rewards.math import math_reward
@@ -70,7 +71,7 @@ class ToolAgentEnv:
             names = tool_names(tools)
         except ValueError as e:
             raise ConfigError(f"config field data.tools / data.env_kwargs.tools: {e}") from None
-        chosen = get_tools(names, corpus=corpus, search_k=search_k)  # a bad corpus: DataError naming file:line
+        chosen = get_tools(names, search=search_tool(str(corpus), int(search_k)) if "search" in names else None)
         self.style, self.max_calls, self.reward_name = style, int(max_tool_calls), reward
         self.tools = [t for t in chosen if t.name != "answer"] + ([ANSWER] if style == "react" else [])
 
@@ -163,7 +164,7 @@ def load_tasks(spec: str) -> list[dict]:
     """Code tasks for `humaneval` or a file whose rows carry entry_point (rewards.code loaders),
     else question/answer tasks (data.math_data.load_math). Bad rows: DataError naming file:line."""
     from data.math_data import load_math, read_rows
-    from rewards.code import load_code_tasks, load_humaneval
+    from data.code_data import load_code_tasks, load_humaneval
     if spec == "humaneval":
         return load_humaneval()
     if str(spec).endswith((".jsonl", ".json")):

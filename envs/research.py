@@ -40,7 +40,8 @@ from agents.research_team import (clean_doc_id, observation_message, parse_plan,
                                   researcher_messages, writer_messages)
 from data.research_data import load_research
 from envs import Turn
-from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call, search_tool
+from data.search_data import search_tool
+from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
 from rewards.qa import exact_match, f1
 
 ROLES = ("planner", "researcher", "writer")

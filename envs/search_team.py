@@ -10,20 +10,14 @@ Team reward = F1 of the final answer; exact match is reported too.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 from agents.search_team import build_messages, parse_answer, parse_query
-from data.search_data import load_corpus
+from data.search_data import search_tool
 from envs import Turn
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
 
 ROLES = ("query_writer", "answerer")
-
-
-@lru_cache(maxsize=4)
-def search_tool(corpus_path: str, k: int) -> SearchTool:
-    return SearchTool(load_corpus(corpus_path), k=k)  # a bad corpus: DataError naming file:line and field
 
 
 class SearchTeamEnv:

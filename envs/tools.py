@@ -5,8 +5,9 @@
     search(query)           BM25 (the `bm25s` package) over a local corpus; top-k passages
     answer(answer)          ends the episode with a final answer (the env handles it)
 
-`get_tools(names, corpus=..., search_k=...)` picks them by name (`TOOL_NAMES`); an unknown name is
-a ValueError listing the known ones. The search tool is built once per (corpus, k).
+`get_tools(names, search=...)` picks them by name (`TOOL_NAMES`); an unknown name is a ValueError
+listing the known ones. The tool runtime loads no data: the search tool is built over a corpus the
+caller loaded (data.search_data.search_tool, once per (corpus, k)).
 
 `tool_prompt(tools)` describes them for the model; `parse_tool_call(text)` reads a call
 tolerantly: <tool_call>{"name": .., "arguments": {..}}</tool_call>, a ```json block with the same
@@ -24,7 +25,6 @@ import operator
 import re
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable
 
 from envs.sandbox import run_python
@@ -152,14 +152,6 @@ class SearchTool(Tool):
 ANSWER = Tool("answer", "Give the final answer and end.", _one_arg("answer", "the final answer"), lambda a: a["answer"])
 
 
-@lru_cache(maxsize=4)
-def search_tool(corpus_path: str = "data/search_corpus.jsonl", k: int = 3) -> SearchTool:
-    """The BM25 tool over a corpus file, built once per (path, k); a bad corpus is a DataError
-    naming file:line and the field (data/search_data.load_corpus)."""
-    from data.search_data import load_corpus
-    return SearchTool(load_corpus(corpus_path), k=k)
-
-
 # name -> how to build it: the one place tools are named (configs pick them by these names)
 TOOL_NAMES = ("calculator", "python", "search", "answer")
 
@@ -177,11 +169,14 @@ def tool_names(names) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def get_tools(names, corpus: str = "data/search_corpus.jsonl", search_k: int = 3) -> list[Tool]:
-    """The tools named (see tool_names); `search` is BM25 over `corpus`, `search_k` passages a query."""
-    build = {"calculator": lambda: CALCULATOR, "python": lambda: PYTHON, "answer": lambda: ANSWER,
-             "search": lambda: search_tool(str(corpus), int(search_k))}
-    return [build[x]() for x in tool_names(names)]
+def get_tools(names, search: SearchTool | None = None) -> list[Tool]:
+    """The tools named (see tool_names); `search` is the given SearchTool (BM25 over a corpus the caller
+    loaded: data.search_data.search_tool), needed only when "search" is named."""
+    names = tool_names(names)
+    if "search" in names and search is None:
+        raise ValueError("the search tool needs its corpus: pass search=data.search_data.search_tool(path, k)")
+    build = {"calculator": lambda: CALCULATOR, "python": lambda: PYTHON, "answer": lambda: ANSWER, "search": lambda: search}
+    return [build[x]() for x in names]
 
 
 def tool_prompt(tools: list[Tool]) -> str:

@@ -14,7 +14,8 @@ import train
 from agents.swe_team import extract_diff, parse_edits, parse_verdict
 from config import load_config_file
 from data.math_data import DataError
-from data.swe_data import generate, load_swe
+from data.swe_data import load_swe
+from data.swe_generate import generate
 from envs.swe import (
     PatchError,
     SWETeamEnv,

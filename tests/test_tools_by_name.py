@@ -33,7 +33,10 @@ def play(env, task, replies):
 
 
 def test_tools_by_name_and_unknown_names():
-    assert [t.name for t in get_tools("search, calculator")] == ["search", "calculator"]
+    from data.search_data import search_tool
+    assert [t.name for t in get_tools("search, calculator", search=search_tool())] == ["search", "calculator"]
+    with pytest.raises(ValueError, match="the search tool needs its corpus"):
+        get_tools("search")  # the tool runtime loads no data
     assert [t.name for t in get_tools(["python", "python", "answer"])] == ["python", "answer"]
     assert tool_names(" calculator ,search ") == ["calculator", "search"]
     with pytest.raises(ValueError, match="known tools are calculator, python, search, answer"):

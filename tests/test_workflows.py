@@ -24,7 +24,8 @@ from envs.tools import (
     call_tool,
     parse_tool_call,
 )
-from rewards.code import code_reward, load_code_tasks, load_humaneval, run_tests
+from data.code_data import load_code_tasks, load_humaneval
+from rewards.code import code_reward, run_tests
 from rewards.qa import exact_match, f1
 from rollout import Step, merge_turns
 
