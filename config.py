@@ -208,8 +208,10 @@ class DataConfig:
     speaker rewarded for digits, what a random model can learn) or your own as `module:Class` or
     `path/to/file.py:Class` (README "Add a workflow": nothing else in troupe changes)"""
     env_kwargs: dict[str, int | float | bool | str | list] = field(default_factory=dict)
-    """keyword arguments for the workflow's class (a built-in's options, e.g. math_3agent's
-    evaluator_reward, or your own `module:Class` env's); an unknown one is a config error"""
+    """keyword arguments for the workflow's class: the settings only it uses, with their defaults in the
+    env (math_3agent: evaluator_reward, refiner_reward, ...; react: style, tools, reward, corpus,
+    search_k; search and research: corpus, search_k, ...) or your own `module:Class` env's. On the
+    command line `--data.env-kwargs.KEY VALUE` for any KEY; an unknown one is a config error"""
     train_files: str = "data/arith_train.jsonl"
     """training tasks: a .jsonl/.json file or a HF dataset name"""
     val_files: str = "data/arith_val.jsonl"
@@ -229,17 +231,6 @@ class DataConfig:
     reward_weights: dict[str, float] = field(default_factory=dict)
     """calculator weights by component (unnamed ones keep completion 0.4, efficiency 0.2, quality
     0.3, reasoning 0.1); read by reward="calculator" and by sft.py / rewards.calculator --config"""
-    agent_style: Literal["chat", "react", "code"] = "react"
-    """react env: plain chat, ReAct (Thought/Action/Observation) or code-acting"""
-    tools: tuple[str, ...] = ("calculator",)
-    """react env: tools offered by name (calculator, python, search over data.corpus, answer)"""
-    agent_reward: str = "math"
-    """react env: the reward by name: math, qa_f1, qa_em (the final answer against the task's), code
-    (the share of the task's tests the agent's last function passes, in the sandbox)"""
-    corpus: str = "data/search_corpus.jsonl"
-    """search env: the documents BM25 searches"""
-    search_k: int = 3
-    """search env: passages per query"""
 
 
 @dataclass
@@ -426,7 +417,7 @@ class Config:
                             ("trainer.keep_checkpoints", t.keep_checkpoints, 1), ("trainer.save_freq", t.save_freq, 0),
                             ("trainer.test_freq", t.test_freq, 0), ("trainer.max_empty_steps", t.max_empty_steps, 1),
                             ("algo.dynamic_sampling_max_rounds", a.dynamic_sampling_max_rounds, 0),
-                            ("algo.warmup_steps", a.warmup_steps, 0), ("data.search_k", self.data.search_k, 1),
+                            ("algo.warmup_steps", a.warmup_steps, 0),
                             ("trainer.threads", t.threads, 0)]:
             if v < lo:
                 bad(name, f"must be >= {lo}, got {v}")
@@ -478,8 +469,7 @@ class Config:
             bad("trainer.logger", f"use any of console, wandb, tensorboard, got {t.logger}")
         if self.data.val_size is not None and self.data.val_size < 1:
             bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
-        for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)] + (
-                [("data.corpus", self.data.corpus)] if self.data.env in ("search", "research") or "search" in self.data.tools else []):
+        for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)]:
             looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
             if Path(path).is_dir():
                 bad(name, f"{path} is a directory, not a data file")

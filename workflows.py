@@ -37,12 +37,11 @@ def workflow(cfg: Config):
         "math_tool": (lambda **kw: math_tool.MathToolEnv(d.max_refinement_iterations, **kw), math_tool, load_math),
         "code": (lambda **kw: code_team.CodeTeamEnv(d.max_refinement_iterations, **kw), code_team,
                  lambda spec: load_humaneval() if spec == "humaneval" else load_code_tasks(spec)),
-        "search": (lambda **kw: search_team.SearchTeamEnv(d.corpus, d.search_k, d.max_refinement_iterations, **kw),
-                   search_team, load_math),
-        "react": (lambda **kw: react.ToolAgentEnv(d.agent_style, d.tools, d.max_refinement_iterations,
-                                                  reward=d.agent_reward, corpus=d.corpus, search_k=d.search_k, **kw),
-                  react, react.load_tasks),
-        "research": (lambda **kw: research.ResearchEnv(d.corpus, d.search_k, **kw), research, research.load_tasks),
+        "search": (lambda **kw: search_team.SearchTeamEnv(**{"max_refinement_iterations": d.max_refinement_iterations,
+                                                             **kw}), search_team, load_math),
+        "react": (lambda **kw: react.ToolAgentEnv(**{"max_tool_calls": d.max_refinement_iterations, **kw}), react,
+                  react.load_tasks),
+        "research": (research.ResearchEnv, research, research.load_tasks),
         "swe": (lambda **kw: swe.SWETeamEnv(d.max_refinement_iterations, **kw), swe, swe.load_tasks),
         "toy": (toy.ToyEnv, toy, toy.load_tasks),
         "video_qa": (video_qa.VideoQAEnv, video_qa, video_qa.load_tasks),
@@ -55,18 +54,13 @@ BUILTINS = ("math_3agent", "math_single", "math_tool", "code", "search", "react"
 
 
 def check_names(cfg: Config):
-    """The names a config gives workflows, tools and rewards, checked where they are defined, before
-    any model loads; the error names the field and lists the known names."""
+    """The workflow name and the reward calculator's component names, before any model loads; the error
+    names the field and lists the known names. A workflow's own names (the react env's tools and reward)
+    are checked by its class when check_roles builds one."""
     d = cfg.data
     if d.env not in BUILTINS and ":" not in d.env:
         raise ConfigError(f"config field data.env: unknown workflow {d.env!r}: one of {BUILTINS}, or module:Class / "
                           "file.py:Class")
-    from envs.react import REWARDS  # the react env's names (checked whatever the env: a typo is an error)
-    from envs.tools import TOOL_NAMES
-    if unknown := [x for x in d.tools if x not in TOOL_NAMES]:
-        raise ConfigError(f"config field data.tools: unknown tool(s) {unknown}: choose from {TOOL_NAMES}")
-    if d.agent_reward not in REWARDS:
-        raise ConfigError(f"config field data.agent_reward: unknown reward {d.agent_reward!r}: choose from {tuple(REWARDS)}")
     if d.reward_weights:
         from rewards.calculator import RewardCalculator
         try:
@@ -81,7 +75,7 @@ def check_roles(cfg: Config):
         env = workflow(cfg)[0]()
     except ConfigError:
         raise
-    except (TypeError, ValueError) as e:  # an unknown or bad keyword of the workflow's class
+    except (TypeError, ValueError, FileNotFoundError) as e:  # an unknown or bad keyword, a missing file
         raise ConfigError(f"config field data.env_kwargs: workflow {cfg.data.env!r} refused {dict(cfg.data.env_kwargs)}: "
                           f"{e}") from None
     env_roles = set(getattr(env, "roles", ()))

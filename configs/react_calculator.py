@@ -9,7 +9,7 @@ config = Config(
     lora=LoRAConfig(rank=16, alpha=32, dropout=0.0),
     algo=AlgoConfig(adv_estimator="grpo", lr=2e-4, mini_batch_size=64, micro_batch_size=8),
     rollout=RolloutConfig(num_chains=4, max_turns=4, max_model_len=1024, merge_turns=True),
-    data=DataConfig(env="react", agent_style="react", tools=("calculator",), batch_size=4, val_size=32,
+    data=DataConfig(env="react", env_kwargs={"style": "react", "tools": "calculator"}, batch_size=4, val_size=32,
                     levels=(2, 3, 5), max_refinement_iterations=3),
     trainer=TrainerConfig(total_steps=20, save_freq=5, test_freq=5, output_dir="runs/react_calculator"),
 )

@@ -18,9 +18,9 @@ Every turn of the episode gets that outcome reward. The episode's messages grow 
 (reply, then observation), so rollout.merge_turns can train the whole trajectory as one sequence
 with the observations masked out.
 
-Configs: the built-in `data.env="react"` takes data.agent_style / data.tools (reward math); any
-combination by name goes through env_kwargs, e.g. ReAct + search + QA F1:
-    --data.env envs.react:ToolAgentEnv --data.env-kwargs.tools search --data.env-kwargs.reward qa_f1
+Configs: `data.env="react"` (or "envs.react:ToolAgentEnv") with its settings in data.env_kwargs
+(style, tools, reward, corpus, search_k, max_tool_calls; defaults here), e.g. ReAct + search + QA F1:
+    --data.env react --data.env-kwargs.tools search --data.env-kwargs.reward qa_f1
 `load_tasks(spec)` reads code tasks (humaneval, or rows with entry_point/tests) and everything else
 with the math loader (question/answer rows: math, the search set).
 """
@@ -70,7 +70,7 @@ class ToolAgentEnv:
         try:
             names = tool_names(tools)
         except ValueError as e:
-            raise ConfigError(f"config field data.tools / data.env_kwargs.tools: {e}") from None
+            raise ConfigError(f"config field data.env_kwargs.tools: {e}") from None
         chosen = get_tools(names, search=search_tool(str(corpus), int(search_k)) if "search" in names else None)
         self.style, self.max_calls, self.reward_name = style, int(max_tool_calls), reward
         self.tools = [t for t in chosen if t.name != "answer"] + ([ANSWER] if style == "react" else [])

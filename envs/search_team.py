@@ -23,8 +23,8 @@ ROLES = ("query_writer", "answerer")
 class SearchTeamEnv:
     roles = ROLES
 
-    def __init__(self, corpus_path: str = "data/search_corpus.jsonl", k: int = 3, max_refinement_iterations: int = 2):
-        self.tool, self.max_cycles = search_tool(corpus_path, k), max_refinement_iterations
+    def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_refinement_iterations: int = 2):
+        self.tool, self.max_cycles = search_tool(str(corpus), int(search_k)), max_refinement_iterations
 
     def reset(self, task):
         self.q, self.gold, self.support = task["question"], str(task["answer"]), set(task.get("support", []))

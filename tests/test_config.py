@@ -23,7 +23,7 @@ def with_(section, **kw):
     (with_("trainer", keep_checkpoints=0), "trainer.keep_checkpoints"), (with_("trainer", total_steps=0), "trainer.total_steps"),
     (with_("rollout", max_batch_size=0), "rollout.max_batch_size"), (with_("rollout", top_p=0.0), "rollout.top_p"),
     (with_("rollout", top_p=1.5), "rollout.top_p"), (with_("lora", dropout=1.0), "lora.dropout"),
-    (with_("lora", dropout=-0.1), "lora.dropout"), (with_("data", tools=("calculator", "shell")), "data.tools"),
+    (with_("lora", dropout=-0.1), "lora.dropout"), (with_("data", env="math_4agent"), "data.env"),
     (with_("data", train_files="data/missing.jsonl"), "data.train_files"), (with_("data", val_files="data"), "data.val_files"),
     (with_("trainer", resume="/tmp"), "trainer.resume"), (with_("algo", kl_kind="k4"), "algo.kl_kind"),
     (with_("algo", gamma=1.5), "algo.gamma"), (with_("algo", dual_clip=0.5), "algo.dual_clip"),

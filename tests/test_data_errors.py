@@ -148,7 +148,7 @@ def test_search_env_checks_its_corpus_before_indexing(tmp_path):
     f = tmp_path / "corpus.jsonl"
     f.write_text(DOC + '{"id": "d1", "title": "t"}\n')
     with pytest.raises(DataError, match=rf"{f}:2: missing field 'text'"):
-        SearchTeamEnv(corpus_path=str(f))
+        SearchTeamEnv(corpus=str(f))
 
 
 def test_datasets_from_disk_parquet_and_splits(tmp_path):
@@ -178,7 +178,7 @@ def test_datasets_from_disk_parquet_and_splits(tmp_path):
     ('[1, 2]', "must be a JSON object"),
 ])
 def test_code_task_rows_name_file_line_and_field(tmp_path, row, field):
-    from rewards.code import load_code_tasks
+    from data.code_data import load_code_tasks
     p = tmp_path / "code.jsonl"
     p.write_text('{"prompt": "def f():", "tests": ["assert f() == 1"], "entry_point": "f"}\n' + row + "\n")
     with pytest.raises(DataError, match=f"{p}:2: .*{field}"):

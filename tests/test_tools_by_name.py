@@ -156,20 +156,21 @@ def test_by_name_configs_validate_load_and_train(name, tmp_path):
 
 
 def test_the_builtin_react_route_takes_tools_and_reward_by_name():
-    """`--data.env react --data.tools search --data.agent-reward qa_f1` (the command that failed with
-    KeyError 'search'): validated, and the env built from it searches and scores by QA F1; unknown
-    names are config errors naming the field and the known names."""
-    cfg = train.cli(["--config", os.path.join(ROOT, "configs", "react_calculator.py"), "--data.env", "react",
-                     "--data.tools", "search", "--data.agent-reward", "qa_f1"]).validate()
+    """`--data.env-kwargs.tools search --data.env-kwargs.reward qa_f1` on the built-in react workflow (keys
+    the config file does not list): the env built from it searches and scores by QA F1; unknown names
+    are config errors naming the field and the known names, before any model loads."""
+    cfg = train.cli(["--config", os.path.join(ROOT, "configs", "react_calculator.py"), "--data.env-kwargs.tools",
+                     "search", "--data.env-kwargs.reward", "qa_f1", "--data.env-kwargs.search-k", "2"]).validate()
     env = workflow(cfg)[0]()
-    assert env.reward_name == "qa_f1" and [t.name for t in env.tools][:1] == ["search"]
-    for field, value, msg in (("tools", ("serach",), r"data\.tools: unknown tool\(s\) \['serach'\]"),
-                              ("agent_reward", "f2", r"data\.agent_reward: unknown reward 'f2': choose from .*qa_f1")):
+    assert env.reward_name == "qa_f1" and [t.name for t in env.tools][:1] == ["search"] and env.tools[0].k == 2
+    for key, value, msg in (("tools", "serach", r"data\.env_kwargs\.tools: unknown tool\(s\) \['serach'\]"),
+                            ("reward", "f2", r"data\.env_kwargs\.reward: unknown reward 'f2': known rewards are .*qa_f1")):
         with pytest.raises(ConfigError, match=msg):
-            check_names(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{field: value})))
-    research = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="research"))
+            check_roles(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs={
+                **cfg.data.env_kwargs, key: value})))
+    research = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="research", env_kwargs={}))
     research.validate()  # a built-in name now
-    swe = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="swe"))
+    swe = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env="swe", env_kwargs={}))
     swe.validate()
     from envs.swe import SWETeamEnv
     assert isinstance(workflow(swe)[0](), SWETeamEnv) and workflow(swe)[2](os.path.join(ROOT, "data", "swe_val.jsonl"))[0]["FAIL_TO_PASS"]
