@@ -318,7 +318,8 @@ def test_asserts_on_setup_variables_refuse_fake_objects_and_harness_hunters():
 
 
 def test_humaneval_wrong_solutions_score_nothing():
-    from rewards.code import _plan, load_humaneval, split_tests
+    from data.code_data import load_humaneval
+    from rewards.code import _plan, split_tests
     tasks = load_humaneval()
     assert sum(len(_plan(split_tests(t["tests"]), t["entry_point"])[1]) for t in tasks) > 1100
     with_assert_true = [t for t in tasks if "assert True" in t["tests"]][:3]
