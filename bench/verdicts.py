@@ -20,7 +20,8 @@ sys.path.insert(0, ROOT)
 
 from data.swe_data import load_swe  # noqa: E402
 from envs.swe import apply_patch, evaluate, repo_files  # noqa: E402
-from rewards.code import load_humaneval, run_tests  # noqa: E402
+from data.code_data import load_humaneval  # noqa: E402
+from rewards.code import run_tests  # noqa: E402
 
 
 def measure(label: str, calls, repeat: int, check):
