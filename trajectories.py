@@ -169,19 +169,24 @@ def select(records: list[dict], step=None, role=None, split=None, min_reward=Non
 
 
 def _svg_curves(rows: list[dict], prefix: str, roles: list[str], w=500, h=240) -> str:
-    """An inline SVG line chart of `<prefix>/reward/<role>` (and the team, dashed) over steps, 0-1 axis."""
+    """An inline SVG line chart of `<prefix>/reward/<role>` (and the team, black) over steps. Each series
+    has its own dash pattern and is drawn 1.5 px below the one before, so equal curves (a team reward
+    that is the generator's) stay visible; the axis spans 0-1 and any reward outside it (a +-1 judge)."""
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-    series = [(r, f"{prefix}/reward/{r}", colors[i % len(colors)], "") for i, r in enumerate(roles)]
+    dashes = ["", "7,3", "2,2", "9,3,2,3", "4,4", "1,3"]
+    series = [(r, f"{prefix}/reward/{r}", colors[i % len(colors)], dashes[i % len(dashes)]) for i, r in enumerate(roles)]
     series.append(("team", f"{prefix}/team_reward", "#000", "5,4"))
     steps = [x["step"] for x in rows if any(k in x for _, k, _, _ in series)]
     lo, hi = (min(steps), max(steps)) if steps else (0, 1)
+    vals = [float(x[k]) for x in rows for _, k, _, _ in series if isinstance(x.get(k), (int, float)) and math.isfinite(x[k])]
+    vlo, vhi = min([0.0] + vals), max([1.0] + vals)
     L, R, T, B = 40, 150, 24, 30
     sx = (lambda s: L + (w - L - R) * ((s - lo) / (hi - lo) if hi > lo else 0.5))
-    sy = (lambda v: T + (h - T - B) * (1 - max(0.0, min(1.0, v))))
+    sy = (lambda v: T + (h - T - B) * (1 - (max(vlo, min(vhi, v)) - vlo) / (vhi - vlo)))
     el = [f'<svg class="curves" data-split="{prefix}" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg">',
           f'<text x="{L}" y="15" font-size="13" font-weight="bold">{prefix} reward per role</text>',
           f'<rect x="{L}" y="{T}" width="{w - L - R}" height="{h - T - B}" fill="none" stroke="#999"/>']
-    for v in (0, 0.5, 1):
+    for v in sorted({vlo, 0, 0.5, 1, vhi}):
         el.append(f'<text x="{L - 6}" y="{sy(v) + 4:.1f}" font-size="10" text-anchor="end">{v:g}</text>')
     for s in sorted({lo, hi}):
         el.append(f'<text x="{sx(s):.1f}" y="{h - B + 14}" font-size="10" text-anchor="middle">{s}</text>')
@@ -191,10 +196,11 @@ def _svg_curves(rows: list[dict], prefix: str, roles: list[str], w=500, h=240) -
         pts = [(x["step"], x[key]) for x in rows if key in x]
         if not pts:
             continue
-        path = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in pts)
+        off = 1.5 * k  # equal curves drawn apart
+        path = " ".join(f"{sx(s):.1f},{sy(v) + off:.1f}" for s, v in pts)
         el.append(f'<polyline class="series" data-role="{html.escape(name)}" points="{path}" fill="none" '
                   f'stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>')
-        el += [f'<circle cx="{sx(s):.1f}" cy="{sy(v):.1f}" r="3" fill="{color}"/>' for s, v in pts]
+        el += [f'<circle cx="{sx(s):.1f}" cy="{sy(v) + off:.1f}" r="3" fill="{color}"/>' for s, v in pts]
         el.append(f'<text x="{w - R + 8}" y="{T + 12 + 14 * k}" font-size="11" fill="{color}">{html.escape(name)}</text>')
         k += 1
     return "\n".join(el + ["</svg>"])
@@ -312,14 +318,14 @@ def page_html(records: list[dict], rows: list[dict], title: str) -> str:
 
 def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
     """A static page (no network, no server): per-role reward curves from metrics.jsonl and a
-    browsable, filterable sample of the run's episodes (the newest `max_episodes`). A bad trajectory
+    browsable, filterable sample of the run's episodes (the newest `max_episodes`, newest first). A bad trajectory
     file is a TrajectoryError naming file:line and the field."""
     run_dir = Path(run_dir)
     path = Path(path) if path else run_dir / "view.html"
     rows = _metric_rows(run_dir / "metrics.jsonl")
     tdir = run_dir / "trajectories"
     records = read(tdir) if tdir.is_dir() else []
-    records = sorted(records, key=lambda r: (r.get("step") or 0, r.get("split") or ""))[-max_episodes:]
+    records = sorted(records, key=lambda r: (r.get("step") or 0, r.get("split") or ""), reverse=True)[:max_episodes]  # newest first
     try:
         text = page_html(records, rows, str(run_dir))
     except RecursionError:

@@ -104,10 +104,19 @@ def test_html_page_renders_curves_and_filters_episodes_in_chromium(run, tmp_path
     for split in ("train", "val"):  # one curve per role and the team, per split
         for role in ("generator_initial", "evaluator_critique", "generator_refinement", "team"):
             assert f'data-split="{split}"' in dom and f'data-role="{role}"' in dom
+    for split in ("train", "val"):  # equal curves (the team's is often the generator's) drawn apart, not on top
+        svg = re.search(rf'<svg class="curves" data-split="{split}".*?</svg>', dom, re.S).group(0)
+        pts = re.findall(r'<polyline class="series" data-role="[^"]+" points="([^"]+)"', svg)
+        assert len(pts) == 4 and len(set(pts)) == 4
     dom = _chromium(f"--user-data-dir={tmp_path / 'u2'}", "--dump-dom", url + "#role=evaluator_critique").stdout
     n = len(trajectories.select(records, role="evaluator_critique"))
     assert shown(dom) == n and f"{n} of {len(records)} episodes" in dom
     assert dom.count('<span class="role">generator_initial') == 0  # only the chosen role's turns are shown
+    pages = trajectories.read(out / "trajectories")
+    newest = sorted(pages, key=lambda r: r["step"], reverse=True)
+    html_text = page.read_text()
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', html_text, re.S).group(1))
+    assert [e["step"] for e in data] == [e["step"] for e in newest]  # newest episodes first
     shot = tmp_path / "view.png"
     _chromium(f"--user-data-dir={tmp_path / 'u3'}", "--window-size=1100,900", f"--screenshot={shot}", url)
     from PIL import Image
