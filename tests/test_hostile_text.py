@@ -27,6 +27,7 @@ import random
 import re
 import signal
 import time
+from pathlib import Path
 from contextlib import contextmanager
 
 import pytest
@@ -387,6 +388,7 @@ WORKFLOWS = {
     "research": (_research, {"question": "In which country was the founder of Zorblax born?", "answer": "Kalomi",
                              "support": ["company0", "person0", "country0"]}, 2),
     "swe": (lambda: SWETeamEnv(max_analyzer_calls=1, max_validator_calls=1, max_refinement_iterations=1), None, 3),
+    "video_qa": (None, None, 1),
 }
 
 
@@ -397,14 +399,15 @@ def _workflow(name):
     if name == "search":
         from envs.search_team import SearchTeamEnv
         make = lambda: SearchTeamEnv(max_refinement_iterations=1)  # noqa: E731
+    if name == "video_qa":  # captioner, grapher and organizer each read the hostile reply
+        from envs.video_qa import VideoQAEnv, load_tasks
+        return VideoQAEnv, load_tasks(str(Path(__file__).resolve().parent.parent / "data" / "video_val.jsonl"))[0], every
     return make, task if task is not None else _swe_task(), every
 
 
 def test_every_builtin_workflow_is_fuzzed():
-    import config
-    import inspect
-    builtin = set(re.findall(r'"(\w+)"', inspect.getsource(config).split("builtin = (", 1)[1].split(")", 1)[0]))
-    assert builtin == {n.split(" ")[0] for n in WORKFLOWS}
+    from workflows import BUILTINS
+    assert set(BUILTINS) == {n.split(" ")[0] for n in WORKFLOWS}
 
 
 @pytest.mark.parametrize("name", [n for n, (_, _, every) in WORKFLOWS.items() if every])
