@@ -1,0 +1,59 @@
+"""The README's training commands: each one that starts a run writes its own run directory.
+
+train.py resumes from a run directory it finds (trainer.resume auto), so a README example that reuses
+another example's directory resumes that finished run and trains nothing (the torchrun example once
+did exactly that to the smoke run's directory)."""
+import re
+import shlex
+from pathlib import Path
+
+from config import load_config_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every train.py command in the README: fenced bash lines (backslash continuations joined) and
+    inline `...` spans."""
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            cmds.append(line.split("  #")[0].strip())
+    cmds += re.findall(r"`([^`\n]*train\.py --config[^`\n]*)`", text)
+    return [c.split("&&")[-1].strip() for c in cmds if "train.py --config" in c]
+
+
+def run_dir(cmd: str) -> tuple[str, str] | None:
+    """(the run directory a command writes, the command from train.py on) or None when it starts no
+    run of its own (a placeholder config, --help, an eval-only or an explicit resume)."""
+    words = shlex.split(cmd)
+    args = words[words.index("train.py") + 1:]
+    cfg = args[args.index("--config") + 1]
+    if not (ROOT / cfg).is_file() or {"--help", "--trainer.eval-only", "--trainer.resume", "..."} & set(args):
+        return None
+    out = args[args.index("--trainer.output-dir") + 1] if "--trainer.output-dir" in args else \
+        load_config_file(str(ROOT / cfg)).trainer.output_dir
+    return out, " ".join(args)
+
+
+def test_readme_runs_each_write_their_own_directory():
+    cmds = readme_commands((ROOT / "README.md").read_text())
+    assert any(c.startswith("torchrun --nproc_per_node 2") for c in cmds), "the CPU torchrun example is gone"
+    seen: dict[str, str] = {}
+    for c in cmds:
+        r = run_dir(c)
+        if r is None:
+            continue
+        out, args = r
+        # the same run may be shown twice (the main job and the Training section), never two runs in one dir
+        assert seen.setdefault(out, args) == args, f"README: {args!r} and {seen[out]!r} both write {out}"
+    assert len(seen) >= 8
+
+
+def test_the_check_catches_a_shared_directory():
+    """The torchrun line without its own --trainer.output-dir resumes the smoke run: caught."""
+    smoke = run_dir("python train.py --config configs/tiny_math_3agent.py")
+    bare = run_dir("torchrun --nproc_per_node 2 train.py --config configs/tiny_math_3agent.py --trainer.total-steps 2")
+    own = run_dir("torchrun --nproc_per_node 2 train.py --config configs/tiny_math_3agent.py --trainer.output-dir runs/x")
+    assert smoke[0] == bare[0] and smoke[1] != bare[1] and own[0] != smoke[0]
+    assert run_dir("python train.py --config configs/X.py --trainer.total-steps 10") is None
