@@ -21,6 +21,10 @@ Writes <checkpoint>/eval/results.json (or --out/results.json) and the episodes a
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+
 import argparse
 import dataclasses
 import json

@@ -16,6 +16,10 @@ is written first, so a failed upload loses nothing.
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+
 import argparse
 import json
 import shutil

@@ -9,6 +9,10 @@ episode (rewards are printed at the end); without it they mean little.
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+
 import argparse
 import dataclasses
 from pathlib import Path

@@ -54,6 +54,10 @@ Deliberately left out: sequence packing, full fine-tuning, preference losses (DP
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+
 import copy
 import dataclasses
 import importlib.util

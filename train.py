@@ -21,9 +21,12 @@ GAE's value model is a linear head on the shared base wearing its own "critic" a
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import time

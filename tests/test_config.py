@@ -169,3 +169,28 @@ def test_the_threads_setting_reaches_torch(tmp_path):
                         "--trainer.resume", "none"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| 1 rank(s), 1 torch thread(s) |" in r.stdout
+
+
+PROBE = """
+import builtins, importlib, os, sys
+seen, real = [], builtins.__import__
+def spy(name, *a, **k):
+    if name.split(".")[0] == "torch" and not seen:
+        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+    return real(name, *a, **k)
+builtins.__import__ = spy
+importlib.import_module(sys.argv[1])
+print(seen[0])
+"""
+
+
+@pytest.mark.parametrize("entry", ["train", "eval", "sft", "play", "export"])
+def test_entry_points_make_openmp_wait_passively_before_torch_loads(entry):
+    """OpenMP reads OMP_WAIT_POLICY once, when torch loads: each entry point sets PASSIVE (README
+    "Threads": spinning threads ran the smoke run 7.6x slower beside two busy processes) before its
+    first torch import, and a user's own setting wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    run = lambda e: subprocess.run([sys.executable, "-c", PROBE, entry], cwd=ROOT, env=e, capture_output=True,
+                                   text=True, check=True).stdout.split()[-1]
+    assert run(env) == "PASSIVE"
+    assert run({**env, "OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
