@@ -25,10 +25,8 @@ from __future__ import annotations
 import math
 import random
 import re
-import signal
 import time
 from pathlib import Path
-from contextlib import contextmanager
 
 import pytest
 
@@ -44,6 +42,7 @@ from envs.math_tool import MathToolEnv
 from envs.swe import PatchError, SWETeamEnv, apply_edits, apply_patch
 from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
 from envs.toy import ToyEnv
+from helpers import bounded
 from rewards import qa
 from rewards.code import extract_code
 from rewards.math import TIMEOUT_S, _answer_is, _last_boxed, extract_answer, is_equiv, math_reward, normalize
@@ -186,34 +185,6 @@ def _patched(fn, text):
 # a deadline, not a speed target: parsers take milliseconds; math_reward may spend its worker's
 # whole deadline on one answer plus a worker restart
 BOUND_S = {name: 2.0 for name in PARSERS} | {"math_reward(reply)": TIMEOUT_S + 10, "math_reward(gold)": TIMEOUT_S + 10}
-
-
-class Overtime(BaseException):  # not an Exception: the never-raise guards must not swallow it
-    pass
-
-
-@contextmanager
-def deadline(seconds: float):
-    """Interrupt the block after `seconds` (CPython's regex engine checks for signals)."""
-    def _raise(*_):
-        raise Overtime
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-@contextmanager
-def bounded(seconds: float, label: str):
-    """pytest.fail (not a hang) when the block runs past `seconds`."""
-    try:
-        with deadline(seconds):
-            yield
-    except Overtime:
-        pytest.fail(f"{label}: still running after {seconds} s")
 
 
 def timed(fn, text: str, bound: float, label: str = ""):

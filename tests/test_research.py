@@ -14,6 +14,7 @@ from data.math_data import DataError
 from data.research_data import generate, load_research
 from data.search_data import generate as generate_world
 from envs.research import ResearchEnv, aggregate
+from helpers import play
 from rollout import Episode
 from workflows import check_roles, load_data, workflow
 
@@ -34,17 +35,6 @@ def perfect(task, docs=CORPUS):
         out += [f"Action: search[{docs[d]['title']}]", f"Action: read_doc[{d}]",
                 f"Action: note[{docs[d]['text']} [{d}]]"]
     return out + [f"Answer: {task['answer']}\nCitations: " + " ".join(f"[{d}]" for d in sup)]
-
-
-def play(env, task, replies):
-    turn, roles, seen = env.reset(task), [], []
-    for r in replies:
-        assert turn is not None, "ended early"
-        roles.append(turn.role)
-        seen.append(turn)
-        turn = env.step(r)
-    assert turn is None, "did not end"
-    return roles, env.turn_rewards(), env.metrics(), seen
 
 
 def test_perfect_team_scores_one_on_every_generated_question():

@@ -9,10 +9,8 @@ import json
 import math
 import os
 import re
-import signal
 import time
 import types
-from contextlib import contextmanager
 
 import pytest
 
@@ -23,6 +21,7 @@ from data.math_data import DataError
 from data.video_data import (ACTIONS, CAUSAL, GENERIC, N_TRAIN, N_VAL, PEOPLE, PLACES, aliases_of, because, generate,
                              load_video, phrase, subgraph)
 from envs.video_qa import ROLES, VideoQAEnv, aggregate, scripted_replies
+from helpers import bounded, play
 from rewards.calculator import RewardCalculator, detect_workflow, video_components
 from rewards.video import citation_scores, clip_id, graph_scores, normalise_name
 from rollout import Episode, Step
@@ -62,17 +61,6 @@ def tasks(tmp_path_factory):
     p = tmp_path_factory.mktemp("video") / "hand.jsonl"
     p.write_text(json.dumps(VIDEO) + "\n")
     return load_video(str(p))
-
-
-def play(env, task, replies):
-    turn, roles, seen = env.reset(task), [], []
-    for r in replies:
-        assert turn is not None, "ended early"
-        roles.append(turn.role)
-        seen.append(turn)
-        turn = env.step(r)
-    assert turn is None, "did not end"
-    return roles, env.turn_rewards(), env.metrics(), seen
 
 
 CAP = "[c2] Ben knocks over the vase.\n[c3] Then Anna repairs it.\nChoice: C"
@@ -260,25 +248,6 @@ HOSTILE = {  # >= 1 MB each: the shapes that break regexes (long runs, a keyword
 }
 
 
-class Overtime(BaseException):
-    pass
-
-
-@contextmanager
-def deadline(seconds, label):
-    def _raise(*_):
-        raise Overtime
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    except Overtime:
-        pytest.fail(f"{label}: still running after {seconds} s")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 PARSERS = {
     "parse_choice": lambda s: parse_choice(s, CHOICES), "parse_clip_ids": parse_clip_ids, "parse_triples": parse_triples,
     "has_reason": has_reason, "answer_format": lambda s: answer_format(s, CHOICES),
@@ -306,7 +275,7 @@ def test_parsers_survive_1mb_hostile_text(hostile):
         for label, text in hostile.items():
             if name in COMPOSITE and label not in WORST:
                 continue
-            with deadline(1.0, f"{name} on {label!r}"):
+            with bounded(1.0, f"{name} on {label!r}"):
                 fn(text)
 
 
@@ -321,7 +290,7 @@ def test_env_steps_on_1mb_hostile_replies_are_fast_and_never_raise(tasks, hostil
                     if turn.role == "organizer" and at < 2:  # a hostile report reaches the organizer cut short
                         assert len(turn.messages[1]["content"]) < 4000
                     t = time.perf_counter()
-                    with deadline(2.0, f"step {n} on {label!r}"):
+                    with bounded(2.0, f"step {n} on {label!r}"):
                         turn = env.step(text if n == at else [CAP, "Choice: B", "Answer: C"][n])
                     worst, n = max(worst, time.perf_counter() - t), n + 1
                 rew = env.turn_rewards()
