@@ -57,3 +57,19 @@ def test_the_check_catches_a_shared_directory():
     own = run_dir("torchrun --nproc_per_node 2 train.py --config configs/tiny_math_3agent.py --trainer.output-dir runs/x")
     assert smoke[0] == bare[0] and smoke[1] != bare[1] and own[0] != smoke[0]
     assert run_dir("python train.py --config configs/X.py --trainer.total-steps 10") is None
+
+
+def test_the_demo_and_the_per_role_arm_differ_only_in_adapters():
+    """README: the demo (arm b) runs the three roles on one shared adapter, configs/smollm2_math_roles.py
+    (arm c) on one adapter per role, and nothing else differs but the run directory."""
+    from config import to_dict
+    demo = load_config_file(str(ROOT / "configs" / "smollm2_math_cpu.py"))
+    roles = load_config_file(str(ROOT / "configs" / "smollm2_math_roles.py"))
+    assert demo.adapters == ["team"]
+    assert roles.adapters == sorted(r.name for r in roles.roles) and len(roles.adapters) == 3
+    a, b = to_dict(demo), to_dict(roles)
+    for d in (a, b):
+        d["trainer"].pop("output_dir")
+        for r in d["roles"]:
+            r.pop("adapter")
+    assert a == b
