@@ -8,6 +8,7 @@ global sums (`backward` undoes FSDP's mean over ranks).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -27,13 +28,27 @@ def print0(*a, **k):
         print(*a, **k, flush=True)
 
 
+def backend_for(device: torch.device) -> str:
+    """The process group's backends for a rank on `device`. Our collectives reduce CPU tensors (metric
+    sums, gathered objects) while FSDP reduces CUDA ones, and NCCL has no CPU all_reduce ("No backend
+    type associated with device type cpu"): on CUDA the group carries gloo for CPU and nccl for CUDA."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+TIMEOUT = timedelta(minutes=60)
+"""how long a rank waits for the others at a collective: ranks whose rollouts end at different times
+wait at the next all_sum, and NCCL's default (10 minutes) is shorter than one slow step"""
+
+
 def init() -> torch.device:
-    """The process group when torchrun started us (nccl on CUDA, else gloo), and this rank's device."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    """This rank's device, and the process group when torchrun started us (backend_for the device,
+    bound to it with device_id after cuda.set_device, so NCCL never guesses GPU 0)."""
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group(backend_for(device), timeout=TIMEOUT,
+                                device_id=device if device.type == "cuda" else None)
     return device
 
 
