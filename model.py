@@ -181,6 +181,7 @@ def load_model(spec: str, dtype="float32", device="cpu", seed: int = 0, chat_tem
             raise OSError(f"could not load model {spec!r} (not a preset {PRESETS}, not a local directory, "
                           f"and the hub is unreachable or has no such repo): {e}") from e
         model = model.to(device)
+        model.troupe_source = str(path)  # where the base weights live: an engine may read them from there
     if chat_template is not None:
         tok.chat_template = chat_template
     if not tok.chat_template:

@@ -88,6 +88,35 @@ def test_full_weight_sync(engines):
     assert _ids(v.generate(reqs)) == old
 
 
+def test_generate_never_reloads_an_adapter_only_sync_does(engines, monkeypatch):
+    """A LoRARequest with load_inplace=True makes vLLM re-read the adapter at every decode step
+    (vLLM's own adapter loads, counted): generate must name adapters without it, sync with it."""
+    from vllm.lora.worker_manager import WorkerLoRAManager
+
+    m, tok, v, te, prompts = engines
+    loads = []
+    real = WorkerLoRAManager._load_adapter
+    monkeypatch.setattr(WorkerLoRAManager, "_load_adapter", lambda self, req: loads.append(req.lora_name) or real(self, req))
+    v.sync()
+    assert sorted(loads) == ["a", "b"]  # sync reloads each adapter once
+    loads.clear()
+    sp = SamplingParams(max_new_tokens=24, temperature=1.0, stop_token_ids=[], seed=3)
+    mixed = [Request(p, ad, sp) for p in prompts for ad in ("a", "b", None)]
+    first = _ids(v.generate(mixed))
+    assert loads == []  # 9 requests x 24 tokens over two adapters and the base: no load at all
+    assert first == _ids(v.generate(mixed))  # and the same seeded tokens again
+    greedy = [Request(p, ad, GREEDY) for p in prompts for ad in ("a", "b", None)]
+    assert _ids(v.generate(greedy)) == _ids(te.generate(greedy)) and loads == []
+
+
+def test_launch_args_place_each_rank_on_its_own_gpu():
+    from engines import vllm_launch_args
+    assert vllm_launch_args(1, "cuda", None) == {"enforce_eager": False}  # CUDA graphs on GPU
+    assert vllm_launch_args(4, "cuda", None) == {"enforce_eager": False, "distributed_executor_backend": "external_launcher"}
+    assert vllm_launch_args(2, "cpu", None) == {"enforce_eager": True, "distributed_executor_backend": "external_launcher"}
+    assert vllm_launch_args(1, "cuda", True) == {"enforce_eager": True}
+
+
 def test_sampled_logprobs_match_trainer(engines):
     m, tok, v, te, prompts = engines
     sp = SamplingParams(max_new_tokens=12, temperature=1.0, stop_token_ids=[], seed=4)
