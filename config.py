@@ -161,8 +161,18 @@ class AlgoConfig:
     recompute_old_logprobs: Literal["auto", "always", "never"] = "auto"
     """auto: use the engine's sampling logprobs as the old policy when they equal the trainer's
     (TorchEngine, fp32, no top-k/top-p), else recompute; the gap is logged when recomputed"""
+    rollout_is: Literal["auto", "on", "off"] = "auto"
+    """truncated importance sampling between the engine and the trainer (verl's TIS, TRL's vLLM IS
+    correction): weight each token's policy loss by min(exp(old_logp - sampling_logp), rollout_is_cap)
+    where old logprobs are recomputed. auto = on with the vLLM engine (bf16, its own LoRA kernels),
+    off with TorchEngine (same network: the weight is ~1). Logged: rollout_is_mean, rollout_is_capped_frac"""
+    rollout_is_cap: float = 2.0
+    """the cap C of the rollout IS weight (verl's TIS recipe uses 2)"""
 
     # the loss's settings with the defaults of the chosen loss filled in (None = that default)
+    def rollout_is_on(self, engine: str) -> bool:
+        return self.rollout_is == "on" or (self.rollout_is == "auto" and engine == "vllm")
+
     @property
     def clip(self) -> tuple[float, float]:
         lo, hi = (3e-4, 4e-4) if self.policy_loss == "gspo" else (0.2, 0.28)
@@ -445,6 +455,8 @@ class Config:
         lo, hi = a.clip
         if not (0 < lo < 1 and hi > 0):
             bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
+        if not (math.isfinite(a.rollout_is_cap) and a.rollout_is_cap >= 1):
+            bad("algo.rollout_is_cap", f"must be a finite number >= 1, got {a.rollout_is_cap}")
         if a.dual_clip is not None and not (math.isfinite(a.dual_clip) and a.dual_clip > 1):
             bad("algo.dual_clip", f"must be a finite number > 1 (or None), got {a.dual_clip}")
         if a.vf_clip is not None and not (math.isfinite(a.vf_clip) and a.vf_clip > 0):

@@ -423,6 +423,11 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator)
     for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
         s.info["advantage"] = float(a_mean)  # for the trajectory files
+    if a.rollout_is_on(cfg.rollout.engine) and not run.old_from_sampling:  # engine != trainer: reweight
+        w, im = ppo.rollout_is_weights(old_logp, rb.sample_logp, rb.mask, a.rollout_is_cap)
+        adv = adv * w
+        n = all_sum(float(rb.mask.sum()))
+        out.update({k: all_sum(v * float(rb.mask.sum())) / max(n, 1.0) for k, v in im.items()})  # token means over ranks
     if critic:
         out.update(critic.update(model, rb, returns, values))
     lora.set_adapter(model, None)

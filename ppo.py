@@ -384,6 +384,18 @@ def _clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask):
             "clipfrac_low": masked_mean(clipped_on * (ratio < 1 - clip_low).float(), mask).item()}
 
 
+def rollout_is_weights(old_logp, sample_logp, mask, cap=2.0):
+    """Truncated importance sampling between the engine that sampled and the trainer (verl's rollout
+    IS / "TIS", TRL's vLLM IS correction): w = min(exp(old_logp - sample_logp), cap) per token, no
+    gradient. Multiplying the per-token policy loss by w equals multiplying the advantages by w (w > 0
+    scales both branches of the clip and the dual clip alike), which is how learner.py applies it.
+    Returns (w (B, T), metrics: the uncapped ratio's token mean and the fraction of tokens capped)."""
+    ratio = torch.exp(torch.clamp(old_logp - sample_logp, -20.0, 20.0)).detach()  # (B, T)
+    w = torch.clamp(ratio, max=cap) * mask
+    return w, {"rollout_is_mean": masked_mean(ratio, mask).item() if mask.any() else 1.0,
+               "rollout_is_capped_frac": masked_mean((ratio > cap).float(), mask).item() if mask.any() else 0.0}
+
+
 def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0,
                 agg="token-mean", denom=None, norm_len=None):
     """PPO clipped surrogate with clip-higher (separate low/high epsilon) and dual-clip.

@@ -5,7 +5,9 @@
     python bench/rollout.py --models overhead --engines torch,old   # a model with ~free kernels: engine overhead
 
 Engines: `torch` = TorchEngine today; `old` = the TorchEngine decode loop before issue 13 §2 (per-row
-Python per token, frozen in bench/_reference_engine.py); `hf` = model.generate; `vllm` = VLLMEngine.
+Python per token, frozen in bench/_reference_engine.py); `hf` = model.generate; `vllm` = VLLMEngine;
+`vllm-reload` = the same engine sending `load_inplace=True` in every generate request, as it did before
+issue 32 (vLLM then re-reads each adapter from disk at every decode step).
 Every engine generates exactly --new-tokens tokens per row (EOS ignored) at temperature 1 from the same
 prompts (chat-formatted math questions, 30-60 tokens), fp32. The engines take turns round by round
 (torch, old, hf, vllm, torch, old, ...) and the median of --repeats rounds is reported, so all of them
@@ -86,7 +88,20 @@ def race(fns: dict, repeats: int) -> tuple[dict, dict]:
 
 
 def ratios(r: dict) -> str:
-    return "".join(f" torch/{k} {r['torch'] / r[k]:.2f}x" for k in ("old", "hf", "vllm") if k in r)
+    out = "".join(f" torch/{k} {r['torch'] / r[k]:.2f}x" for k in ("old", "hf", "vllm", "vllm-reload") if k in r)
+    return out + (f" vllm/vllm-reload {r['vllm'] / r['vllm-reload']:.2f}x" if {"vllm", "vllm-reload"} <= set(r) else "")
+
+
+def reloading(ve):
+    """ve.generate as before issue 32: every request's LoRARequest carries load_inplace=True."""
+    def generate(reqs):
+        real = ve._lora_request
+        ve._lora_request = lambda name, reload=False: real(name, True)
+        try:
+            return ve.generate(reqs)
+        finally:
+            del ve._lora_request
+    return generate
 
 
 def load(spec):
@@ -115,7 +130,7 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
     te = TorchEngine(m, tok, max_batch_size=max(batches), sync_every=sync_every)
     old = reference_engine()(m, tok, max_batch_size=max(batches)) if "old" in engines else None
     ve = None
-    if "vllm" in engines:
+    if "vllm" in engines or "vllm-reload" in engines:
         from engines import VLLMEngine
         ve = VLLMEngine(m, tok, adapters=ROLES, max_model_len=512, max_num_seqs=max(batches))
     print(f"[{spec}] torch threads {torch.get_num_threads()}, TorchEngine sync_every {te.sync_every}", flush=True)
@@ -139,8 +154,10 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
             if "hf" in engines:  # HF generate runs every row to the longest; useful tokens only are counted
                 fns["hf"] = (lambda a=None if label == "base" else ads, n=max(s.max_new_tokens for s in sps),
                              u=sum(s.max_new_tokens for s in sps), ps_=ps: hf_generate(m, tok, ps_, a, n, useful=u))
-            if ve is not None:
+            if "vllm" in engines:
                 fns["vllm"] = count(ve, reqs)
+            if "vllm-reload" in engines:
+                fns["vllm-reload"] = lambda rq=reqs: sum(len(x.completion_ids) for x in reloading(ve)(rq))
             te.generate(reqs[:2])  # warm-up
             if old is not None:
                 old.generate(reqs[:2])

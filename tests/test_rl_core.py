@@ -520,3 +520,53 @@ def test_a_new_estimator_is_one_function_and_one_dict_entry(tmp_path, monkeypatc
     assert rew[0] < 0.15 and sum(rew[-3:]) / 3 > rew[0] + 0.2, rew
     with pytest.raises(ValueError, match=r"algo.adv_estimator: unknown estimator 'sgn'; known: .*'sign'"):
         learner.check_names(dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, adv_estimator="sgn")))
+
+
+# --------------------------------------------------------------------------------------------
+# rollout importance sampling (engine != trainer)
+
+
+def test_rollout_is_weights_by_hand_and_as_a_loss_weight():
+    old = torch.tensor([[-1.0, -2.0, -0.5, -1.0]])
+    sample = torch.tensor([[-1.5, -1.0, -2.0, -9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w, m = ppo.rollout_is_weights(old, sample, mask, cap=2.0)
+    assert w.tolist()[0] == pytest.approx([math.exp(0.5), math.exp(-1.0), 2.0, 0.0])  # exp(1.5) = 4.48 capped
+    assert m["rollout_is_mean"] == pytest.approx((math.exp(0.5) + math.exp(-1) + math.exp(1.5)) / 3)
+    assert m["rollout_is_capped_frac"] == pytest.approx(1 / 3)
+    # verl's TIS: the per-token clipped loss times w == the loss of advantages times w (dual clip included)
+    logp = torch.tensor([[-0.7, -2.5, -0.2, -1.0]])
+    adv = torch.tensor([[1.5, -2.0, -0.5, 1.0]])
+    ratio = torch.exp(logp - old)
+    per_tok = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.28))
+    per_tok = torch.where(adv < 0, torch.minimum(per_tok, -adv * 3.0), per_tok)
+    by_hand = (per_tok * w * mask).sum() / mask.sum()
+    loss, _ = ppo.policy_loss(logp, old, adv * w, mask, 0.2, 0.28, 3.0)
+    assert float(loss) == pytest.approx(float(by_hand))
+    a = AlgoConfig()  # auto: on with the vLLM engine only
+    assert a.rollout_is_on("vllm") and not a.rollout_is_on("torch") and AlgoConfig(rollout_is="on").rollout_is_on("torch")
+    for cap in (0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="algo.rollout_is_cap"):
+            Config(algo=AlgoConfig(rollout_is_cap=cap)).validate()
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_rollout_is_reweights_the_advantages_where_old_logprobs_are_recomputed(tmp_path, mode):
+    import session
+    from workflows import load_data
+    cfg = toy_cfg(tmp_path, algo=dict(rollout_is=mode, rollout_is_cap=1.5, recompute_old_logprobs="always"))
+    run, _ = session.build(cfg, None)
+    tasks = load_data(cfg)[0][:4]
+    steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
+    for s in steps:  # an engine that sampled from another distribution: its logprobs 0.5 nats lower
+        s.logprobs = [x - 0.5 for x in s.logprobs]
+    part, out = learner.prepare_adapter(run, "speaker", steps, 1, 0)
+    run.cfg = toy_cfg(tmp_path, algo=dict(rollout_is="off", recompute_old_logprobs="always"))
+    plain, _ = learner.prepare_adapter(run, "speaker", steps, 1, 0)
+    m = part.rb.mask
+    assert m.sum() > 0 and plain.adv.abs().sum() > 0
+    if mode == "on":  # exp(0.5) = 1.65 > the cap: every generated token weighs 1.5
+        assert torch.allclose(part.adv * m, plain.adv * m * 1.5)
+        assert out["rollout_is_capped_frac"] == 1.0 and out["rollout_is_mean"] == pytest.approx(math.exp(0.5), rel=1e-4)
+    else:
+        assert torch.equal(part.adv, plain.adv) and "rollout_is_mean" not in out
