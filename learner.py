@@ -143,24 +143,36 @@ def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
 
 
 @torch.no_grad()
-def adapter_divergence(model, rb: RoleBatch, adapters: list, device, micro_batch_size: int = 4) -> dict[str, float]:
+def adapter_divergence(model, rb: RoleBatch, adapters: list, device, micro_batch_size: int = 4,
+                       chunk_tokens: int = 256) -> dict[str, float]:
     """How far the adapters have moved apart: for every pair (a, b) of `adapters` (None = the base),
     the symmetrised KL 1/2 [KL(pi_a || pi_b) + KL(pi_b || pi_a)] of their next-token distributions on
-    the same prompts and replies (rb), averaged over the generated tokens. {"a~b": kl}, over ranks."""
+    the same prompts and replies (rb), averaged over the generated tokens. {"a~b": kl}, over ranks.
+    Memory: each adapter keeps only the final hidden states of the generated tokens; the vocabulary
+    projection runs chunk_tokens tokens at a time, so the peak is adapters x chunk_tokens x vocabulary
+    whatever the number of tokens (full (rows, tokens, vocabulary) log-softmaxes, one per adapter,
+    were ~34 GB at a 152k vocabulary)."""
+    W = model.lm_head.weight
+    W = W.full_tensor() if hasattr(W, "full_tensor") else W  # FSDP: gathered once, every rank joins
     sums = {(a, b): 0.0 for i, a in enumerate(adapters) for b in adapters[i + 1:]}
     n_tok = 0.0
     for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), micro_batch_size):
-        logp = {}
+        ids, attn, T = rb.micro(rows)
+        sel = window(rb.mask, rows, 0, T).bool().to(device)  # (b, T): target columns the role generated
+        temp = rb.temps[rows].to(device)[:, None].expand(-1, T)[sel]  # (n,)
+        hidden = {}
         for a in adapters:
             lora.set_adapter(model, a)
-            logits, _, start, T = forward_logits(model, [(rb, rows)], device)
-            logp[a] = F.log_softmax(logits, -1)  # (b, T - start, V)
-        m = window(rb.mask, rows, start, T).to(device) * w
-        for a, b in sums:
-            p, q = logp[a], logp[b]
-            sym = 0.5 * ((p.exp() * (p - q)).sum(-1) + (q.exp() * (q - p)).sum(-1))  # (b, T - start)
-            sums[(a, b)] += float((sym * m).sum())
-        n_tok += float(m.sum())
+            out = model(input_ids=ids.to(device), attention_mask=attn.to(device), output_hidden_states=True,
+                        logits_to_keep=1)
+            hidden[a] = out.hidden_states[-1][:, :-1][sel]  # (n, d) after the final norm
+        for c in range(0, int(sel.sum()), chunk_tokens):
+            logp = {a: F.log_softmax(F.linear(h[c:c + chunk_tokens], W).float() / temp[c:c + chunk_tokens, None], -1)
+                    for a, h in hidden.items()}  # (chunk, V) each
+            for a, b in sums:
+                p, q = logp[a], logp[b]
+                sums[(a, b)] += w * float((0.5 * ((p.exp() * (p - q)).sum(-1) + (q.exp() * (q - p)).sum(-1))).sum())
+        n_tok += w * float(sel.sum())
     lora.set_adapter(model, None)
     keys = list(sums)
     tot = all_sum([sums[k] for k in keys] + [n_tok])

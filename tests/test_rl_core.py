@@ -570,3 +570,37 @@ def test_rollout_is_reweights_the_advantages_where_old_logprobs_are_recomputed(t
         assert out["rollout_is_capped_frac"] == 1.0 and out["rollout_is_mean"] == pytest.approx(math.exp(0.5), rel=1e-4)
     else:
         assert torch.equal(part.adv, plain.adv) and "rollout_is_mean" not in out
+
+
+def test_adapter_divergence_memory_does_not_grow_with_tokens_times_vocabulary(tiny):
+    """The largest tensor over the vocabulary the divergence allocates (views aside), counted by a
+    dispatch mode: max(chunk_tokens, rows of a micro-batch) x vocabulary (the forward's last-position
+    logits are rows x vocabulary), never rows x tokens x vocabulary as it was, one per adapter."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from learner import adapter_divergence
+
+    class Largest(TorchDispatchMode):
+        def __init__(self, V):
+            super().__init__()
+            self.numel, self.V = 0, V
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == self.V and not func.is_view:
+                    self.numel = max(self.numel, t.numel())
+            return out
+
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
+    V = m.config.vocab_size
+    peaks, results = [], []
+    for n in (6, 24):
+        rb = role_batch(tok, n=n)
+        with Largest(V) as probe:
+            results.append(adapter_divergence(m, rb, ["a", "b", None], "cpu", micro_batch_size=n, chunk_tokens=8))
+        peaks.append(probe.numel)
+        assert rb.mask.sum() > 8 * 2 and rb.ids.shape[1] > 8  # several chunks; more tokens than a chunk
+    assert peaks == [8 * V, 24 * V]
+    assert results[0] == pytest.approx(adapter_divergence(m, role_batch(tok, n=6), ["a", "b", None], "cpu", 4, 256))
