@@ -317,13 +317,12 @@ class TorchEngine:
                 K[:, :, col:Lc] = ks
                 V[:, :, col:Lc] = vs
             Hkv = K.shape[1]
-            if q == 1:  # decode: the G query heads of a KV head attend as G queries (no K/V repeat)
-                G = qs.shape[1] // Hkv
-                o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G, -1), K[:, :, :Lc], V[:, :, :Lc],
-                                                   attn_mask=mask, scale=a.scaling)  # (B, Hkv, G, D)
-            else:
-                o = F.scaled_dot_product_attention(qs, K[:, :, :Lc], V[:, :, :Lc], attn_mask=mask, scale=a.scaling,
-                                                   enable_gqa=True)  # (B, H, q, D)
+            G = qs.shape[1] // Hkv
+            # the G query heads of a KV head attend as G*q queries of one head: no K/V repeat, and no
+            # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
+            gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
+            o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
+                                               attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
             h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only

@@ -61,6 +61,21 @@ def test_sampled_logprobs_equal_trainer_recompute(setup):
             assert (lp - torch.tensor(r.logprobs)).abs().max() < 1e-4
 
 
+def test_attention_never_asks_sdpa_for_gqa_with_a_mask(setup, monkeypatch):
+    """On CUDA, SDPA with enable_gqa and a mask falls back to the math kernel (materialised scores):
+    prefill and decode fold a KV head's G query heads into G*q queries instead, with the same tokens
+    and logprobs as the trainer (the tests above)."""
+    m, tok, prompts = setup
+    calls = []
+    real = engines.F.scaled_dot_product_attention
+    monkeypatch.setattr(engines.F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append((a[0].shape[2], k.get("enable_gqa", False))) or real(*a, **k))
+    assert m.config.num_attention_heads > m.config.num_key_value_heads  # GQA
+    TorchEngine(m, tok).generate([Request(p, "a", SamplingParams(max_new_tokens=4, greedy=True)) for p in prompts])
+    assert calls and not any(gqa for _, gqa in calls)
+    assert max(q for q, _ in calls) > m.config.num_attention_heads // m.config.num_key_value_heads  # a prefill ran
+
+
 def test_mixed_adapter_batch_equals_separate_batches(setup):
     m, tok, prompts = setup
     eng = TorchEngine(m, tok)
