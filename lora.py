@@ -102,17 +102,19 @@ class LoRALinear(nn.Module):
 
     def forward(self, x):  # x: (B, T, in)
         y = self.base_layer(x)  # (B, T, out)
+        # the adapter's matmuls run in the input's dtype (bf16 next to a bf16 base: tensor cores, no fp32
+        # matmul with TF32 off) from fp32 master weights, which receive fp32 gradients through the cast
         if self.row_mask is not None:
-            A_cat, B_cat = self._cat_weights()
+            A_cat, B_cat = (w.to(x.dtype) for w in self._cat_weights())
             if self.training and self.row_dropout > 0:
                 x = F.dropout(x, self.row_dropout)
-            h = x.to(A_cat.dtype) @ A_cat.t()  # (B, T, R)
-            h = h * self.row_mask  # (B, T, R): the row's adapter scale on its slots, 0 elsewhere
+            h = x @ A_cat.t()  # (B, T, R)
+            h = h * self.row_mask.to(x.dtype)  # (B, T, R): the row's adapter scale on its slots, 0 elsewhere
             return y + (h @ B_cat.t()).to(y.dtype)  # (B, T, out)
         if self.active is None:
             return y
-        A, B = self.lora_A[self.active], self.lora_B[self.active]
-        h = F.linear(self._drop(x, self.dropout_p[self.active]).to(A.dtype), A)  # (B, T, r)
+        A, B = self.lora_A[self.active].to(x.dtype), self.lora_B[self.active].to(x.dtype)
+        h = F.linear(self._drop(x, self.dropout_p[self.active]), A)  # (B, T, r)
         return y + F.linear(h * self.scaling[self.active], B).to(y.dtype)  # (B, T, out): scale the small side
 
     def delta_weight(self, name: str) -> torch.Tensor:

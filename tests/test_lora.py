@@ -33,6 +33,47 @@ def test_fresh_adapter_is_exactly_base(tiny):
     assert torch.equal(m(input_ids=x, attention_mask=am).logits, base)
 
 
+def test_adapter_matmuls_run_in_the_input_dtype_from_fp32_master_weights(tiny):
+    """Next to a bf16 base the adapter computes in bf16 (no fp32 matmul beside it), per adapter and
+    per row, and its fp32 parameters get fp32 gradients."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
+    m = m.to(torch.bfloat16)
+    for p in lora.adapter_parameters(m, "a") + lora.adapter_parameters(m, "b"):
+        p.data = p.data.float()  # fp32 master weights beside the bf16 base
+        p.data.normal_(0, 0.1)
+
+    class MatmulDtypes(TorchDispatchMode):
+        seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default):
+                MatmulDtypes.seen.update(a.dtype for a in args if isinstance(a, torch.Tensor))
+            return func(*args, **(kwargs or {}))
+
+    ids = torch.tensor([tok.encode("What is 3 + 4?")] * 2)
+    for route in (lambda: lora.set_adapter(m, "a"), lambda: lora.set_row_adapters(m, ["a", "b"])):
+        route()
+        with MatmulDtypes():
+            logits = m(input_ids=ids).logits
+        assert MatmulDtypes.seen == {torch.bfloat16}, MatmulDtypes.seen
+        MatmulDtypes.seen = set()
+        logits.float().sum().backward()
+        grads = [p.grad for p in lora.adapter_parameters(m, "a")]
+        assert all(g is not None and g.dtype == torch.float32 and g.abs().sum() > 0 for g in grads)
+        m.zero_grad()
+    lora.set_adapter(m, None)
+    mod = next(iter(lora.lora_modules(m).values()))  # the math: the bf16 product of the fp32 weights' bf16 copies
+    x = torch.randn(3, mod.in_features, dtype=torch.bfloat16)
+    lora.set_adapter(m, "a")
+    want = mod.base_layer(x) + F.linear(F.linear(x, mod.lora_A["a"].bfloat16()) * mod.scaling["a"], mod.lora_B["a"].bfloat16())
+    assert torch.equal(mod(x), want)
+    lora.set_adapter(m, None)
+
+
 def test_targets_and_freezing(tiny):
     m, _ = tiny
     add_lora(m, ["a"], rank=2, alpha=4, targets=("q_proj", "v_proj"))
