@@ -11,8 +11,10 @@ Decode: TorchEngine(compile=True) (the decode step captured in a CUDA graph); ev
 of a max_new_tokens=1 call (prefill + first token) is subtracted, and the median of --repeats is taken.
 With 3 adapters (LoRA rank 16 on all 7 projections) rows cycle through them in one batch (per-row routing).
 HBM roofline: a decode step must read every weight once (the tied embedding/lm_head counted once, adapters
-included) plus the KV cache of every row at its mean context (prompt + new/2): roofline tokens/s =
-batch * bandwidth / bytes per step, with the bandwidth measured here (a large device-to-device copy).
+included), the KV cache of every row at its mean context (prompt + new/2), and make the sampler's passes
+over the (batch x vocabulary) logits (SAMPLING_BYTES_PER_LOGIT: at a 152k vocabulary and batch 256 they
+move more bytes than the 0.5B model's weights): roofline tokens/s = batch * bandwidth / bytes per step,
+with the bandwidth measured here (a large device-to-device copy).
 The static step actually reads the whole rounded-up cache (masked), which the percentage pays for.
 Train: one fused policy_update (train.py) over 3 adapters' rows, micro-batches of --train-micro rows;
 MFU = model FLOPs / time / peak, where model FLOPs = 4 x matmul params x tokens (forward 2, backward 2:
@@ -46,7 +48,17 @@ CONFIGS = {
 }
 COMMON = dict(model_type="qwen2", rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=32768,
               hidden_act="silu", use_sliding_window=False, attention_dropout=0.0)
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}  # dense
+# bf16 dense peaks by device name, the more specific name first (an H100 PCIe card peaks at 756, not 989)
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989.0, "A100": 312.0,
+                    "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
+# bytes one unfiltered sampling step moves per logit (engines.sample): lm_head writes bf16 (2), .float()
+# reads it and writes fp32 (6), / temperature (8), log_softmax (two reads, one write: 12), exp (8), the
+# pad to whole blocks (8), the block sums (4), greedy's argmax (4)
+SAMPLING_BYTES_PER_LOGIT = 52
+
+
+def peak_tflops(device_name: str) -> float | None:
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device_name), None)
 ADAPTERS = ["a0", "a1", "a2"]
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -232,7 +244,7 @@ def main(argv=None):
         models, batches = a.models.split(","), [int(b) for b in a.batches.split(",")]
         bw_bytes = 2 << 30
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    peak = a.peak_tflops or peak_tflops(name)
     bw = bandwidth(device, bw_bytes)
     print(f"device {name}, torch {torch.__version__}, measured copy bandwidth {bw / 1e9:.0f} GB/s, bf16 peak "
           f"{f'{peak:.0f} TFLOP/s' if peak else 'unknown (--peak-tflops)'}")
@@ -248,7 +260,8 @@ def main(argv=None):
         for B in batches:
             for n_ad in (0, 3):
                 tps, dt = decode_bench(m, device, B, n_ad, a.prompt_len, a.new_tokens, a.repeats, capture)
-                step_bytes = (wb if n_ad else wb - lora_b) + B * kv_bytes_per_row(m, a.prompt_len + a.new_tokens // 2)
+                step_bytes = ((wb if n_ad else wb - lora_b) + B * kv_bytes_per_row(m, a.prompt_len + a.new_tokens // 2)
+                              + B * m.config.vocab_size * SAMPLING_BYTES_PER_LOGIT)
                 roof = B * bw / step_bytes
                 rows.append((mname, B, n_ad, tps, dt * 1e3, roof, 100 * tps / roof))
                 print(f"  {mname} B={B} adapters={n_ad}: {tps:.0f} tok/s", flush=True)

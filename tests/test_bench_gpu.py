@@ -22,3 +22,15 @@ def test_gpu_bench_cpu_smoke():
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert float(cells[3]) > 0 and float(cells[5]) > 0 and cells[6].endswith("%")
     assert float(table[4].strip("|").split("|")[1]) > 0  # the update ran and was timed
+
+
+def test_peak_by_card_name_and_the_sampler_in_the_roofline():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "bench" / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    assert gpu.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert gpu.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0 and gpu.peak_tflops("NVIDIA H100 NVL") == 835.0
+    assert gpu.peak_tflops("NVIDIA H200") == 989.0 and gpu.peak_tflops("Some CPU") is None
+    # at batch 256 and a 152k vocabulary the sampler moves more bytes per step than 0.5B bf16 weights
+    assert 256 * 151936 * gpu.SAMPLING_BYTES_PER_LOGIT > 2 * 494e6
