@@ -45,7 +45,12 @@ grapher is scored against) is every triple of the video's graph whose clips all 
                 EgoSchema rows with q_uid (also the caption key), question, "option 0".."option 4"
                 and answer (in the row, or in ANSWERS: EgoSchema's JSON object q_uid -> answer).
                 A row may list its supporting clips ("support"); real questions have no scene graph.
-A bad row raises DataError naming file:line and the field.
+A bad row raises DataError naming file:line and the field: among others a time that is not finite
+seconds >= 0 (or ends before it starts), an answer that is not an ASCII choice index, a question or
+choice over 4000 characters, a CSV cell over csv's 131072-character limit, and the same video id or
+question id twice (json.loads would keep one of two caption lists without a word). Clip ids the agents
+cannot cite (only c<N> is read: rewards/video.clip_id), such as "shot1" or "c03" next to "c3", are
+renumbered c1.. in order; the support and the graph follow.
 """
 from __future__ import annotations
 

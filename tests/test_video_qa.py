@@ -312,6 +312,13 @@ def test_env_kwargs_cut_captions_and_reports(tasks):
     assert GRAPH in org  # the short report whole
     with pytest.raises(ConfigError, match=r"data\.env_kwargs\.max_caption_chars: must be an integer >= 200"):
         VideoQAEnv(max_caption_chars=True)
+    # checked where train.py checks them, before any model loads: the env's constructor, through check_roles
+    from workflows import check_roles
+    cfg = load_config_file(os.path.join(ROOT, "configs", "tiny_video_qa.py"))
+    for kw, msg in [({"max_caption_chars": "6000"}, r"max_caption_chars: must be an integer >= 200, got '6000'"),
+                    ({"max_captions": 10}, r"refused \{'max_captions': 10\}: .*unexpected keyword argument")]:
+        with pytest.raises(ConfigError, match=rf"^config field data\.env_kwargs.*{msg}"):
+            check_roles(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs=kw)))
 
 
 # ---------------------------------------------------------------------------------- data
