@@ -430,7 +430,8 @@ def _ours(row, where) -> list[dict]:
                 raise DataError(f"{where}: field {f}.{need} is missing")
         ch = _choices_of(q["choices"], where, f"{f}.choices")
         sup = _support(q.get("support"), ids, where)
-        tasks.append({"id": str(q.get("id", f"{vid}_q{k + 1}")), "video": vid,
+        qid = _str(q["id"], where, f"{f}.id", limit=200) if "id" in q else f"{vid}_q{k + 1}"
+        tasks.append({"id": qid, "video": vid,
                       "question": _str(q["question"], where, f"{f}.question"), "choices": ch,
                       "answer": _index(q["answer"], len(ch), where, f"{f}.answer"),
                       "type": str(q.get("type") or "other"), "support": sup, "clips": clips,
@@ -530,7 +531,7 @@ def load_real(questions: str, captions: str, answers: str | None = None) -> list
                 if need not in row:
                     raise DataError(f"{where}: missing field {need!r}; has {sorted(row)[:12]}")
             vid = _str(row["video"], where, "video")
-            qid = f"{vid}_{row.get('qid', len(tasks))}"
+            qid = f"{vid}_{len(tasks) if row.get('qid') in (None, '') else _str(row['qid'], where, 'qid', limit=200)}"
             keys = [k for k in (f"a{i}" for i in range(5)) if k in row]
             qtype = NEXT_TYPES.get(str(row.get("type") or "?")[:1].upper(), "other")
             ans = row["answer"]

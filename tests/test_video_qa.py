@@ -678,6 +678,8 @@ def test_hostile_video_rows_are_refused_with_one_line(tmp_path):
         (json.dumps(_video()).replace('"answer": 2', f'"answer": {digits}', 1), r"questions\[0\]\.answer' must be"),
         (json.dumps(_video(f=lambda v: v["questions"][1].update(question="Why? " * 40_000))),
          r"field 'questions\[1\]\.question' is 200000 characters long, more than 4000"),
+        (json.dumps(_video(f=lambda v: v["questions"][2].update(id="q" * 10 ** 6))),
+         r"field 'questions\[2\]\.id' is 1000000 characters long, more than 200"),
         (json.dumps(VIDEO) + "\n" + json.dumps(_video(f=lambda v: v["clips"][0].update(caption="x."))),  # one id, two videos
          r"ours\.jsonl:2: field 'video': video 'hand1' appears again \(first at .*ours\.jsonl:1\)"),
         (json.dumps(VIDEO) + "\n" + json.dumps(_video(f=lambda v: v.update(video="hand2"))),  # the same question ids
@@ -700,6 +702,8 @@ def test_hostile_real_files_are_refused_with_one_line(tmp_path):
     _refused(f"{q}@{caps}", [q, caps], r"q\.csv:3: not a readable CSV row \(field larger than field limit")
     q.write_text("video,question,answer,a0,a1\n1001,why,1,x,y\n1001,why,1,x,y,z\n")
     _refused(f"{q}@{caps}", [q, caps], r"q\.csv:3: 6 cells, but the header names 5 columns")
+    _write_csv(q, [NEXT[0], dict(NEXT[1], qid="7" * 5000)])  # every task carries its id: bounded
+    _refused(f"{q}@{caps}", [q, caps], r"q\.csv:3: field 'qid' is 5000 characters long, more than 200")
     _write_csv(q, [NEXT[0], NEXT[1], NEXT[0]])  # the same NExT-QA question twice
     _refused(f"{q}@{caps}", [q, caps], r"q\.csv:4: question '1001_3' appears again \(first at .*q\.csv:2\)")
     # the same video id twice in the caption file: json.loads keeps one; we used to keep the other, silently
