@@ -482,6 +482,7 @@ class Config:
         if self.data.val_size is not None and self.data.val_size < 1:
             bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
         for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)]:
+            path = path.partition("@")[0]  # QUESTIONS@CAPTIONS (video), TASKS@REPOS (swe): their loaders check the rest
             looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
             if Path(path).is_dir():
                 bad(name, f"{path} is a directory, not a data file")

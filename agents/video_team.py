@@ -48,23 +48,27 @@ TASK = {
 
 
 def fmt_time(sec) -> str:
-    """Seconds -> 'm:ss' ('' when unknown)."""
-    if isinstance(sec, bool) or not isinstance(sec, (int, float)) or sec != sec or sec < 0:
+    """Seconds -> 'm:ss' ('' when unknown, or not a finite time of under ten years)."""
+    if isinstance(sec, bool) or not isinstance(sec, (int, float)) or not 0 <= sec < 3e8:  # NaN, inf: ""
         return ""
     s = int(round(sec))
     return f"{s // 60}:{s % 60:02d}"
 
 
 def clip_lines(clips, max_chars: int = 6000) -> str:
-    """'[c3 0:08-0:12] caption' per clip ('[c3] caption' without times), at most ~max_chars; the
-    clips that do not fit are counted on a last line."""
+    """'[c3 0:08-0:12] caption' per clip ('[c3] caption' without times), at most max_chars; the
+    clips that do not fit are counted on a last line. A first caption longer than max_chars is cut
+    (ending ' ...'), so one huge caption cannot make a huge prompt."""
     out, used = [], 0
     for i, c in enumerate(clips):
         a, b = fmt_time(c.get("start")), fmt_time(c.get("end"))
-        line = f"[{c['id']}{' ' + a + '-' + b if a and b else ''}] {' '.join(str(c['caption']).split())}"
-        if used + len(line) > max_chars and out:
-            out.append(f"(... {len(clips) - i} more clips not shown)")
-            break
+        text = " ".join(str(c["caption"])[:2 * max_chars].split())
+        line = f"[{c['id']}{' ' + a + '-' + b if a and b else ''}] {text}"
+        if used + len(line) > max_chars:
+            if out:
+                out.append(f"(... {len(clips) - i} more clips not shown)")
+                break
+            line = line[:max_chars - 4] + " ..."
         out.append(line)
         used += len(line) + 1
     return "\n".join(out)

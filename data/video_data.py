@@ -45,21 +45,28 @@ grapher is scored against) is every triple of the video's graph whose clips all 
                 EgoSchema rows with q_uid (also the caption key), question, "option 0".."option 4"
                 and answer (in the row, or in ANSWERS: EgoSchema's JSON object q_uid -> answer).
                 A row may list its supporting clips ("support"); real questions have no scene graph.
-A bad row raises DataError naming file:line and the field.
+A bad row raises DataError naming file:line and the field: among others a time that is not finite
+seconds >= 0 (or ends before it starts), an answer that is not an ASCII choice index, a question or
+choice over 4000 characters, a CSV cell over csv's 131072-character limit, and the same video id or
+question id twice (json.loads would keep one of two caption lists without a word). Clip ids the agents
+cannot cite (only c<N> is read: rewards/video.clip_id), such as "shot1" or "c03" next to "c3", are
+renumbered c1.. in order; the support and the graph follow.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data.math_data import DataError, read_rows
-from rewards.video import normalise_name
+from rewards.video import clip_id, normalise_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEOPLE = {"Anna": "she", "Ben": "he", "Carla": "she", "David": "he", "Emma": "she", "Farid": "he", "Grace": "she",
@@ -292,18 +299,30 @@ def subgraph(graph, support) -> list[list[str]]:
     return [list(t) for t in graph if (len(t) == 4 and t[3] in s) or (len(t) == 3 and t[0] in s and t[2] in s)]
 
 
-def _str(v, where, field) -> str:
+MAX_TEXT = 4000  # characters of a question or a choice: it goes whole into every prompt
+
+
+def _show(v, n: int = 60) -> str:
+    """repr(v), cut to about n characters: an error message stays one short line."""
+    r = repr(v)
+    return r if len(r) <= n else f"{r[:n]}... ({len(r)} characters)"
+
+
+def _str(v, where, field, limit: int = MAX_TEXT) -> str:
     if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and not v.strip()):
         got = "an empty string" if isinstance(v, str) else type(v).__name__
         raise DataError(f"{where}: field {field!r} must be a non-empty string, got {got}")
-    return str(v)
+    v = str(v)  # an int: at most 4000 digits (math_data._parse_int keeps longer ones as text)
+    if len(v) > limit:
+        raise DataError(f"{where}: field {field!r} is {len(v)} characters long, more than {limit}")
+    return v
 
 
 def _index(v, n, where, field) -> int:
-    if isinstance(v, str) and v.strip().isdigit():
+    if isinstance(v, str) and re.fullmatch(r"\s*[0-9]{1,4}\s*", v):  # ASCII digits: "²".isdigit() is True
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
-        raise DataError(f"{where}: field {field!r} must be a choice index from 0 to {n - 1}, got {v!r}")
+        raise DataError(f"{where}: field {field!r} must be a choice index from 0 to {n - 1}, got {_show(v)}")
     return v
 
 
@@ -318,20 +337,24 @@ def _choices_of(v, where, field="choices", names=None) -> list[str]:
     return ch
 
 
-def _support(v, clip_ids, where) -> list[str]:
+def _support(v, ids: dict, where) -> list[str]:
+    """The supporting clips, as the task's ids (`ids`: the file's clip id -> the task's, _clips)."""
     if v is None:
         return []
     if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
         raise DataError(f"{where}: field 'support' must be a list of clip ids (strings)")
-    bad = [c for c in v if c not in clip_ids]
+    bad = [c for c in v if c not in ids]
     if bad:
-        raise DataError(f"{where}: field 'support' names clip {bad[0]!r}, which the video does not have")
-    return list(dict.fromkeys(v))
+        raise DataError(f"{where}: field 'support' names clip {_show(bad[0])}, which the video does not have")
+    return list(dict.fromkeys(ids[c] for c in v))
 
 
-def _clips(v, where, field="clips") -> list[dict]:
-    """Our clips ([{"id", "start", "end", "caption"}]) or a caption file's list (strings, or objects with
-    caption/text and optional start/end): ids c1.. where none is given."""
+def _clips(v, where, field="clips") -> tuple[list[dict], dict]:
+    """(clips, the file's clip id -> the task's) from our clips ([{"id", "start", "end", "caption"}]) or a
+    caption file's list (strings, or objects with caption/text and optional start/end): ids c1.. where
+    none is given. The agents cite clips as c<N> and the rewards read only that form (rewards/video.
+    clip_id), so a video whose ids are not all c<N> ("shot1", "C3", "c03") has its clips renumbered
+    c1.. in order; its support and graph follow through the returned map."""
     if not isinstance(v, list) or not v:
         raise DataError(f"{where}: field {field!r} must be a non-empty list of captions")
     out = []
@@ -347,19 +370,31 @@ def _clips(v, where, field="clips") -> list[dict]:
         times = []
         for k in ("start", "end"):
             t = c.get(k)
-            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t < 0):
-                raise DataError(f"{where}: field {field!r}[{i}].{k} must be seconds >= 0, got {t!r}")
+            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+                                  or t < 0):
+                raise DataError(f"{where}: field {field!r}[{i}].{k} must be a finite number of seconds >= 0, "
+                                f"got {_show(t)}")
             times.append(t)
+        if None not in times and times[1] < times[0]:
+            raise DataError(f"{where}: field {field!r}[{i}] ends ({times[1]}) before it starts ({times[0]})")
         cid = c.get("id", f"c{i + 1}")
         if not isinstance(cid, str) or not cid:
             raise DataError(f"{where}: field {field!r}[{i}].id must be a non-empty string")
         out.append({"id": cid, "start": times[0], "end": times[1], "caption": text})
-    if len({c["id"] for c in out}) != len(out):
-        raise DataError(f"{where}: field {field!r} repeats a clip id")
-    return out
+    seen = {}
+    for i, c in enumerate(out):
+        if seen.setdefault(c["id"], i) != i:
+            raise DataError(f"{where}: field {field!r}[{i}] repeats clip id {_show(c['id'])} (of [{seen[c['id']]}])")
+    ids = {c["id"]: c["id"] for c in out}
+    if any(clip_id(c["id"]) != c["id"] for c in out):  # "shot1": the agents could not cite it
+        ids = {c["id"]: f"c{i + 1}" for i, c in enumerate(out)}
+        for c in out:
+            c["id"] = ids[c["id"]]
+    return out, ids
 
 
-def _graph(v, clip_ids, where) -> list[list[str]]:
+def _graph(v, ids: dict, where) -> list[list[str]]:
+    """The gold triples, their clips as the task's ids (`ids`: _clips)."""
     if not isinstance(v, list):
         raise DataError(f"{where}: field 'graph' must be a list of triples")
     for k, t in enumerate(v):
@@ -367,9 +402,9 @@ def _graph(v, clip_ids, where) -> list[list[str]]:
             raise DataError(f"{where}: field 'graph'[{k}] must be [subject, relation, object, clip] or "
                             "[clip, relation, clip]")
         ends = [t[3]] if len(t) == 4 else [t[0], t[2]]
-        if any(c not in clip_ids for c in ends):
-            raise DataError(f"{where}: field 'graph'[{k}] names a clip the video does not have: {t}")
-    return [list(t) for t in v]
+        if any(c not in ids for c in ends):
+            raise DataError(f"{where}: field 'graph'[{k}] names a clip the video does not have: {_show(t, 120)}")
+    return [t[:3] + [ids[t[3]]] if len(t) == 4 else [ids[t[0]], t[1], ids[t[2]]] for t in v]
 
 
 def _ours(row, where) -> list[dict]:
@@ -377,8 +412,7 @@ def _ours(row, where) -> list[dict]:
         if f not in row:
             raise DataError(f"{where}: missing field {f!r}; has {sorted(row)[:12]}")
     vid = _str(row["video"], where, "video")
-    clips = _clips(row["clips"], where)
-    ids = {c["id"] for c in clips}
+    clips, ids = _clips(row["clips"], where)
     graph = _graph(row["graph"], ids, where) if row.get("graph") is not None else None
     aliases = row.get("aliases") or {}
     if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in aliases.items()):
@@ -396,7 +430,8 @@ def _ours(row, where) -> list[dict]:
                 raise DataError(f"{where}: field {f}.{need} is missing")
         ch = _choices_of(q["choices"], where, f"{f}.choices")
         sup = _support(q.get("support"), ids, where)
-        tasks.append({"id": str(q.get("id", f"{vid}_q{k + 1}")), "video": vid,
+        qid = _str(q["id"], where, f"{f}.id", limit=200) if "id" in q else f"{vid}_q{k + 1}"
+        tasks.append({"id": qid, "video": vid,
                       "question": _str(q["question"], where, f"{f}.question"), "choices": ch,
                       "answer": _index(q["answer"], len(ch), where, f"{f}.answer"),
                       "type": str(q.get("type") or "other"), "support": sup, "clips": clips,
@@ -409,8 +444,9 @@ def _ours(row, where) -> list[dict]:
 NEXT_TYPES = {"C": "causal", "T": "temporal", "D": "descriptive"}
 
 
-def _object_rows(path: str, what: str) -> list[tuple[str, str, object]]:
-    """[(where, key, value)] of a JSON object file, `where` = file:line of the key."""
+def _object_rows(path: str, what: str, key_name: str) -> list[tuple[str, str, object]]:
+    """[(where, key, value)] of a JSON object file, `where` = file:line of the key. A key written twice
+    is an error (json.loads would keep one of the two values without a word)."""
     p = Path(path)
     if p.is_dir() or not p.exists():
         raise DataError(f"{what} file {p} {'is a directory' if p.is_dir() else 'does not exist'}")
@@ -428,19 +464,24 @@ def _object_rows(path: str, what: str) -> list[tuple[str, str, object]]:
         raise DataError(f"{p}:1: expected a JSON object (video id -> captions), got {type(data).__name__}")
     if not data:
         raise DataError(f"{p}:1: the file has no videos")
-    # the line each key starts on: walk the (valid) object once with raw_decode
-    dec, out, pos, line, last = json.JSONDecoder(), [], text.index("{") + 1, 1, 0
-    for _ in range(len(data)):
+    # the line each key starts on: walk the (valid) object once with raw_decode, every key (repeats too)
+    dec, out, first, pos, line, last = json.JSONDecoder(), [], {}, text.index("{") + 1, 1, 0
+    while True:
         while text[pos] in " \t\r\n,":
             pos += 1
+        if text[pos] == "}":
+            return out
         line += text.count("\n", last, pos)
         last = pos
         key, pos = dec.raw_decode(text, pos)
+        if key in first:
+            raise DataError(f"{p}:{line}: {key_name} {_show(key)} appears again (first on line {first[key]}); "
+                            "keep one")
+        first[key] = line
         while text[pos] in " \t\r\n:":
             pos += 1
         value, pos = dec.raw_decode(text, pos)
         out.append((f"{p}:{line}", key, value))
-    return out
 
 
 def _question_rows(path: str) -> list[tuple[str, object]]:
@@ -452,8 +493,16 @@ def _question_rows(path: str) -> list[tuple[str, object]]:
             text = p.read_bytes().decode("utf-8-sig")
         except UnicodeDecodeError as e:
             raise DataError(f"{p}:1: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        reader = csv.DictReader(io.StringIO(text))
-        rows = [(f"{p}:{reader.line_num}", dict(r)) for r in reader]
+        reader, rows = csv.DictReader(io.StringIO(text)), []
+        try:
+            for r in reader:
+                if None in r:  # more cells than the header has columns
+                    raise DataError(f"{p}:{reader.line_num}: {len(r) - 1 + len(r[None])} cells, but the header "
+                                    f"names {len(reader.fieldnames)} columns")
+                rows.append((f"{p}:{reader.line_num}", r))
+        except csv.Error as e:  # a cell over csv's field_size_limit (131072 characters), ...
+            # line_num still counts the lines of the rows read whole: the bad row starts on the next
+            raise DataError(f"{p}:{reader.line_num + 1}: not a readable CSV row ({e})") from None
         if not rows:
             raise DataError(f"{p}:1: the file has no rows")
         return rows
@@ -463,10 +512,10 @@ def _question_rows(path: str) -> list[tuple[str, object]]:
 def load_real(questions: str, captions: str, answers: str | None = None) -> list[dict]:
     """Tasks from a NExT-QA or EgoSchema question file and a caption file (module docstring)."""
     videos = {}
-    for where, vid, caps in _object_rows(captions, "captions"):
-        videos[str(vid)] = _clips(caps, where, f"captions of {str(vid)[:60]!r}")
-    gold = {str(k): v for _, k, v in _object_rows(answers, "answers")} if answers else {}
-    tasks = []
+    for where, vid, caps in _object_rows(captions, "captions", "video id"):
+        videos[str(vid)] = _clips(caps, where, f"captions of {str(vid)[:60]!r}")  # (clips, ids)
+    gold = {str(k): v for _, k, v in _object_rows(answers, "answers", "q_uid")} if answers else {}
+    tasks, seen = [], {}
     for where, row in _question_rows(questions):
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected an object, got {type(row).__name__}")
@@ -482,7 +531,7 @@ def load_real(questions: str, captions: str, answers: str | None = None) -> list
                 if need not in row:
                     raise DataError(f"{where}: missing field {need!r}; has {sorted(row)[:12]}")
             vid = _str(row["video"], where, "video")
-            qid = f"{vid}_{row.get('qid', len(tasks))}"
+            qid = f"{vid}_{len(tasks) if row.get('qid') in (None, '') else _str(row['qid'], where, 'qid', limit=200)}"
             keys = [k for k in (f"a{i}" for i in range(5)) if k in row]
             qtype = NEXT_TYPES.get(str(row.get("type") or "?")[:1].upper(), "other")
             ans = row["answer"]
@@ -492,16 +541,19 @@ def load_real(questions: str, captions: str, answers: str | None = None) -> list
         if vid not in videos:
             raise DataError(f"{where}: field {'q_uid' if 'q_uid' in row else 'video'}: no captions for video "
                             f"{vid[:60]!r} in {captions}")
-        clips = videos[vid]
+        clips, ids = videos[vid]
         sup = row.get("support")
         if isinstance(sup, str):  # a CSV cell: '["c3", "c4"]' or 'c3 c4'
             try:
                 sup = json.loads(sup) if sup.strip().startswith("[") else sup.split()
             except ValueError:
                 raise DataError(f"{where}: field 'support' is not a JSON list of clip ids: {sup[:80]!r}") from None
+        if qid in seen:
+            raise DataError(f"{where}: question {_show(qid)} appears again (first at {seen[qid]}); keep one")
+        seen[qid] = where
         tasks.append({"id": qid, "video": vid, "question": _str(row["question"], where, "question"), "choices": ch,
                       "answer": _index(ans, len(ch), where, "answer"), "type": qtype,
-                      "support": _support(sup, {c["id"] for c in clips}, where), "clips": clips, "graph": None,
+                      "support": _support(sup, ids, where), "clips": clips, "graph": None,
                       "aliases": {}})
     return tasks
 
@@ -513,11 +565,16 @@ def load_video(spec: str) -> list[dict]:
         if len(parts) not in (2, 3) or not all(parts):
             raise DataError(f"{spec}: expected QUESTIONS@CAPTIONS or QUESTIONS@CAPTIONS@ANSWERS")
         return load_real(*parts)
-    tasks = []
+    tasks, seen = [], {}  # video id or question id -> where it was first
     for where, row in read_rows(spec, "video data"):
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object (one video), got {type(row).__name__}")
-        tasks += _ours(row, where)
+        mine = _ours(row, where)
+        for what, key in [("field 'video': video", mine[0]["video"])] + [("question id", t["id"]) for t in mine]:
+            if (what, key) in seen:
+                raise DataError(f"{where}: {what} {_show(key)} appears again (first at {seen[what, key]}); keep one")
+            seen[what, key] = where
+        tasks += mine
     return tasks
 
 

@@ -189,7 +189,7 @@ def scripted_replies(task) -> list[str]:
     exactly the supporting clips with their captions, the grapher writes exactly the question's scene
     graph, and all three name the gold choice. sft.py's scripted teacher plays these."""
     letter = LETTERS[int(task["answer"])]
-    caption = {c["id"]: " ".join(str(c["caption"]).split()) for c in task["clips"]}
+    caption = {c["id"]: " ".join(str(c["caption"])[:300].split()) for c in task["clips"]}  # a report, not a copy
     sup = list(task.get("support") or [])
     cap = "\n".join([f"[{c}] {caption[c]}" for c in sup] + [f"Choice: {letter}"])
     lines = []

@@ -422,9 +422,14 @@ def main(argv=None) -> dict:
     p.add_argument("--min-steps", type=int, default=2, help="reasoning: steps before the answer that score 1")
     p.add_argument("--workflow", choices=WORKFLOWS, help="the component definitions (default: read from the roles)")
     p.add_argument("--config", help="a train config (configs/*.py): budgets, max_refinements, workflow from it")
-    p.add_argument("--json", metavar="OUT", help="also write the statistics as JSON")
+    p.add_argument("--json", metavar="OUT", help="also write the statistics as JSON to this file (in a folder that "
+                   "exists; never one of the trajectory files read)")
     a = p.parse_args(argv)
     weights, budgets = parse_pairs(a.weights, "--weights"), parse_pairs(a.budget, "--budget", int)
+    out = Path(a.json) if a.json else None
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):  # say so now, not after the statistics
+        raise SystemExit(f"error: --json {a.json}: " + ("is a directory; name a file in it, e.g. "
+                         f"{out / 'stats.json'}" if out.is_dir() else f"its folder {out.parent} does not exist"))
     try:
         if a.config:
             from config import load_config_file
@@ -433,15 +438,21 @@ def main(argv=None) -> dict:
             calc.workflow = a.workflow or calc.workflow
         else:
             calc = RewardCalculator(weights, budgets, a.default_budget, a.max_refinements, a.min_steps, a.workflow)
-        records = load_records(a.stats)
-    except (ValueError, FileNotFoundError) as e:
+        sourced = load_records(a.stats, with_source=True)
+    except (ValueError, FileNotFoundError, TypeError) as e:  # TypeError: a config file without `config`
         raise SystemExit(f"error: {e}") from None
+    records = [r for _, r in sourced]
+    if out is not None and out.resolve() in {Path(w.rsplit(":", 1)[0]).resolve() for w, _ in sourced}:
+        raise SystemExit(f"error: --json {a.json}: is one of the trajectory files read; it would be overwritten")
     st = stats(records, calc, a.min_reward)
     n_turns = sum(len(r["turns"]) for r in records)
     print(f"{len(records)} episodes, {n_turns} turns | weights " + " ".join(f"{k}={v:g}" for k, v in calc.weights.items()))
     print(format_stats(st, a.min_reward))
-    if a.json:
-        Path(a.json).write_text(json.dumps(st, indent=1))
+    if out is not None:
+        try:
+            out.write_text(json.dumps(st, indent=1))
+        except OSError as e:  # no permission, a full disk, ...
+            raise SystemExit(f"error: --json {a.json}: cannot write it ({e.strerror or e})") from None
     return st
 
 

@@ -187,3 +187,23 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, msg):
         C.main(["--stats", str(f)])
     with pytest.raises(FileNotFoundError, match="no trajectory file matches"):
         C.load_records(str(tmp_path / "nothing_*.jsonl"))
+
+
+def test_bad_json_and_config_arguments_are_one_line_and_lose_no_file(tmp_path, capsys):
+    """--json DIR wrote the statistics into a directory (IsADirectoryError traceback, after the whole
+    run); --json naming a trajectory file read overwrote it; a config without `config` was a TypeError."""
+    f = write(tmp_path / "train_1.jsonl", [{"task": {"question": "q", "answer": "4"}, "metrics": {},
+                                            "turns": [turn("solver", "\\boxed{4}", 1, 1.0)]}])
+    before = f.read_bytes()
+    for out, msg in [(tmp_path, "is a directory; name a file in it, e.g. .*stats.json"),
+                     (tmp_path / "no" / "s.json", "its folder .*no does not exist"),
+                     (f, "is one of the trajectory files read; it would be overwritten")]:
+        for stats in (str(f), str(tmp_path / "train_*.jsonl"), str(tmp_path)):
+            with pytest.raises(SystemExit, match=rf"^error: --json .*: {msg}$") as e:
+                C.main(["--stats", stats, "--json", str(out)])
+            assert "\n" not in str(e.value.code)
+    assert f.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["train_1.jsonl"]
+    (tmp_path / "cfg.py").write_text("x = 1\n")
+    with pytest.raises(SystemExit, match=r"^error: .*cfg\.py must define `config = Config\(\.\.\.\)`"):
+        C.main(["--stats", str(f), "--config", str(tmp_path / "cfg.py")])
+    assert C.main(["--stats", str(f), "--json", str(tmp_path / "s.json")]) == json.loads((tmp_path / "s.json").read_text())

@@ -312,6 +312,13 @@ def test_env_kwargs_cut_captions_and_reports(tasks):
     assert GRAPH in org  # the short report whole
     with pytest.raises(ConfigError, match=r"data\.env_kwargs\.max_caption_chars: must be an integer >= 200"):
         VideoQAEnv(max_caption_chars=True)
+    # checked where train.py checks them, before any model loads: the env's constructor, through check_roles
+    from workflows import check_roles
+    cfg = load_config_file(os.path.join(ROOT, "configs", "tiny_video_qa.py"))
+    for kw, msg in [({"max_caption_chars": "6000"}, r"max_caption_chars: must be an integer >= 200, got '6000'"),
+                    ({"max_captions": 10}, r"refused \{'max_captions': 10\}: .*unexpected keyword argument")]:
+        with pytest.raises(ConfigError, match=rf"^config field data\.env_kwargs.*{msg}"):
+            check_roles(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs=kw)))
 
 
 # ---------------------------------------------------------------------------------- data
@@ -635,3 +642,145 @@ def test_configs_route_train_eval_and_compare(tmp_path):
     assert row["team"] == 0.75 and row["aggregate"]["agreement_rate"] == 1.0
     assert row["aggregate"][f"acc_{types[3]}"] == pytest.approx(1 - 1 / types.count(types[3]))
     assert row["counts"] == {} and "| — |" in compare.table([row])
+
+
+# ---------------------------------------------------------------------------------- hostile data files
+
+
+def _video(**change):
+    """A copy of VIDEO, each function of `change` applied to it."""
+    v = copy.deepcopy(VIDEO)
+    for f in change.values():
+        f(v)
+    return v
+
+
+def _refused(spec, files, match):
+    """load_video(spec) raises one short DataError line matching `match`, and leaves every file as it was."""
+    before = {f: f.read_bytes() for f in files}
+    with pytest.raises(DataError, match=match) as e:
+        load_video(spec)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 400, str(e.value)[:500]
+    assert {f: f.read_bytes() for f in files} == before
+
+
+def test_hostile_video_rows_are_refused_with_one_line(tmp_path):
+    """Each of these used to load and then break an episode (reset: OverflowError), raise a bare
+    ValueError at load ('²', 5000 digits), or silently keep one of two videos of the same id."""
+    digits = "1" * 5000
+    cases = [
+        (json.dumps(_video(f=lambda v: v["clips"][0].update(start=float("inf")))),  # writes "start": Infinity
+         r"ours\.jsonl:1: field 'clips'\[0\]\.start must be a finite number of seconds >= 0, got inf"),
+        (json.dumps(_video(f=lambda v: v["clips"][1].update(start=9))), r"field 'clips'\[1\] ends \(8\) before it starts"),
+        (json.dumps(_video(f=lambda v: v["questions"][0].update(answer="²"))),
+         r"ours\.jsonl:1: field 'questions\[0\]\.answer' must be a choice index from 0 to 4, got '²'"),
+        (json.dumps(_video(f=lambda v: v["questions"][0].update(answer=digits))), r"questions\[0\]\.answer' must be"),
+        (json.dumps(_video()).replace('"answer": 2', f'"answer": {digits}', 1), r"questions\[0\]\.answer' must be"),
+        (json.dumps(_video(f=lambda v: v["questions"][1].update(question="Why? " * 40_000))),
+         r"field 'questions\[1\]\.question' is 200000 characters long, more than 4000"),
+        (json.dumps(_video(f=lambda v: v["questions"][2].update(id="q" * 10 ** 6))),
+         r"field 'questions\[2\]\.id' is 1000000 characters long, more than 200"),
+        (json.dumps(VIDEO) + "\n" + json.dumps(_video(f=lambda v: v["clips"][0].update(caption="x."))),  # one id, two videos
+         r"ours\.jsonl:2: field 'video': video 'hand1' appears again \(first at .*ours\.jsonl:1\)"),
+        (json.dumps(VIDEO) + "\n" + json.dumps(_video(f=lambda v: v.update(video="hand2"))),  # the same question ids
+         r"ours\.jsonl:2: question id 'hand1_q1' appears again")]
+    f = tmp_path / "ours.jsonl"
+    for text, match in cases:
+        f.write_text(text + "\n")
+        _refused(str(f), [f], match)
+    f.write_text(json.dumps(VIDEO) + "\n" + json.dumps(_video(f=lambda v: v.update(video="hand2", questions=[
+        dict(q, id=q["id"].replace("hand1", "hand2")) for q in v["questions"]]))) + "\n")
+    assert len(load_video(str(f))) == 6  # two videos, distinct ids: both kept
+
+
+def test_hostile_real_files_are_refused_with_one_line(tmp_path):
+    caps = tmp_path / "captions.json"
+    caps.write_text(json.dumps(CAPTIONS, indent=1))
+    q = tmp_path / "q.csv"
+    # a 200 kB cell: csv's own limit (131072) raised _csv.Error; now the row's line, as for any bad row
+    _write_csv(q, [NEXT[0], dict(NEXT[1], question="x" * 200_000), NEXT[1]])
+    _refused(f"{q}@{caps}", [q, caps], r"q\.csv:3: not a readable CSV row \(field larger than field limit")
+    q.write_text("video,question,answer,a0,a1\n1001,why,1,x,y\n1001,why,1,x,y,z\n")
+    _refused(f"{q}@{caps}", [q, caps], r"q\.csv:3: 6 cells, but the header names 5 columns")
+    _write_csv(q, [NEXT[0], dict(NEXT[1], qid="7" * 5000)])  # every task carries its id: bounded
+    _refused(f"{q}@{caps}", [q, caps], r"q\.csv:3: field 'qid' is 5000 characters long, more than 200")
+    _write_csv(q, [NEXT[0], NEXT[1], NEXT[0]])  # the same NExT-QA question twice
+    _refused(f"{q}@{caps}", [q, caps], r"q\.csv:4: question '1001_3' appears again \(first at .*q\.csv:2\)")
+    # the same video id twice in the caption file: json.loads keeps one; we used to keep the other, silently
+    _write_csv(q, NEXT)
+    caps.write_text('{\n "1001": ["a man opens the door"],\n "1002": ["a ball"],\n "1001": ["a dog runs in"]\n}')
+    _refused(f"{q}@{caps}", [q, caps], r"captions\.json:4: video id '1001' appears again \(first on line 2\)")
+    caps.write_text(json.dumps({"1001": [{"caption": "a", "start": float("inf")}], "1002": ["b"]}))
+    _refused(f"{q}@{caps}", [q, caps], r"captions\.json:1: field \"captions of '1001'\"\[0\]\.start must be a finite")
+    # the calculator's agent side never crashes on such a time either
+    from agents.video_team import clip_lines
+    assert clip_lines([{"id": "c1", "start": float("inf"), "end": 1e300, "caption": "x"}]) == "[c1] x"
+
+
+def _shot(v, name=lambda i: f"shot{i}"):
+    """VIDEO with its clips renamed c<i> -> name(i) (support and graph too)."""
+    new = {f"c{i}": name(i) for i in range(1, 7)}
+    for c in v["clips"]:
+        c["id"] = new[c["id"]]
+    v["graph"] = [[new.get(x, x) for x in t] for t in v["graph"]]
+    for q in v["questions"]:
+        q["support"] = [new[c] for c in q["support"]]
+
+
+def test_clip_ids_other_than_c_n_are_renumbered_so_the_perfect_team_scores_one(tmp_path):
+    """The agents cite c<N> and the rewards read only that: 'shot1' used to give the perfect captioner
+    0.0 (and the grapher's links nothing). Such a video's clips are renumbered c1.. in order."""
+    f = tmp_path / "shots.jsonl"
+    f.write_text(json.dumps(_video(f=_shot)) + "\n")
+    shots = load_video(str(f))
+    assert [c["id"] for c in shots[0]["clips"]] == [f"c{i}" for i in range(1, 7)]
+    assert shots[0]["support"] == ["c2", "c3"] and shots[0]["graph"][-1] == ["c2", "causes", "c3"]
+    for task in shots:
+        _, rew, m, _ = play(VideoQAEnv(), task, scripted_replies(task))
+        assert rew == [1.0, 1.0, 1.0] and (m["cite_f1"], m["triple_f1"]) == (1.0, 1.0), task["id"]
+    # 'c01' next to 'c1': two clips the rewards would read as one (c1); renumbered too
+    f.write_text(json.dumps(_video(f=lambda v: _shot(v, lambda i: "c01" if i == 2 else f"c{i}"))) + "\n")
+    causal = load_video(str(f))[0]
+    assert causal["support"] == ["c2", "c3"] and [c["id"] for c in causal["clips"]][:2] == ["c1", "c2"]
+    assert play(VideoQAEnv(), causal, scripted_replies(causal))[1] == [1.0, 1.0, 1.0]
+    # a real caption file with its own ids: the question's support names them
+    caps = tmp_path / "captions.json"
+    caps.write_text(json.dumps({"1001": [{"id": f"shot{i}", "caption": c} for i, c in enumerate(CAPTIONS["1001"], 1)],
+                                "1002": CAPTIONS["1002"]}))
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps(dict(NEXT[0], support=["shot2"])) + "\n")
+    (t,) = load_video(f"{q}@{caps}")
+    assert t["support"] == ["c2"] and t["clips"][1] == {"id": "c2", "start": None, "end": None, "caption": "a dog runs in"}
+    assert play(VideoQAEnv(), t, scripted_replies(t))[1] == [1.0, 1.0, 1.0]
+
+
+def test_one_huge_caption_is_cut_to_max_caption_chars(tmp_path):
+    """A first caption of 207 kB used to go whole into the prompt (the cap only dropped later clips)."""
+    f = tmp_path / "long.jsonl"
+    f.write_text(json.dumps(_video(f=lambda v: v["clips"][0].update(caption="Anna waits. " * 17_250))) + "\n")
+    count = load_video(str(f))[2]  # support c1, c6
+    for cap in (6000, 200):
+        user = VideoQAEnv(max_caption_chars=cap).reset(count).messages[1]["content"]
+        shown = user.split("Clip captions:\n")[1].split("\n\n")[0]
+        assert len(shown) <= cap + 40 and shown.endswith("(... 5 more clips not shown)"), len(shown)
+        assert shown.startswith("[c1 0:00-0:04] Anna waits.") and " ...\n(... 5" in shown
+    assert len(scripted_replies(count)[0]) < 500  # the scripted captioner reports the clip, not a copy of it
+
+
+def test_the_readme_questions_at_captions_spec_passes_the_config_and_loads(tmp_path, monkeypatch):
+    """`--data.train-files questions.csv@captions.json` (README) was refused by the config check as a
+    file that does not exist: the spec ends in .json."""
+    from workflows import check_roles, load_data
+    monkeypatch.chdir(tmp_path)
+    _write_csv(tmp_path / "questions.csv", NEXT)
+    (tmp_path / "captions.json").write_text(json.dumps(CAPTIONS))
+    cfg = load_config_file(os.path.join(ROOT, "configs", "tiny_video_qa.py"))
+    data = dataclasses.replace(cfg.data, train_files="questions.csv@captions.json",
+                               val_files="./questions.csv@captions.json")
+    cfg = dataclasses.replace(cfg, data=data).validate()
+    check_roles(cfg)
+    tr, va = load_data(cfg)
+    assert [t["id"] for t in tr] == ["1001_3", "1002_7"] and len(va) == 2
+    bad = dataclasses.replace(cfg, data=dataclasses.replace(data, val_files="./missing.csv@captions.json"))
+    with pytest.raises(ConfigError, match=r"data\.val_files: \./missing\.csv does not exist"):
+        bad.validate()
