@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -280,7 +280,7 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: s
                                            gamma=a.gamma, lam=a.lam, norm_by_std=a.norm_by_std)
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a dict key in the update
 class Part:
     """One adapter's share of a step, ready for the policy update."""
     adapter: str
@@ -293,109 +293,133 @@ class Part:
     gen: torch.Generator  # its mini-batch permutations
 
 
+@dataclass
+class UpdateStats:
+    """One adapter's bookkeeping over a policy update: token-weighted sums (reduced over ranks at the
+    end), the max ratio of each mini-batch, the gradient norm of each optimizer step."""
+    lr: float
+    sums: dict = field(default_factory=lambda: defaultdict(float))
+    ratio_max: list = field(default_factory=list)
+    grad_norms: list = field(default_factory=list)
+    skipped: int = 0
+
+
+def adapter_loss(part: Part, rows, logits, targets, start, T, weight, on_policy, denom, cfg, kl_coef, ref_logits,
+                 device):
+    """One adapter's loss on its rows of a micro-batch: the clipped policy term, minus the entropy bonus,
+    plus the KL term when the KL is in the loss. Returns (loss, its token-weighted sums, the max ratio).
+    on_policy: this forward IS the policy that sampled (first mini-batch of the first epoch): ratio 1."""
+    a = cfg.algo
+    (clip_low, clip_high), agg, norm_len = a.clip, a.agg, part.rb.norm_len
+    logp = ppo.token_logprobs(logits, targets)  # (b, T - start)
+    mask = window(part.rb.mask, rows, start, T).to(device) * weight
+    old_logp = logp.detach() if on_policy else window(part.old_logp, rows, start, T).to(device)
+    advantages = window(part.adv, rows, start, T).to(device)
+    pg_loss, pg_stats = ppo.LOSSES[a.policy_loss](logp, old_logp, advantages, mask, clip_low, clip_high, a.dual_clip,
+                                                  agg, denom, norm_len)
+    entropy = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), mask)  # a metric always
+    loss = pg_loss - a.entropy_coef * ppo.agg_loss(entropy, mask, agg, denom, norm_len)
+    n = float(mask.sum())
+    sums = {"pg_loss": pg_loss.item(), "tokens": n, "entropy": float((entropy.detach() * mask).sum()),
+            "clipfrac": pg_stats["clipfrac"] * n, "approx_kl": pg_stats["approx_kl"] * n}
+    if a.kl_coef > 0 and not a.kl_in_reward:
+        kl = (ppo.full_kl(logits, ref_logits) if a.kl_kind == "full"
+              else ppo.kl_penalty(logp, window(part.ref_logp, rows, start, T).to(device), a.kl_kind))
+        kl_loss = ppo.agg_loss(kl, mask, agg, denom, norm_len)
+        loss = loss + kl_coef * kl_loss
+        sums["kl_loss"] = kl_loss.item()
+    return loss, sums, (pg_stats["ratio_max"] if n else 0.0)
+
+
+def step_or_skip(part: Part, params, nonfinite: bool, stats: UpdateStats, grad_clip: float):
+    """Clip and step one adapter's optimizer, or skip the step (grads dropped, weights untouched) when
+    its loss or gradient is not finite; `nonfinite` is agreed over ranks, so every rank skips together."""
+    norm = clip_grad(params, grad_clip)
+    if nonfinite or not math.isfinite(norm):
+        stats.skipped += 1
+    else:
+        stats.lr = part.opt.param_groups[0]["lr"]  # the rate this optimizer step used
+        part.opt.step()
+        stats.grad_norms.append(norm)
+    part.opt.zero_grad(set_to_none=True)
+
+
+def reduce_stats(stats: UpdateStats, n_steps: int) -> dict:
+    """The update's metrics over every rank: token means, the mean loss stepped on, ratio maxima."""
+    keys = sorted(stats.sums)
+    tot = dict(zip(keys, all_sum([stats.sums[k] for k in keys])))
+    rmax = np.max(gather_objects(stats.ratio_max), axis=0)  # (epochs x mini-batches,) max over ranks
+    out = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
+    out.update({k: tot[k] / n_steps for k in ("pg_loss", "kl_loss") if k in tot})  # mean over mini-batches
+    out.update(ratio_max=float(rmax.max()), ratio_max_first=float(rmax[0]), skipped=stats.skipped, lr=stats.lr)
+    if stats.grad_norms:
+        out["grad_norm"] = float(np.mean(stats.grad_norms))
+    return out
+
+
 def policy_update(model, parts: list[Part], cfg, device, kl_coef) -> dict[str, dict]:
     """ppo_epochs x mini-batches x micro-batches for one or more adapters at once. Each part keeps its
     own permutation, mini-batches, loss denominators, grad clip and optimizer step; only the forward
     and backward of a micro-batch are shared, each row wearing its own adapter. The adapters are
     disjoint and the base is frozen, so a part's gradient is what it would get alone (one part =
     the sequential reference, algo.fused_update=False). A non-finite loss or gradient skips that
-    optimizer step (grads dropped, weights untouched) and is counted in `skipped`; when fused, a
-    non-finite row can poison the other parts of its micro-batch (NaN * 0), which then skip too."""
+    optimizer step and is counted in `skipped`; when fused, a non-finite row can poison the other
+    parts of its micro-batch (NaN * 0), which then skip too."""
     a = cfg.algo
-    loss_fn, (clip_low, clip_high), agg = ppo.LOSSES[a.policy_loss], a.clip, a.agg
-    kl_in_loss = a.kl_coef > 0 and not a.kl_in_reward
     model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
-    names = [p.adapter for p in parts]
-    if len(parts) == 1:
-        lora.set_adapter(model, names[0])
+    lora.set_adapter(model, parts[0].adapter if len(parts) == 1 else None)
     params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
-    N = {p.adapter: len(p.rb.steps) for p in parts}
-    n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(N[x]) for x in names]))}
-    sums = {x: defaultdict(float) for x in names}  # token-weighted sums, reduced over ranks at the end
-    ratio_max, grad_norms = {x: [] for x in names}, {x: [] for x in names}
-    skipped, lr = dict.fromkeys(names, 0), {p.adapter: p.opt.param_groups[0]["lr"] for p in parts}
+    n_rows = {p.adapter: len(p.rb.steps) for p in parts}
+    n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(n_rows[p.adapter]) for p in parts]))}
+    stats = {p.adapter: UpdateStats(lr=p.opt.param_groups[0]["lr"]) for p in parts}
     for epoch in range(a.ppo_epochs):
-        perm = {p.adapter: torch.randperm(N[p.adapter], generator=p.gen).tolist() for p in parts}
+        perm = {p.adapter: torch.randperm(n_rows[p.adapter], generator=p.gen).tolist() for p in parts}
         for k in range(max(n_mb.values())):
-            now = [p for p in parts if k < n_mb[p.adapter]]
-            mb = {p.adapter: perm[p.adapter][k * N[p.adapter] // n_mb[p.adapter]:(k + 1) * N[p.adapter] // n_mb[p.adapter]]
-                  for p in now}
-            counts = [p.rb.mask[mb[p.adapter]].sum() if agg == "token-mean" else (p.rb.mask[mb[p.adapter]].sum(1) > 0).sum()
-                      for p in now]
-            denom = {p.adapter: max(c, 1.0) for p, c in zip(now, all_sum([float(c) for c in counts]))}  # global
-            rows = sorted(((p, r) for p in now for r in mb[p.adapter]), key=lambda x: -int(x[0].rb.rows_len[x[1]]))
-            bad, mb_ratio_max = dict.fromkeys(names, False), dict.fromkeys(names, 0.0)
-            for chunk, w in lockstep_chunks(rows, a.micro_batch_size, dummy=(now[0], 0)):
-                pieces = [(p, [r for q, r in chunk if q is p]) for p in now if any(q is p for q, _ in chunk)]
-                batch = [(p.rb, rs) for p, rs in pieces]
+            mb = {p: perm[p.adapter][k * n_rows[p.adapter] // n_mb[p.adapter]:(k + 1) * n_rows[p.adapter] // n_mb[p.adapter]]
+                  for p in parts if k < n_mb[p.adapter]}  # this mini-batch's rows of each part
+            counts = [p.rb.mask[rows].sum() if a.agg == "token-mean" else (p.rb.mask[rows].sum(1) > 0).sum()
+                      for p, rows in mb.items()]
+            denom = {p: max(c, 1.0) for p, c in zip(mb, all_sum([float(c) for c in counts]))}  # global
+            rows = sorted(((p, r) for p in mb for r in mb[p]), key=lambda x: -int(x[0].rb.rows_len[x[1]]))
+            nonfinite, mb_ratio_max = dict.fromkeys(mb, False), dict.fromkeys(mb, 0.0)
+            for chunk, weight in lockstep_chunks(rows, a.micro_batch_size, dummy=(next(iter(mb)), 0)):
+                pieces = [(p, [r for q, r in chunk if q is p]) for p in mb if any(q is p for q, _ in chunk)]
                 if len(parts) > 1:
                     lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
-                logits, tgt, start, T = forward_logits(model, batch, device)
-                if kl_in_loss and a.kl_kind == "full":
-                    with torch.no_grad():
-                        lora.set_adapter(model, None)
-                        ref_logits = forward_logits(model, batch, device)[0]
-                        if len(parts) > 1:
-                            lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
-                        else:
-                            lora.set_adapter(model, names[0])
+                logits, targets, start, T = forward_logits(model, [(p.rb, rs) for p, rs in pieces], device)
+                ref_logits = reference_logits(model, pieces, parts, device) if a.kl_coef > 0 and not a.kl_in_reward \
+                    and a.kl_kind == "full" else None
                 loss, off = 0.0, 0
                 for p, rs in pieces:  # each adapter's own loss on its own rows
-                    x, sl = p.adapter, slice(off, off + len(rs))
+                    sl = slice(off, off + len(rs))
                     off += len(rs)
-                    logp = ppo.token_logprobs(logits[sl], tgt[sl])  # (b, T - start)
-                    m = window(p.rb.mask, rs, start, T).to(device) * w
-                    # before the first optimizer step this forward IS the old policy: ratio exactly 1
-                    old = logp.detach() if epoch == 0 and k == 0 else window(p.old_logp, rs, start, T).to(device)
-                    pg_loss, pm = loss_fn(logp, old, window(p.adv, rs, start, T).to(device), m, clip_low, clip_high, a.dual_clip,
-                                          agg, denom[x], p.rb.norm_len)
-                    ent = ppo.entropy(logits[sl] if a.entropy_coef > 0 else logits[sl].detach(), m)  # a metric always
-                    part_loss = pg_loss - a.entropy_coef * ppo.agg_loss(ent, m, agg, denom[x], p.rb.norm_len)
-                    if kl_in_loss:
-                        kl = (ppo.full_kl(logits[sl], ref_logits[sl]) if a.kl_kind == "full"
-                              else ppo.kl_penalty(logp, window(p.ref_logp, rs, start, T).to(device), a.kl_kind))
-                        kl_loss = ppo.agg_loss(kl, m, agg, denom[x], p.rb.norm_len)
-                        part_loss = part_loss + kl_coef * kl_loss
-                        sums[x]["kl_loss"] += kl_loss.item()
-                    bad[x] |= not bool(torch.isfinite(part_loss))
+                    part_loss, sums, ratio_max = adapter_loss(p, rs, logits[sl], targets[sl], start, T, weight,
+                                                              epoch == 0 and k == 0, denom[p], cfg, kl_coef,
+                                                              None if ref_logits is None else ref_logits[sl], device)
+                    nonfinite[p] |= not bool(torch.isfinite(part_loss))
+                    for key, v in sums.items():
+                        stats[p.adapter].sums[key] += v
+                    mb_ratio_max[p] = max(mb_ratio_max[p], ratio_max)
                     loss = loss + part_loss
-                    n = float(m.sum())
-                    sums[x]["pg_loss"] += pg_loss.item()
-                    sums[x]["tokens"] += n
-                    sums[x]["entropy"] += float((ent.detach() * m).sum())
-                    for key in ("clipfrac", "approx_kl"):
-                        sums[x][key] += pm[key] * n
-                    if n:
-                        mb_ratio_max[x] = max(mb_ratio_max[x], pm["ratio_max"])
                 backward(loss)
-            flags = all_sum([float(bad[p.adapter]) for p in now])
-            for p, flag in zip(now, flags):
-                x = p.adapter
-                ratio_max[x].append(mb_ratio_max[x])
-                norm = clip_grad(params[x], a.grad_clip)
-                if flag or not math.isfinite(norm):  # every rank skips together
-                    skipped[x] += 1
-                    p.opt.zero_grad(set_to_none=True)
-                    continue
-                lr[x] = p.opt.param_groups[0]["lr"]  # the rate this optimizer step used
-                p.opt.step()
-                p.opt.zero_grad(set_to_none=True)
-                grad_norms[x].append(norm)
-    out = {}
-    for x in names:
-        keys = sorted(sums[x])
-        tot = dict(zip(keys, all_sum([sums[x][k] for k in keys])))
-        rmax = np.max(gather_objects(ratio_max[x]), axis=0)  # (epochs x mini-batches,) max over ranks
-        o = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
-        o["pg_loss"] = tot["pg_loss"] / (a.ppo_epochs * n_mb[x])  # mean over mini-batches of the loss stepped on
-        if "kl_loss" in tot:
-            o["kl_loss"] = tot["kl_loss"] / (a.ppo_epochs * n_mb[x])
-        o.update(ratio_max=float(rmax.max()), ratio_max_first=float(rmax[0]), skipped=skipped[x], lr=lr[x])
-        if grad_norms[x]:
-            o["grad_norm"] = float(np.mean(grad_norms[x]))
-        out[x] = o
+            for p, flag in zip(mb, all_sum([float(nonfinite[p]) for p in mb])):
+                stats[p.adapter].ratio_max.append(mb_ratio_max[p])
+                step_or_skip(p, params[p.adapter], bool(flag), stats[p.adapter], a.grad_clip)
     lora.set_adapter(model, None)
-    return out
+    return {x: reduce_stats(st, a.ppo_epochs * n_mb[x]) for x, st in stats.items()}
+
+
+@torch.no_grad()
+def reference_logits(model, pieces, parts, device):
+    """The reference policy's logits on a micro-batch (adapters off), for the full-vocabulary KL; then
+    the rows wear their adapters again."""
+    lora.set_adapter(model, None)
+    ref = forward_logits(model, [(p.rb, rs) for p, rs in pieces], device)[0]
+    if len(parts) > 1:
+        lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
+    else:
+        lora.set_adapter(model, parts[0].adapter)
+    return ref
 
 
 # --------------------------------------------------------------------------------------------
