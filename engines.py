@@ -353,26 +353,13 @@ class TorchEngine:
         N = max(r.sampling.max_new_tokens for r in reqs)
         L = P + N if not static else -(-(P + N) // 64) * 64
         sps = [r.sampling for r in reqs]
-        eos = self.tok.eos_token_id
-        stops = [list(s.stop_token_ids) if s.stop_token_ids is not None else [eos] for s in sps]
-        S = max([len(x) for x in stops] + [4 if static else 1])
-        seeds = [s.seed if s.seed is not None else int(torch.randint(2**62, (1,), generator=self.gen)) for s in sps]
         filtered = any(not s.greedy and (s.top_k > 0 or s.top_p < 1) for s in sps)
-        names = [r.adapter for r in reqs]
         ids = torch.full((B, P), self.tok.pad_token_id or 0, dtype=torch.long)
         for i, r in enumerate(reqs):
             ids[i, P - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
         pad = torch.tensor([P - len(r.prompt_ids) for r in reqs])  # (B,)
-        init = dict(  # every per-row tensor, built on the host once
-            tok=torch.zeros(B, dtype=torch.long), pad=pad,
-            key_ok=torch.arange(L)[None, :] >= pad[:, None],  # (B, L) real tokens (future columns fill in)
-            temp=torch.tensor([[1.0 if s.greedy else s.temperature] for s in sps]),
-            top_k=torch.tensor([[0 if s.greedy else s.top_k] for s in sps]),
-            top_p=torch.tensor([[1.0 if s.greedy else s.top_p] for s in sps]),
-            greedy=torch.tensor([s.greedy for s in sps]), seed=torch.tensor(seeds, dtype=torch.long),
-            stop_ids=torch.tensor([x + [-1] * (S - len(x)) for x in stops], dtype=torch.long),
-            end=torch.tensor([s.max_new_tokens for s in sps]), by_id=torch.zeros(B, dtype=torch.bool))
-        self._route(names)
+        init, S = self._host_rows(sps, pad, L, static)
+        self._route([r.adapter for r in reqs])
         mods = list(lora.lora_modules(self.model).values())
         if static:
             decode, b, step, P_t = self._static_step(B, L, S, filtered)
@@ -393,26 +380,7 @@ class TorchEngine:
         s, n_left = 1, N  # s = tokens sampled so far
         while True:
             if s % self.sync_every == 0 or s >= n_left:  # ---- host sync: which rows are done? ----
-                end, by_id = b.end.tolist(), b.by_id.tolist()
-                reason = {}  # slot -> stop string
-                open_ = [j for j, i in enumerate(alive) if results[i] is None]
-                strs = [j for j in open_ if sps[alive[j]].stop]
-                toks = dict(zip(strs, b.out_tok[strs, :s].tolist())) if strs else {}
-                for j in strs:  # decode text only for the rows that have stop strings
-                    i = alive[j]
-                    limit = min(s, end[j] - 1 if by_id[j] else end[j])  # a stop id on the same token wins
-                    hit = self._find_stop_string(sps[i].stop, toks[j], searched[i], limit)
-                    searched[i] = limit
-                    if hit is not None:
-                        end[j], reason[j] = hit
-                done = [j for j in open_ if end[j] <= s]
-                if done:
-                    out_tok, out_lp = b.out_tok[done].tolist(), b.out_lp[done].tolist()
-                    for j, t, lp in zip(done, out_tok, out_lp):
-                        n = end[j]
-                        why = ("stop", reason[j]) if j in reason else ("stop", t[n - 1]) if by_id[j] else ("length", None)
-                        results[alive[j]] = Result(t[:n], lp[:n], *why)
-                left = [j for j in open_ if end[j] > s]
+                left = self._finish_rows(b, alive, results, searched, sps, s)
                 if tick is not None:
                     tick(s)
                 if not left:
@@ -440,6 +408,46 @@ class TorchEngine:
         for r in results:
             r.text = self.tok.decode(r.completion_ids, skip_special_tokens=True)
         return results
+
+    def _host_rows(self, sps: list[SamplingParams], pad, L: int, static: bool) -> tuple[dict, int]:
+        """Every per-row tensor of a batch, built on the host once, and S, the stop-id columns."""
+        B, eos = len(sps), self.tok.eos_token_id
+        stops = [list(s.stop_token_ids) if s.stop_token_ids is not None else [eos] for s in sps]
+        S = max([len(x) for x in stops] + [4 if static else 1])
+        seeds = [s.seed if s.seed is not None else int(torch.randint(2**62, (1,), generator=self.gen)) for s in sps]
+        return dict(
+            tok=torch.zeros(B, dtype=torch.long), pad=pad,
+            key_ok=torch.arange(L)[None, :] >= pad[:, None],  # (B, L) real tokens (future columns fill in)
+            temp=torch.tensor([[1.0 if s.greedy else s.temperature] for s in sps]),
+            top_k=torch.tensor([[0 if s.greedy else s.top_k] for s in sps]),
+            top_p=torch.tensor([[1.0 if s.greedy else s.top_p] for s in sps]),
+            greedy=torch.tensor([s.greedy for s in sps]), seed=torch.tensor(seeds, dtype=torch.long),
+            stop_ids=torch.tensor([x + [-1] * (S - len(x)) for x in stops], dtype=torch.long),
+            end=torch.tensor([s.max_new_tokens for s in sps]), by_id=torch.zeros(B, dtype=torch.bool)), S
+
+    def _finish_rows(self, b: _Rows, alive, results, searched, sps, s: int) -> list[int]:
+        """The host sync after s sampled tokens: finish the rows that hit a stop id, a stop string or
+        their length (their Result into `results`); returns the slots still open."""
+        end, by_id = b.end.tolist(), b.by_id.tolist()
+        reason = {}  # slot -> stop string
+        open_ = [j for j, i in enumerate(alive) if results[i] is None]
+        strs = [j for j in open_ if sps[alive[j]].stop]
+        toks = dict(zip(strs, b.out_tok[strs, :s].tolist())) if strs else {}
+        for j in strs:  # decode text only for the rows that have stop strings
+            i = alive[j]
+            limit = min(s, end[j] - 1 if by_id[j] else end[j])  # a stop id on the same token wins
+            hit = self._find_stop_string(sps[i].stop, toks[j], searched[i], limit)
+            searched[i] = limit
+            if hit is not None:
+                end[j], reason[j] = hit
+        done = [j for j in open_ if end[j] <= s]
+        if done:
+            out_tok, out_lp = b.out_tok[done].tolist(), b.out_lp[done].tolist()
+            for j, t, lp in zip(done, out_tok, out_lp):
+                n = end[j]
+                why = ("stop", reason[j]) if j in reason else ("stop", t[n - 1]) if by_id[j] else ("length", None)
+                results[alive[j]] = Result(t[:n], lp[:n], *why)
+        return [j for j in open_ if end[j] > s]
 
     def _alloc(self, B, L, N, init) -> _Rows:
         m, dev = self.model, self.model.device
