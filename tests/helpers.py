@@ -10,27 +10,30 @@ class Overtime(BaseException):  # not an Exception: the never-raise guards must 
 
 
 @contextmanager
-def deadline(seconds: float):
-    """Interrupt the block after `seconds` (CPython's regex engine checks for signals)."""
+def deadline(cpu_seconds: float):
+    """Interrupt the block once THIS process has used `cpu_seconds` of CPU time (ITIMER_PROF: user +
+    system, every thread; CPython's regex engine checks for signals). CPU time, not wall time: other
+    jobs on a loaded machine do not consume it, and time spent waiting on a subprocess (a sandbox, the
+    math-verify worker, which have deadlines of their own) is not counted. A stuck parser burns CPU."""
     def _raise(*_):
         raise Overtime
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = signal.signal(signal.SIGPROF, _raise)
+    signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 @contextmanager
-def bounded(seconds: float, label: str):
-    """pytest.fail (not a hang) when the block runs past `seconds`."""
+def bounded(cpu_seconds: float, label: str):
+    """pytest.fail (not a hang) when the block uses more than `cpu_seconds` of this process's CPU."""
     try:
-        with deadline(seconds):
+        with deadline(cpu_seconds):
             yield
     except Overtime:
-        pytest.fail(f"{label}: still running after {seconds} s")
+        pytest.fail(f"{label}: still running after {cpu_seconds} CPU seconds")
 
 
 def play(env, task, replies):
