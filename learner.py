@@ -265,9 +265,10 @@ class Critic:
 # ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
 
 
-def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: str | None = None):
+def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: str | None = None, state=None):
     """Token rewards (outcome score on the last token, minus the KL when it is in the reward) ->
-    the chosen estimator's (advantages, returns); `estimator`: this adapter's (default algo's)."""
+    the chosen estimator's (advantages, returns); `estimator`: this adapter's (default algo's);
+    `state`: this adapter's instance when the estimator is a ppo.StatefulEstimator."""
     a = cfg.algo
     token_rewards = torch.zeros_like(rb.mask)  # (N, T)
     token_rewards[torch.arange(len(rb.steps)), rb.last] = rb.scores
@@ -276,8 +277,9 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: s
     gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.info.get("dummy") else ("dummy", i)
             for i, s in enumerate(rb.steps)]
     baseline = torch.tensor([float(s.info.get("baseline", 0.0)) for s in rb.steps])  # ReMax's greedy reward
-    return ppo.ADVANTAGES[estimator or a.adv_estimator](token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline,
-                                           gamma=a.gamma, lam=a.lam, norm_by_std=a.norm_by_std)
+    fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
+    return fn(token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
+              norm_by_std=a.norm_by_std, all_sum=all_sum)
 
 
 @dataclass(eq=False)  # compared and hashed by identity: a dict key in the update
@@ -456,7 +458,7 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
     critic = run.critic if estimator == "gae" else None
     values = critic.values(model, rb) if critic else None
-    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator)
+    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
     for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
         s.info["advantage"] = float(a_mean)  # for the trajectory files
     if a.rollout_is_on(cfg.rollout.engine) and not run.old_from_sampling:  # engine != trainer: reweight

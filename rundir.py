@@ -105,6 +105,7 @@ def save_checkpoint(run, out: Path):
         torch.save(per_rank, tmp / f"rng_rank{RANK}.pt")
         if RANK == 0:
             torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
+                        "estimators": {n: e.state_dict() for n, e in run.estimator_state.items()},
                         "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()},
                         "world_size": _rank_world()[1]}, tmp / "trainer_state.pt")
             (tmp / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=2))
@@ -206,6 +207,9 @@ def load_checkpoint(run, ckpt: Path):
                                  options=StateDictOptions(full_state_dict=True))
         run.scheds[n].load_state_dict(state["sched"][n])
     run.kl_ctrl.load_state_dict(state["kl"])
+    for n, d in state.get("estimators", {}).items():
+        if n in run.estimator_state:
+            run.estimator_state[n].load_state_dict(d)
     same_world = state.get("world_size", WORLD) == WORLD
     rng = torch.load(ckpt / f"rng_rank{RANK if same_world else 0}.pt", weights_only=False)
     if not same_world and RANK == 0:

@@ -604,3 +604,27 @@ def test_adapter_divergence_memory_does_not_grow_with_tokens_times_vocabulary(ti
         assert rb.mask.sum() > 8 * 2 and rb.ids.shape[1] > 8  # several chunks; more tokens than a chunk
     assert peaks == [8 * V, 24 * V]
     assert results[0] == pytest.approx(adapter_divergence(m, role_batch(tok, n=6), ["a", "b", None], "cpu", 4, 256))
+
+
+def test_an_estimator_with_state_is_one_class_and_one_dict_entry_and_resumes_exactly(tmp_path):
+    """ppo.EMABaseline, a StatefulEstimator in ADVANTAGES: the run builds one per adapter, it learns the
+    toy reward, its state is in the checkpoint, and 2 + 2 resumed steps equal 4 straight ones."""
+    assert isinstance(ppo.ADVANTAGES["ema_baseline"], type)
+    cfg = toy_cfg(tmp_path, algo=dict(adv_estimator="ema_baseline"), trainer=dict(total_steps=12, save_freq=0))
+    train.main(cfg)
+    rew = [x["train/reward/speaker"] for x in rows(tmp_path / "run" / "metrics.jsonl")]
+    assert rew[0] < 0.15 and sum(rew[-3:]) / 3 > rew[0] + 0.2, rew
+
+    def run(out, steps, resume):
+        c = toy_cfg(tmp_path, algo=dict(adv_estimator="ema_baseline"))
+        c = dataclasses.replace(c, trainer=dataclasses.replace(c.trainer, output_dir=str(tmp_path / out), total_steps=steps,
+                                                               save_freq=2, resume=resume, test_freq=0))
+        train.main(c)
+        return rows(tmp_path / out / "metrics.jsonl")
+    straight = run("a", 4, "none")
+    run("b", 2, "none")
+    state = torch.load(tmp_path / "b/checkpoints/step_000002/trainer_state.pt", weights_only=False)["estimators"]
+    assert state["speaker"]["updates"] == 2 and state["speaker"]["baseline"] != 0.0
+    resumed = run("b", 4, "auto")
+    keys = [k for k in straight[-1] if k.startswith("train/") and "time" not in k and "per_s" not in k]
+    assert [[r[k] for k in keys] for r in straight[2:]] == [[r[k] for k in keys] for r in resumed[2:]]
