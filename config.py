@@ -278,6 +278,9 @@ class TrainerConfig:
     max_empty_steps: int = 3
     """stop with an error after this many steps in a row that train on nothing (every episode
     truncated, or no role produced a token): each such step is logged with its reason"""
+    console: tuple[str, ...] = ()
+    """more metric names the console line prints (a key of metrics.jsonl without its train/ or val/
+    prefix, e.g. evaluator_recall); the workflow module's CONSOLE names print always"""
     logger: tuple[str, ...] = ("console",)
     """where metrics go besides metrics.jsonl (always written: resume and compare.py read it): console (a
     line per step and eval), wandb (set WANDB_MODE=offline without network), tensorboard (event files

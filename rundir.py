@@ -345,9 +345,12 @@ def duration(seconds: float) -> str:
     return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def fmt(m: dict, prefix: str) -> str:
+def fmt(m: dict, prefix: str, show: tuple[str, ...] = ()) -> str:
+    """The console line of a step's or an eval's metrics: each role's reward, the team reward, the KL,
+    clipfrac, entropy, skipped steps, then `show`: more metric names (the workflow module's CONSOLE
+    tuple and trainer.console), each printed when `{prefix}/{name}` is among the metrics."""
     parts = [f"{k.split('/')[-1]} {v:.3f}" for k, v in m.items() if k.startswith(f"{prefix}/reward/")]
-    for k in ("team_reward", "kl"):
+    for k in ("team_reward", "kl") + tuple(show):
         if f"{prefix}/{k}" in m:
             parts.append(f"{k} {m[f'{prefix}/{k}']:.3f}")
     for key in ("clipfrac", "entropy"):

@@ -57,7 +57,7 @@ from session import (
     save_trajectories,
     summarize,
 )
-from workflows import check_names, check_roles, load_data
+from workflows import check_names, check_roles, load_data, workflow
 
 # --------------------------------------------------------------------------------------------
 # the parts of the loop
@@ -169,12 +169,13 @@ def main(cfg: Config):
         print0(f"resumed from {ckpt} (step {run.step})" + (f"; changed: {'; '.join(changes)}" if changes else ""))
     print0(run.describe() + f" | tasks: {len(train_tasks)} train, {len(val_tasks)} val | output {out}")
     t_cfg = cfg.trainer
+    show = tuple(getattr(workflow(cfg)[1], "CONSOLE", ())) + tuple(t_cfg.console)  # more metrics on the console
     total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
     if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched
         metrics = evaluate(run, val_tasks)
         if rank() == 0:
             (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
-            print(f"[eval of {ckpt}] " + fmt(metrics, "val"), flush=True)
+            print(f"[eval of {ckpt}] " + fmt(metrics, "val", show), flush=True)
         return finish(metrics)
     if run.step >= total:
         print0(f"note: {out} already finished at step {run.step} of {total}: nothing to train. Raise "
@@ -182,7 +183,7 @@ def main(cfg: Config):
     logger = Logger(run, out)
     if t_cfg.val_before_train and run.step == 0:
         metrics = evaluate(run, val_tasks, out, logger)
-        logger.log(0, metrics, "[eval step 0] " + fmt(metrics, "val"))
+        logger.log(0, metrics, "[eval step 0] " + fmt(metrics, "val", show))
 
     # --- the loop -----------------------------------------------------------------------------
     metrics, empty_in_a_row, t_loop, first = {}, 0, time.perf_counter(), run.step + 1
@@ -225,7 +226,7 @@ def main(cfg: Config):
                         "time/step": time.perf_counter() - t0, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9),
                         "train/epoch": run.cursor / len(train_tasks)})
         eta = (time.perf_counter() - t_loop) / (step - first + 1) * (total - step)  # evals and saves included
-        logger.log(step, metrics, f"[step {step}/{total}] " + fmt(metrics, "train") +
+        logger.log(step, metrics, f"[step {step}/{total}] " + fmt(metrics, "train", show) +
                    f" | {n_tokens / max(t_roll, 1e-9):.0f} tok/s | roll {t_roll:.1f}s train {t_train:.1f}s sync {t_sync:.2f}s"
                    f" | ETA {duration(eta)}")
 
@@ -233,7 +234,7 @@ def main(cfg: Config):
         if t_cfg.test_freq and (step % t_cfg.test_freq == 0 or step == total):
             vm = evaluate(run, val_tasks, out, logger)
             metrics.update(vm)
-            logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val"))
+            logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val", show))
             logger.plot(out, [r.name for r in cfg.roles])
         if (t_cfg.save_freq and step % t_cfg.save_freq == 0) or step == total:
             save_checkpoint(run, out)

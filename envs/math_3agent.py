@@ -141,6 +141,9 @@ class MathTeamEnv:
         }
 
 
+CONSOLE = ("evaluator_balanced_acc", "evaluator_fpr")  # this workflow's metrics on the console line
+
+
 def aggregate(episodes) -> dict:
     """What is this workflow's own: ratios over counts summed across episodes (the trainer already
     logs the mean of every per-episode metric and each role's reward and response length)."""

@@ -191,3 +191,21 @@ def test_resume_on_another_number_of_ranks(tmp_path):
         outs.append(r.stdout)
     assert steps_of(tmp_path / "run") == [1, 2, 3]
     assert "written by 1 rank(s), resuming on 2" in outs[1] and "written by 2 rank(s), resuming on 1" in outs[2]
+
+
+def test_the_console_line_shows_the_workflows_and_the_configs_metrics(tmp_path, capsys):
+    """A workflow module's CONSOLE names and trainer.console reach the console line; rundir is not edited."""
+    import train
+    from config import load_config_file
+    from envs import math_3agent
+    from rundir import fmt
+    assert "evaluator_fpr" in math_3agent.CONSOLE
+    m = {"train/reward/g": 0.5, "train/evaluator_fpr": 0.25, "train/evaluator_recall": 0.75}
+    assert "evaluator_fpr 0.250" in fmt(m, "train", math_3agent.CONSOLE) and "recall" not in fmt(m, "train")
+    cfg = load_config_file(str(Path(__file__).resolve().parent.parent / "configs" / "tiny_math_3agent.py"))
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / "run"), total_steps=1,
+                                                               save_freq=0, test_freq=0, val_before_train=False,
+                                                               resume="none", console=("evaluator_recall",)))
+    train.main(cfg)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("[step 1/1]"))
+    assert "evaluator_balanced_acc" in line and "evaluator_fpr" in line and "evaluator_recall" in line
