@@ -232,6 +232,30 @@ def test_files_the_runner_imports_as_tests_are_refused():
     assert "NOT applied" in env.history[-1][1] and "tests" in env.history[-1][1]
 
 
+def test_diff_paths_are_cleaned_once_before_every_rule():
+    """`+++ b/./tests.py` was applied under its raw path, past the rule on modules named `tests`, and
+    the raw path reached model_patch (issue 33): a diff's paths are cleaned once, then checked."""
+    for alias in ("./tests.py", ".//tests.py", "tests.py/.", "calc/../tests.py", "tests/./test_ops.py"):
+        env = SWETeamEnv()
+        env.reset(TASK)
+        env.step("calc/ops.py")
+        env.step(f"--- /dev/null\n+++ b/{alias}\n@@ -0,0 +1 @@\n+import builtins\n")
+        assert "NOT applied" in env.history[-1][1] and "tests" in env.history[-1][1], alias
+        assert env.work == BASE and env.model_patch() == "", alias
+    for escape in ("calc/../../x.py", "./", "calc/..", ".."):
+        with pytest.raises(PatchError, match="diff line 2: .* is outside the repository"):
+            parse_patch(f"--- /dev/null\n+++ b/{escape}\n@@ -0,0 +1 @@\n+X = 1\n")
+    one = make_patch(BASE, {**BASE, "calc/ops.py": FIXED})
+    for alias in ("calc/./ops.py", "calc//ops.py", "./calc/ops.py", "calc/ops.py/.", "x/../calc/ops.py"):
+        d = one.replace("a/calc/ops.py", f"a/{alias}").replace("b/calc/ops.py", f"b/{alias}")
+        assert patched_paths(d) == {"calc/ops.py"} and apply_patch(BASE, d) == {**BASE, "calc/ops.py": FIXED}, alias
+        env = SWETeamEnv()
+        env.reset(TASK)
+        env.step("calc/ops.py")
+        env.step(d)
+        assert env.work == {**BASE, "calc/ops.py": FIXED} and env.model_patch() == one, alias
+
+
 def test_the_code_under_test_reaches_the_test_only_through_plain_data():
     """What crosses from the worker: plain data and in-place changes to it; exceptions by class;
     an object of the code under test can be called and read, never compared."""
