@@ -84,10 +84,10 @@ def _header_at(lines: list[str], i: int) -> bool:
 
 def parse_patch(text: str) -> list[tuple[str | None, str | None, list[tuple[int, list[str], list[str]]]]]:
     """[(old path, new path, hunks)] of a unified diff, hunk = (old start line, old lines, new lines);
-    paths cleaned (clean_path), None for /dev/null (a new or deleted file). Tolerant of what models write: a hunk whose header
-    counts are wrong is read up to the next hunk, file header or non-diff line instead; a context
-    line whose single space was stripped (an empty line) is context. Raises PatchError naming the
-    diff's line when a hunk has no body or a path is outside the repository."""
+    paths cleaned (clean_path), None for /dev/null (a new or deleted file). Tolerant of what models
+    write: a hunk whose header counts are wrong is read up to the next hunk, file header or non-diff
+    line instead; a context line whose single space was stripped (an empty line) is context. Raises
+    PatchError naming the diff's line when a hunk has no body or a path is outside the repository."""
     if not isinstance(text, str):
         raise PatchError("the diff is not text")
     out, lines, i = [], text.replace("\r\n", "\n").rstrip("\n").split("\n"), 0

@@ -409,8 +409,8 @@ _OBJS, _SCALAR = {}, (type(None), bool, str)
 # (Counter, a namedtuple, a str subclass) is sent as its builtin data, read by the builtin's own C
 # method, so none of the subclass's overrides runs (dicts: read by dict.items); else it is a handle
 _DATA = {str: str.__str__, int: int.__int__, float: float.__float__, complex: complex.__complex__,
-         bytes: bytes.__bytes__, bytearray: bytearray.copy, list: list.copy, tuple: lambda v: tuple.__getitem__(v, slice(None)),
-         set: set.copy, frozenset: frozenset.copy, dict: lambda v: v}
+         bytes: bytes.__bytes__, bytearray: bytearray.copy, list: list.copy, set: set.copy, frozenset: frozenset.copy,
+         tuple: lambda v: tuple.__getitem__(v, slice(None)), dict: lambda v: v}
 
 
 def _on_alarm(*_):
@@ -498,7 +498,8 @@ def _answer(req):
     finally:
         signal.alarm(0)
     data = req.get("plain") is True
-    return {"v": _top(v, data), "args": [_top(a, data) if type(a) in (list, dict, set, bytearray) else None for a in args]}
+    return {"v": _top(v, data),
+            "args": [_top(a, data) if type(a) in (list, dict, set, bytearray) else None for a in args]}
 
 
 while True:
@@ -622,8 +623,8 @@ class Remote:
                 a.update(new)
         return _dec(res["v"], OPAQUE_RESULTS)
 
-    def __repr__(self):
-        return f"<{self._type} of the code under test>"
+    def __repr__(self):  # an opaque handle's text carries nothing its code chose (not even a class name)
+        return "<an object the code under test returned>" if self._opaque else f"<{self._type} of the code under test>"
 
     def _refuse(self, *_):
         if self._opaque:

@@ -355,18 +355,19 @@ METHOD_TESTS = {"entry_point": "f", "tests": [
     "assert sorted(f({'a': 1}).items()) == [('a', 1)]", "assert list(f({'a': 1}).keys()) == ['a']",
     "assert f([1, 2, 3]).__len__() == 3", "assert f('abc').startswith('ab')", "assert f('a b').split() == ['a', 'b']",
     "assert f(' x ').strip() == 'x'", "assert f({'k': 5}).get('k') == 5", "assert f(3 + 4j).real == 3.0",
-    "assert f(['ab'])[0].upper() == 'AB'"]}
-LIAR = ("class Liar:\n    real = 3.0\n    def upper(self): return 'AB'\n    def count(self, x): return 2\n"
+    "assert f(['ab'])[0].upper() == 'AB'", "assert 'AB' in str(f('xABy'))"]}
+LIAR = ("class AB:  # the name its handle's text showed\n    real = 3.0\n"
+        "    def upper(self): return 'AB'\n    def count(self, x): return 2\n"
         "    def items(self): return [('a', 1)]\n    def keys(self): return ['a']\n    def __len__(self): return 3\n"
-        "    def startswith(self, x): return True\n    def split(self): return ['a', 'b']\n    def strip(self): return 'x'\n"
-        "    def get(self, k): return 5\n    def __getitem__(self, i): return self\n")
+        "    def startswith(self, x): return True\n    def split(self): return ['a', 'b']\n"
+        "    def strip(self): return 'x'\n    def get(self, k): return 5\n    def __getitem__(self, i): return self\n")
 LIARS = {
-    "an object whose methods lie": LIAR + "def f(x):\n    return Liar()\n",
-    "a list holding one": LIAR + "def f(x):\n    return [Liar()]\n",
+    "an object whose methods lie": LIAR + "def f(x):\n    return AB()\n",
+    "a list holding one": LIAR + "def f(x):\n    return [AB()]\n",
     "builtin subclasses whose methods lie": (
         "class S(str):\n    def upper(self): return 'AB'\n    def count(self, x): return 2\n"
-        "    def startswith(self, x): return True\n    def split(self): return ['a', 'b']\n    def strip(self): return 'x'\n"
-        "    def __eq__(self, o): return True\n    __hash__ = str.__hash__\n"
+        "    def startswith(self, x): return True\n    def split(self): return ['a', 'b']\n"
+        "    def strip(self): return 'x'\n    def __eq__(self, o): return True\n    __hash__ = str.__hash__\n"
         "class D(dict):\n    def items(self): return [('a', 1)]\n    def keys(self): return ['a']\n"
         "    def get(self, k): return 5\n    def __iter__(self): return iter(['a'])\n"
         "class L(list):\n    def __len__(self): return 3\n    def __getitem__(self, i): return S('zz')\n"
@@ -378,7 +379,7 @@ LIARS = {
 @pytest.mark.parametrize("name", list(LIARS))
 def test_methods_of_a_returned_object_cannot_forge_a_pass(name):
     res = run_tests(LIARS[name], METHOD_TESTS)
-    assert res.total == 11 and res.passed == 0, (name, res.passed, res.failures)
+    assert res.total == 12 and res.passed == 0, (name, res.passed, res.failures)
 
 
 def test_results_that_use_those_methods_honestly_still_pass():
@@ -392,4 +393,5 @@ def test_results_that_use_those_methods_honestly_still_pass():
               "def h():\n    return P(1, 2)\n")
     assert run_tests(honest, METHOD_TESTS).reward == 1.0
     assert run_tests(honest, {"entry_point": "g", "tests": ["assert g('abb') == {'a': 1, 'b': 2}"]}).reward == 1.0
-    assert run_tests(honest, {"entry_point": "h", "tests": ["assert h() == (1, 2)", "assert h()[1] == 2"]}).reward == 1.0
+    namedtuple = {"entry_point": "h", "tests": ["assert h() == (1, 2)", "assert h()[1] == 2"]}
+    assert run_tests(honest, namedtuple).reward == 1.0
