@@ -223,7 +223,7 @@ class _Size:
             e = 10.0 ** ed if ed < 300 else float("inf")
             grows = max(k - 1, 1 if t > 0 else 0) if sym else 0
             d = (d * e if d > 0 else 0.0) + ed
-            t = t + et + grows * ed
+            t = t + et + (grows * ed if grows else 0.0)
             k, sym = 1, sym or esym
         return d, t, k, sym
 
@@ -236,6 +236,8 @@ class _Size:
         return d, t, k, sym
 
     def atom(self):
+        if self.i >= len(self.toks):  # "2^" at the end
+            return 0.0, 0.0, 1, False
         tok = self.toks[self.i]
         self.i += 1
         if tok in _CLOSE:
