@@ -425,9 +425,9 @@ def _handle(v):
 def _enc(v, depth=0, data=False):
     t = type(v)
     if data and t not in _DATA and t not in _SCALAR:
-        for base, data in _DATA.items():
+        for base, read in _DATA.items():
             if issubclass(t, base):
-                v, t = data(v), base
+                v, t = read(v), base
                 break
     if t in _SCALAR:
         return v
