@@ -38,7 +38,8 @@ SLOW_ANSWERS = ["10^{10^{10}}", "9^{9^{9^9}}", "(10^9)!", "9^{9^{9^{9}}}", "10^{
                 "\\binom{10^{9}}{5 \\cdot 10^{8}}", "0.1^{10^{10}}", "(1+1)^{10^{10}}", "\\Gamma(10^9)", "(x+y+1)^{60}",
                 "(x+1)^{1000}", "(2+3i)^{10^{6}}", "\\sqrt{10^{10^{10}}}", "\\frac{1}{10^{10^{10}}}", "10^{10}!",
                 "1.0000001^{10^{10}}", "e^{10^{10}}", "\\exp(10^{10})", "x^{10^{10}}", "2^{2^{2^{2^{2}}}}", "100000!",
-                "10^{10000}", "(1+\\sqrt{2})^{3000}", "(x+1)^{200}", "(x+y+1)^{30}", "2^{2000}"]
+                "10^{10000}", "(1+\\sqrt{2})^{3000}", "(x+1)^{200}", "(x+y+1)^{30}", "2^{2000}",
+                "(-1)^{10^{10}}", "1^{10^{10}}", "10^{10^{3}}", "2^{2^{5}}"]
 
 
 def best_of(fn, text, repeat):
@@ -106,7 +107,7 @@ def swe_writer() -> float:
 
 
 def slow_answers(repeat: int) -> float:
-    print(f"\nmath_reward on {len(SLOW_ANSWERS)} answers built to be slow (truth 3628800), best of {repeat}")
+    print(f"\nmath_reward on {len(SLOW_ANSWERS)} answers built to be slow, or big (truth 3628800), best of {repeat}")
     print(f"{'answer':34s} {'time':>9s}  worker")
     overall, w = 0.0, M._worker
     for s in SLOW_ANSWERS:

@@ -188,84 +188,95 @@ _QUIET = _PLUS | {"\\frac", "\\cdot", "\\times", "\\div", "\\binom", "\\choose",
 
 
 class _Size:
-    """Recursive descent over the tokens; each node gives (d, t, k, sym): d = log10 bound of the
-    largest integer built, t = log10 bound of the terms an expansion builds, k = its additive terms,
-    sym = it holds a symbol (x, \\pi, i, a root), so a power of it expands rather than multiplies."""
+    """Recursive descent over the tokens. Each node is (v, d, t, k, sym): v bounds log10 of its value
+    (0 for |value| <= 1), d bounds log10 of the largest integer evaluating it builds (a numerator or
+    a denominator: 0.1 builds 10), t bounds log10 of the terms an expansion builds, k counts its
+    additive terms, sym says it holds a symbol (x, \\pi, i, a root): a power of it expands."""
 
     def __init__(self, text: str):
         self.toks, self.i, self.depth = _SIZE_TOKEN.findall(text), 0, 0
+
+    def more(self, *toks) -> bool:
+        return self.i < len(self.toks) and self.toks[self.i] in toks
 
     def group(self, close=None):
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise RecursionError("nested too deeply")
-        d = t = 0.0
+        v = term = d = t = 0.0  # v: the largest term's value; term: the product so far
         k, sym, start = 1, False, True
         while self.i < len(self.toks) and self.toks[self.i] != close:
             tok = self.toks[self.i]
             if tok in ("}", ")", "]"):  # a stray closer
                 self.i += 1
                 continue
-            if tok in _PLUS and not start:
-                k += 1
+            if tok in _PLUS and not start:  # a new term
+                v, term, k = max(v, term), 0.0, k + 1
+            elif tok in (",", ";", "="):  # a new element of a tuple, set or equation
+                v, term = max(v, term), 0.0
             start = tok in (",", ";", "=")
-            nd, nt, _, ns = self.power()
-            d, t, sym = d + nd, t + nt, sym or ns
+            nv, nd, nt, _, ns = self.power()
+            term, d, t, sym = term + nv, d + nd, t + nt, sym or ns
         self.i += 1  # the closer (or past the end)
         self.depth -= 1
-        return d, t, k, sym
+        return max(v, term) + math.log10(k), d, t, k, sym
 
     def power(self):
-        d, t, k, sym = self.postfix(self.atom())
-        if self.i < len(self.toks) and self.toks[self.i] in ("^", "**"):
+        v, d, t, k, sym = self.postfix(self.atom())
+        if self.more("^", "**"):
             self.i += 1
-            ed, et, _, esym = self.power()  # right-associative: 9^9^9 is 9^(9^9)
-            e = 10.0 ** ed if ed < 300 else float("inf")
+            ev, ed, et, _, esym = self.power()  # right-associative: 9^9^9 is 9^(9^9)
+            e = _exp10(ev)  # the exponent's value
+            base = max(v, d)  # the integers a power of the base builds
             grows = max(k - 1, 1 if t > 0 else 0) if sym else 0
-            d = (d * e if d > 0 else 0.0) + ed
-            t = t + et + (grows * ed if grows else 0.0)
-            k, sym = 1, sym or esym
-        return d, t, k, sym
+            v, d = v * e if v > 0 else 0.0, max(base * e if base > 0 else 0.0, ed)
+            t, k, sym = t + et + (grows * ev if grows else 0.0), 1, sym or esym
+        return v, d, t, k, sym
 
     def postfix(self, node):
-        d, t, k, sym = node
-        if self.i < len(self.toks) and self.toks[self.i] == "!":  # n! (n!! is smaller)
-            while self.i < len(self.toks) and self.toks[self.i] == "!":
+        v, d, t, k, sym = node
+        if self.more("!"):  # n! (n!! is smaller)
+            while self.more("!"):
                 self.i += 1
-            d, k = _factorial(d), 1
-        return d, t, k, sym
+            v = _factorial(v)
+            d, k = max(d, v), 1
+        return v, d, t, k, sym
 
     def atom(self):
         if self.i >= len(self.toks):  # "2^" at the end
-            return 0.0, 0.0, 1, False
+            return 0.0, 0.0, 0.0, 1, False
         tok = self.toks[self.i]
         self.i += 1
         if tok in _CLOSE:
             return self.group(_CLOSE[tok])
-        if tok[0].isdigit() or tok[0] == ".":  # log10(n + 1), so a sum is bounded by the sum of its terms';
-            whole, _, frac = tok.partition(".")  # a decimal: its numerator or its denominator 10^len(frac)
+        if tok[0].isdigit() or tok[0] == ".":  # a decimal builds its numerator and its denominator 10^len(frac)
+            whole, _, frac = tok.partition(".")
             digits = (whole + frac).lstrip("0")
-            n = math.log10(int(digits[:15]) + 1) + max(0, len(digits) - 15) if digits else 0.0
-            return max(n, len(frac)), 0.0, 1, False
+            num = math.log10(int(digits[:15])) + max(0, len(digits) - 15) if digits else 0.0
+            return max(0.0, num - len(frac)), max(num, len(frac)), 0.0, 1, False
         if tok in ("\\binom", "\\choose", "\\gamma") and self.i < len(self.toks):
-            n = self.power()  # log10 C(n, k) <= n log10(2); Gamma(n) = (n - 1)!
-            d = 0.302 * 10.0 ** n[0] + n[0] if tok != "\\gamma" and n[0] < 300 else _factorial(n[0])
-            return d, n[1], 1, n[3]
+            n = self.power()  # C(n, k) <= 2^n; Gamma(n) = (n - 1)!
+            v = _factorial(n[0]) if tok == "\\gamma" else 0.302 * _exp10(n[0])
+            return v, max(n[1], v), n[2], 1, n[4]
         if tok in _QUIET or not (tok[0].isalpha() or tok[0] == "\\"):
-            return 0.0, 0.0, 1, tok == "\\sqrt"
-        return 1.0, 0.0, 1, True  # a symbol or a function name: counted as 10
+            return 0.0, 0.0, 0.0, 1, tok == "\\sqrt"
+        return 1.0, 1.0, 0.0, 1, True  # a symbol or a function name: counted as 10
 
 
-def _factorial(d: float) -> float:
-    """log10(n!) <= n log10(n) for log10(n) <= d."""
-    return (10.0 ** d * d if d < 300 else float("inf")) if d > 0 else 0.0
+def _exp10(v: float) -> float:
+    return 10.0 ** v if v < 300 else float("inf")
+
+
+def _factorial(v: float) -> float:
+    """log10(n!) <= n log10(n) for log10(n) <= v."""
+    return _exp10(v) * v if v > 0 else 0.0
 
 
 def size(ans: str) -> tuple[float, float]:
     """(digits, terms) upper bounds, as log10, of the work exact evaluation of `ans` (normalised) may
     do; (inf, inf) when it nests too deeply to read."""
     try:
-        d, t, _, _ = _Size(ans).group()
+        _, d, t, _, _ = _Size(ans).group()
         return d, t
     except RecursionError:
         return float("inf"), float("inf")

@@ -73,7 +73,8 @@ def test_answers_too_large_to_be_the_truth_never_reach_math_verify():
     assert (_worker.asked, _worker.killed) == (asked, killed)
     # legitimately big answers still score, and a truth as large as the answer lets it through
     assert math_reward("\\boxed{2^{10}}", "1024") == 1.0 and math_reward("\\boxed{10!}", "3628800") == 1.0
-    assert math_reward("\\boxed{2^{512}}", str(2 ** 512)) == 1.0
+    assert math_reward("\\boxed{2^{512}}", str(2 ** 512)) == 1.0 and math_reward("\\boxed{\\binom{10}{3}}", "120") == 1.0
+    assert math_reward("\\boxed{2^{2^{5}}}", str(2 ** 32)) == 1.0 and math_reward("\\boxed{3^{3^{3}}}", str(3 ** 27)) == 1.0
     assert math_reward("\\boxed{(x+1)^{2}}", "x^2+2x+1") == 1.0
     assert math_reward("\\boxed{4^{5000}}", "2^{10000}") == 1.0 and _worker.asked > asked  # past the cap, not the truth
     assert _worker.killed == killed
