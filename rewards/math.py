@@ -184,7 +184,8 @@ MAX_NESTING = 60  # brackets in brackets; deeper is no answer (and would run out
 _SIZE_TOKEN = re.compile(r"\d+(?:\.\d*)?|\.\d+|\\[a-z]+|\*\*|\\?.", re.DOTALL)
 _CLOSE = {"{": "}", "(": ")", "[": "]"}
 _PLUS = {"+", "-", "\\pm", "\\mp"}
-_QUIET = _PLUS | {"\\frac", "\\cdot", "\\times", "\\div", "\\binom", "\\choose", "\\sqrt"}  # no value of their own
+_BINOM = {"\\binom", "\\dbinom", "\\tbinom", "\\choose"}
+_QUIET = _PLUS | _BINOM | {"\\frac", "\\cdot", "\\times", "\\div", "\\sqrt"}  # no value of their own
 
 
 class _Size:
@@ -254,7 +255,7 @@ class _Size:
             digits = (whole + frac).lstrip("0")
             num = math.log10(int(digits[:15])) + max(0, len(digits) - 15) if digits else 0.0
             return max(0.0, num - len(frac)), max(num, len(frac)), 0.0, 1, False
-        if tok in ("\\binom", "\\choose", "\\gamma") and self.i < len(self.toks):
+        if (tok in _BINOM or tok == "\\gamma") and self.i < len(self.toks):
             n = self.power()  # C(n, k) <= 2^n; Gamma(n) = (n - 1)!
             v = _factorial(n[0]) if tok == "\\gamma" else 0.302 * _exp10(n[0])
             return v, max(n[1], v), n[2], 1, n[4]

@@ -59,6 +59,7 @@ def test_pathological_inputs_return_in_bounded_time(resp):
 # are recognised as too large to be the answer before math-verify sees them (bench/hostile_parsers.py
 # prints their times). Counted, not timed: none reaches the worker, none kills it.
 HUGE = ["10^{10^{10}}", "9^{9^{9^9}}", "(10^9)!", "10^{10^{10^{10}}}!", "9**9**9", "\\binom{10^{9}}{5 \\cdot 10^{8}}",
+        "\\dbinom{10^9}{5 \\cdot 10^8}", "\\tbinom{10^9}{5 \\cdot 10^8}",
         "0.1^{10^{10}}", "(1+1)^{10^{10}}", "\\Gamma(10^9)", "(x+y+1)^{60}", "(x+1)^{1000}", "(2+3i)^{10^{6}}",
         "\\sqrt{10^{10^{10}}}", "\\frac{1}{10^{10^{10}}}", "10^{10}!", "1.0000001^{10^{10}}"]
 
