@@ -172,14 +172,14 @@ def answer_key(ans: str) -> str:
 # answers too large to be the answer: scored before math-verify sees them
 #
 # sympy evaluates exactly, so 10^{10^{10}}, (10^9)! or \binom{10^9}{5\cdot10^8} build integers of
-# billions of digits in C code no signal interrupts, and (x+y+1)^{60} expands to thousands of terms:
-# each cost the worker's whole deadline and a restart (6 s). `size` reads an upper bound of that work
-# off the answer's tokens in linear time; an answer far past both the caps and the truth's own size
-# cannot equal the truth and scores 0 at once. Bounds only: a right answer written with a huge
-# intermediate ((10^{3000})^{2}/10^{5999}) is refused too.
+# billions of digits in C code no signal interrupts (each cost the worker's whole deadline and a
+# restart, 6 s), and (x+y+1)^{60} or (a+b)(c+d)...(s+t) expand to thousands of terms (3-5 s). `size`
+# reads upper bounds of that work off the answer's tokens in linear time; an answer past the caps and
+# far past the truth's own size is taken to differ from the truth and scores 0 at once. Bounds only:
+# a right answer written with a huge intermediate ((10^{3000})^{2}/10^{5999}) is refused too.
 
 MAX_DIGITS = 2000  # digits of the largest integer exact evaluation may build (10^{2000}: tens of ms)
-MAX_TERMS = 2.5  # log10 of the terms a power of a sum may expand to (~300: (x+1)^{300}, (1+\sqrt{2})^{300})
+MAX_TERMS = 100  # terms an expansion may build ((x+1)^{100}: 0.1-0.3 s; (a+b)(c+d)... with 6 factors)
 MAX_NESTING = 60  # brackets in brackets; deeper is no answer (and would run out of stack here)
 _SIZE_TOKEN = re.compile(r"\d+(?:\.\d*)?|\.\d+|\\[a-z]+|\*\*|\\?.", re.DOTALL)
 _CLOSE = {"{": "}", "(": ")", "[": "]"}
@@ -204,23 +204,25 @@ class _Size:
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise RecursionError("nested too deeply")
-        v = term = d = t = 0.0  # v: the largest term's value; term: the product so far
-        k, sym, start = 1, False, True
+        v = term = d = t = spread = most = 0.0  # v: the largest term's value; term: the product so far
+        k, sym, start = 1, False, True  # spread: log10 of the terms the product so far expands to
         while self.i < len(self.toks) and self.toks[self.i] != close:
             tok = self.toks[self.i]
             if tok in ("}", ")", "]"):  # a stray closer
                 self.i += 1
                 continue
             if tok in _PLUS and not start:  # a new term
-                v, term, k = max(v, term), 0.0, k + 1
+                v, term, most, spread, k = max(v, term), 0.0, max(most, spread), 0.0, k + 1
             elif tok in (",", ";", "="):  # a new element of a tuple, set or equation
-                v, term = max(v, term), 0.0
+                v, term, most, spread = max(v, term), 0.0, max(most, spread), 0.0
             start = tok in (",", ";", "=")
-            nv, nd, nt, _, ns = self.power()
+            nv, nd, nt, nk, ns = self.power()
             term, d, t, sym = term + nv, d + nd, t + nt, sym or ns
+            if ns and nk > 1:  # (a+b)(c+d)...: the terms multiply
+                spread += math.log10(nk)
         self.i += 1  # the closer (or past the end)
         self.depth -= 1
-        return max(v, term) + math.log10(k), d, t, k, sym
+        return max(v, term) + math.log10(k), d, t + max(most, spread), k, sym
 
     def power(self):
         v, d, t, k, sym = self.postfix(self.atom())
@@ -286,10 +288,10 @@ def size(ans: str) -> tuple[float, float]:
 def too_big(pred: str, gold: str) -> bool:
     """True when `pred` would make math-verify build far more than the caps and than `gold` does."""
     pd, pt = size(pred)
-    if pd <= MAX_DIGITS and pt <= MAX_TERMS:
+    if pd <= MAX_DIGITS and pt <= math.log10(MAX_TERMS):
         return False
     gd, gt = size(gold)
-    return pd > max(MAX_DIGITS, 10 * gd) or pt > max(MAX_TERMS, gt + 1)
+    return pd > max(MAX_DIGITS, 10 * gd) or pt > max(math.log10(MAX_TERMS), gt + 1)
 
 
 # --------------------------------------------------------------------------------------------
