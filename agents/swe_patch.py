@@ -65,11 +65,17 @@ class PatchError(ValueError):
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
-def _diff_path(s: str) -> str | None:
+def _diff_path(s: str, line: int) -> str | None:
+    """The clean path of a ---/+++ line (None for /dev/null): every rule after this sees the path
+    the file is written under (`b/./tests.py` is `tests.py`). Raises PatchError for one outside."""
     s = s.split("\t")[0].strip()
     if s == "/dev/null":
         return None
-    return s[2:] if s[:2] in ("a/", "b/") else s
+    raw = s[2:] if s[:2] in ("a/", "b/") else s
+    path = clean_path(raw)
+    if path is None:
+        raise PatchError(f"diff line {line}: {raw[:80]!r} is outside the repository")
+    return path
 
 
 def _header_at(lines: list[str], i: int) -> bool:
@@ -78,10 +84,10 @@ def _header_at(lines: list[str], i: int) -> bool:
 
 def parse_patch(text: str) -> list[tuple[str | None, str | None, list[tuple[int, list[str], list[str]]]]]:
     """[(old path, new path, hunks)] of a unified diff, hunk = (old start line, old lines, new lines);
-    None for /dev/null (a new or deleted file). Tolerant of what models write: a hunk whose header
-    counts are wrong is read up to the next hunk, file header or non-diff line instead; a context
-    line whose single space was stripped (an empty line) is context. Raises PatchError naming the
-    diff's line when a hunk has no body."""
+    paths cleaned (clean_path), None for /dev/null (a new or deleted file). Tolerant of what models
+    write: a hunk whose header counts are wrong is read up to the next hunk, file header or non-diff
+    line instead; a context line whose single space was stripped (an empty line) is context. Raises
+    PatchError naming the diff's line when a hunk has no body or a path is outside the repository."""
     if not isinstance(text, str):
         raise PatchError("the diff is not text")
     out, lines, i = [], text.replace("\r\n", "\n").rstrip("\n").split("\n"), 0
@@ -89,7 +95,7 @@ def parse_patch(text: str) -> list[tuple[str | None, str | None, list[tuple[int,
         if not _header_at(lines, i):
             i += 1
             continue
-        old, new, hunks = _diff_path(lines[i][4:]), _diff_path(lines[i + 1][4:]), []
+        old, new, hunks = _diff_path(lines[i][4:], i + 1), _diff_path(lines[i + 1][4:], i + 2), []
         i += 2
         while i < len(lines) and (m := _HUNK.match(lines[i])):
             n_old, n_new = int(m[2] if m[2] is not None else 1), int(m[4] if m[4] is not None else 1)
@@ -139,9 +145,7 @@ def apply_patch(files: dict[str, str], text: str) -> dict[str, str]:
         raise PatchError("no file in the diff (expected --- a/path and +++ b/path lines)")
     budget = [MAX_PATCH_SEARCH + 2 * sum(len(a) for _, _, hunks in patches for _, a, _ in hunks)]
     for old, new, hunks in patches:
-        path = new or old
-        if (old and clean_path(old) is None) or (new and clean_path(new) is None):
-            raise PatchError(f"{old or new}: outside the repository")
+        path = new or old  # clean: parse_patch refused any path outside the repository
         if old is None:
             if path in out:
                 raise PatchError(f"{path}: the diff creates it, but it exists")

@@ -12,7 +12,10 @@ SWE's writer step on 2000 one-line hunks against a 20k-line file, and the worst 
 Replies are at most ~1024 tokens (4-8 kB) in the configs. A parser that backtracks shows up as
 seconds: before issue 11, parse_verdict("Verdict" + 1000 spaces) took 20 s; before issue 25,
 parse_tool_call("<tool_call>a" + 64k spaces + "b") 53 s and that SWE writer step 12-31 s.
-math_reward's worker path has its own hard deadline (rewards.math.TIMEOUT_S).
+Then math_reward on answers built to be slow (tests/test_math.py's HUGE and a few more): before
+issue 33 each cost math-verify's worker its whole deadline and a restart, 5-6.6 s (eight in a row 47 s);
+rewards.math.too_big now scores them before the worker sees them (the deadline, TIMEOUT_S, is the
+last resort). The table says, per answer, its time and whether it reached the worker or killed it.
 """
 from __future__ import annotations
 
@@ -28,7 +31,17 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import test_hostile_text as H  # noqa: E402  (the same hostile sets the tests use)
 
+import rewards.math as M  # noqa: E402
 from rewards.math import math_reward  # noqa: E402
+
+SLOW_ANSWERS = ["10^{10^{10}}", "9^{9^{9^9}}", "(10^9)!", "9^{9^{9^{9}}}", "10^{10^{10^{10}}}!", "9**9**9", "9^9^9",
+                "\\binom{10^{9}}{5 \\cdot 10^{8}}", "0.1^{10^{10}}", "(1+1)^{10^{10}}", "\\Gamma(10^9)", "(x+y+1)^{60}",
+                "(x+1)^{1000}", "(2+3i)^{10^{6}}", "\\sqrt{10^{10^{10}}}", "\\frac{1}{10^{10^{10}}}", "10^{10}!",
+                "1.0000001^{10^{10}}", "e^{10^{10}}", "\\exp(10^{10})", "x^{10^{10}}", "2^{2^{2^{2^{2}}}}", "100000!",
+                "10^{10000}", "(1+\\sqrt{2})^{3000}", "(x+1)^{100}", "(x+1)^{200}", "(x+y+1)^{30}", "2^{2000}",
+                "\\dbinom{10^9}{5 \\cdot 10^8}", "\\prod_{k=1}^{10^9} k", "1e10000000000",
+                "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)(m+n)(o+p)(q+r)(s+t)", "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)",
+                "(-1)^{10^{10}}", "1^{10^{10}}", "10^{10^{3}}", "2^{2^{5}}"]
 
 
 def best_of(fn, text, repeat):
@@ -95,6 +108,20 @@ def swe_writer() -> float:
     return took
 
 
+def slow_answers(repeat: int) -> float:
+    print(f"\nmath_reward on {len(SLOW_ANSWERS)} answers built to be slow, or big (truth 3628800), best of {repeat}")
+    print(f"{'answer':34s} {'time':>9s}  worker")
+    overall, w = 0.0, M._worker
+    for s in SLOW_ANSWERS:
+        asked, killed = w.asked, w.killed
+        took = best_of(lambda t: math_reward(t, "3628800"), f"\\boxed{{{s}}}", repeat)
+        how = "killed at the deadline" if w.killed > killed else "asked" if w.asked > asked else "not asked"
+        overall = max(overall, took)
+        print(f"{s:34s} {took * 1e3:7.2f}ms  {how}", flush=True)
+    print(f"worst: {overall * 1e3:.2f}ms (target <= 500 ms; the worker's deadline is {M.TIMEOUT_S:.0f} s)")
+    return overall
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="best of this many calls per (parser, reply)")
@@ -108,7 +135,8 @@ def main():
         big[f"{k!r} + a + spaces + b"] = k + "a" + " " * n + "b"
         big[f"{k!r} + a + newlines + b"] = k + "a" + "\n" * n + "b"
         big[f"({k!r} + a) repeated"] = H._rep(k + "a ", n)
-    worst = parsers({name: gen() for name, gen in H.HOSTILE.items()}, args.repeat, "the test set")
+    worst = slow_answers(args.repeat)
+    worst = max(worst, parsers({name: gen() for name, gen in H.HOSTILE.items()}, args.repeat, "the test set"))
     worst = max(worst, parsers(big, args.repeat, "every marker, three shapes"))
     if not args.no_steps:
         shapes = {f"{k!r} + a + spaces + b": big[f"{k!r} + a + spaces + b"] for k in H.MARKERS}

@@ -352,7 +352,9 @@ def _collect(p, t0: float, timeout: float, max_output: int, stop=None) -> Sandbo
 # tuples, dicts, sets: exact builtin types, rebuilt in the judge) or an opaque handle. The judge
 # refuses to compare, test the truth of, hash, iterate or measure a handle, so an object whose
 # __eq__ (or __bool__) is always True decides nothing; and the worker's process holds no reporter
-# to find (frames, gc, a nonce): the verdict is printed by the judge alone.
+# to find (frames, gc, a nonce): the verdict is printed by the judge alone. Where the code under test
+# should return plain data (rewards/code.py: OPAQUE_RESULTS), a handle a call returned cannot even be
+# read or called: `candidate('ab').upper()` never runs an `upper` the solution wrote.
 
 
 def run_pair(judge: str, worker: str, timeout: float = 30.0, cpu_s: int = 30, mem_mb: int = 1024,
@@ -388,6 +390,7 @@ def run_pair(judge: str, worker: str, timeout: float = 30.0, cpu_s: int = 30, me
 # each: {"id", "op": "import" | "getattr" | "call", ...} -> {"id", "v": value} or {"id", "raise":
 # [the exception's classes, most derived first], "msg": text}. A call also sends back the new
 # contents of its plain mutable arguments ("args"): a test that checks an in-place change works.
+# A call with "plain": true sends subclasses of plain types as their data (OPAQUE_RESULTS, below).
 WORKER = r"""
 import base64, importlib, json, math, os, signal, sys
 _ch = json.load(open("channel.json"))
@@ -402,6 +405,12 @@ for _p, _t in _job.pop("files").items():
 os.chdir("repo")
 sys.path.insert(0, os.getcwd())
 _OBJS, _SCALAR = {}, (type(None), bool, str)
+# data=True (a call whose judge wants plain data, "plain" in the request): a subclass of a plain type
+# (Counter, a namedtuple, a str subclass) is sent as its builtin data, read by the builtin's own C
+# method, so none of the subclass's overrides runs (dicts: read by dict.items); else it is a handle
+_DATA = {str: str.__str__, int: int.__int__, float: float.__float__, complex: complex.__complex__,
+         bytes: bytes.__bytes__, bytearray: bytearray.copy, list: list.copy, set: set.copy, frozenset: frozenset.copy,
+         tuple: lambda v: tuple.__getitem__(v, slice(None)), dict: lambda v: v}
 
 
 def _on_alarm(*_):
@@ -413,8 +422,13 @@ def _handle(v):
     return {"h": id(v), "type": type(v).__name__}
 
 
-def _enc(v, depth=0):
+def _enc(v, depth=0, data=False):
     t = type(v)
+    if data and t not in _DATA and t not in _SCALAR:
+        for base, read in _DATA.items():
+            if issubclass(t, base):
+                v, t = read(v), base
+                break
     if t in _SCALAR:
         return v
     if t is int:
@@ -424,13 +438,13 @@ def _enc(v, depth=0):
     if depth > 100:
         raise ValueError("nested too deeply")
     if t is list:
-        return [_enc(x, depth + 1) for x in v]
+        return [_enc(x, depth + 1, data) for x in v]
     if t is tuple:
-        return {"t": [_enc(x, depth + 1) for x in v]}
+        return {"t": [_enc(x, depth + 1, data) for x in v]}
     if t in (set, frozenset):
-        return {"s" if t is set else "fs": [_plain(x, depth + 1) for x in v]}
+        return {"s" if t is set else "fs": [_plain(x, depth + 1, data) for x in v]}
     if t is dict:
-        return {"d": [[_plain(k, depth + 1), _enc(x, depth + 1)] for k, x in v.items()]}
+        return {"d": [[_plain(k, depth + 1, data), _enc(x, depth + 1, data)] for k, x in dict.items(v)]}
     if t in (bytes, bytearray):
         return {"b" if t is bytes else "ba": base64.b64encode(v).decode()}
     if t is complex:
@@ -438,16 +452,16 @@ def _enc(v, depth=0):
     return _handle(v)
 
 
-def _plain(v, depth):  # a set element or a dict key: plain data, else the whole container is a handle
-    x = _enc(v, depth)
+def _plain(v, depth, data):  # a set element or a dict key: plain data, else the whole container is a handle
+    x = _enc(v, depth, data)
     if type(x) is dict and "h" in x:
         raise TypeError("not plain")
     return x
 
 
-def _top(v):
+def _top(v, data=False):
     try:
-        return _enc(v)
+        return _enc(v, 0, data)
     except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
         return _handle(v)
 
@@ -483,7 +497,9 @@ def _answer(req):
         v = obj(*args, **kwargs)
     finally:
         signal.alarm(0)
-    return {"v": _top(v), "args": [_top(a) if type(a) in (list, dict, set, bytearray) else None for a in args]}
+    data = req.get("plain") is True
+    return {"v": _top(v, data),
+            "args": [_top(a, data) if type(a) in (list, dict, set, bytearray) else None for a in args]}
 
 
 while True:
@@ -510,6 +526,10 @@ import math as _math, os as _os, sys as _sys, types as _types
 _CH = _json.load(open("channel.json"))
 _os.remove("channel.json")
 MAX_LINE = 8 << 20  # bytes of one answer
+# True: an object that a call returned is opaque (no attribute reads, no calls: a test of a function
+# that should return plain data never reaches methods the code under test wrote), and the worker sends
+# a subclass of a plain type as its data (a Counter as a dict); rewards/code.py sets it
+OPAQUE_RESULTS = False
 
 
 class Channel:
@@ -567,27 +587,33 @@ def _exception(names, msg):
 
 
 class Remote:
-    "An object of the code under test: its attributes and calls reach it; nothing else does."
-    __slots__ = ("_h", "_type")
+    # An object of the code under test: its attributes and calls reach it, unless it is opaque (a value
+    # a call returned, under OPAQUE_RESULTS: then it can only be passed back); nothing else does.
+    __slots__ = ("_h", "_type", "_opaque")
 
-    def __init__(self, h, type_name):
+    def __init__(self, h, type_name, opaque=False):
         object.__setattr__(self, "_h", h)
         object.__setattr__(self, "_type", type_name)
+        object.__setattr__(self, "_opaque", opaque)
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
+        if self._opaque:
+            self._refuse()
         return _dec(CHANNEL.ask(op="getattr", obj=self._h, name=name)["v"])
 
     def __call__(self, *args, **kwargs):
-        res = CHANNEL.ask(op="call", obj=self._h, args=_enc(list(args)),
+        if self._opaque:
+            self._refuse()
+        res = CHANNEL.ask(op="call", obj=self._h, args=_enc(list(args)), plain=OPAQUE_RESULTS,
                           kwargs={str(k): _enc(v) for k, v in kwargs.items()})
         new_args = res.get("args")
         for a, new in zip(args, new_args if type(new_args) is list else []):  # in-place changes
             if new is None or type(a) not in (list, dict, set, bytearray):
                 continue
             try:
-                new = _dec(new)
+                new = _dec(new, OPAQUE_RESULTS)
             except Exception:
                 continue
             if type(new) is type(a) and type(a) in (list, bytearray):
@@ -595,12 +621,15 @@ class Remote:
             elif type(new) is type(a):
                 a.clear()
                 a.update(new)
-        return _dec(res["v"])
+        return _dec(res["v"], OPAQUE_RESULTS)
 
-    def __repr__(self):
-        return f"<{self._type} of the code under test>"
+    def __repr__(self):  # an opaque handle's text carries nothing its code chose (not even a class name)
+        return "<an object the code under test returned>" if self._opaque else f"<{self._type} of the code under test>"
 
     def _refuse(self, *_):
+        if self._opaque:
+            raise TypeError(f"the code under test returned an object ({self._type}), not plain data: a test may pass "
+                            "it back, not read its attributes, call, compare, test for truth, hash or iterate it")
         raise TypeError(f"an object of the code under test ({self._type}) reached the test: a test may call it and "
                         "read its attributes, not compare, test for truth, hash or iterate it (return plain data)")
 
@@ -635,19 +664,20 @@ def _enc(v, depth=0):
     raise TypeError(f"only plain data (and objects it returned) can be passed to the code under test, not {t.__name__}")
 
 
-def _dec(x):
+def _dec(x, opaque=False):
     t = type(x)
     if t in (type(None), bool, str, int, float):
         return x
     if t is list:
-        return [_dec(y) for y in x]
+        return [_dec(y, opaque) for y in x]
     if t is not dict or not x:
         raise ValueError("a malformed answer")
     k, v = next(iter(x.items()))
     if k == "h":
-        return Remote(v, str(x.get("type", "object")))
-    return {"i": int, "f": float, "t": lambda v: tuple(map(_dec, v)), "s": lambda v: set(map(_dec, v)),
-            "fs": lambda v: frozenset(map(_dec, v)), "d": lambda v: {_dec(a): _dec(b) for a, b in v},
+        return Remote(v, str(x.get("type", "object")), opaque)
+    d = lambda y: _dec(y, opaque)  # noqa: E731
+    return {"i": int, "f": float, "t": lambda v: tuple(map(d, v)), "s": lambda v: set(map(d, v)),
+            "fs": lambda v: frozenset(map(d, v)), "d": lambda v: {d(a): d(b) for a, b in v},
             "b": _b64.b64decode, "ba": lambda v: bytearray(_b64.b64decode(v)),
             "c": lambda v: complex(float(v[0]), float(v[1]))}[k](v)
 

@@ -13,8 +13,10 @@ sandbox and nothing else does; the task's prompt (its helpers and imports), setu
 a judge sandbox that runs no code of the solution's. There, `candidate` (and the entry point's name)
 is a proxy: a call goes down a pipe, the worker calls the solution's function and sends back plain
 data (numbers, strings, bytes, lists, tuples, dicts, sets: exact builtin types, rebuilt in the
-judge), or an opaque handle for anything else, which the judge refuses to compare, test for truth,
-hash or iterate. So an object whose `__eq__` (or `__bool__`) is always True fails, and so does a
+judge; a Counter or a str subclass comes back as its builtin data), or an opaque handle for anything
+else, which the judge refuses to read, call, compare, test for truth, hash or iterate (it can only be
+passed back). So an object whose `__eq__` (or `__bool__`) is always True fails, and so does one whose
+methods lie (`candidate('ab').upper() == 'AB'` never runs an `upper` the solution wrote), and so does a
 solution that hunts for the harness (its frames, gc, a nonce, result lines): the process it runs in
 holds no reporter; the judge alone prints results. All a solution decides is what its function
 returns, as an honest function returning the same values would. A call that runs past `per_call`
@@ -84,6 +86,7 @@ def _plan(tests, entry: str):
 # worker's function; one result line per statement, on its own copy of stdout.
 JUDGE = r'''
 import signal as _signal
+OPAQUE_RESULTS = True  # what the function returns is plain data or an object no test can read or call
 with open("job.json", encoding="utf-8") as _f:
     JOB = _json.load(_f)
 _os.remove("job.json")

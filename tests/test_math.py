@@ -55,6 +55,33 @@ def test_pathological_inputs_return_in_bounded_time(resp):
     assert math_reward("\\boxed{2}", "2") == 1.0  # the worker came back after a kill
 
 
+# Answers built to be slow cost the worker's whole deadline and a restart each (6 s; issue 33): they
+# are recognised as too large to be the answer before math-verify sees them (bench/hostile_parsers.py
+# prints their times). Counted, not timed: none reaches the worker, none kills it.
+HUGE = ["10^{10^{10}}", "9^{9^{9^9}}", "(10^9)!", "10^{10^{10^{10}}}!", "9**9**9", "\\binom{10^{9}}{5 \\cdot 10^{8}}",
+        "\\dbinom{10^9}{5 \\cdot 10^8}", "\\tbinom{10^9}{5 \\cdot 10^8}",
+        "0.1^{10^{10}}", "(1+1)^{10^{10}}", "\\Gamma(10^9)", "(x+y+1)^{60}", "(x+1)^{1000}", "(2+3i)^{10^{6}}",
+        "\\sqrt{10^{10^{10}}}", "\\frac{1}{10^{10^{10}}}", "10^{10}!", "1.0000001^{10^{10}}",
+        "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)(m+n)(o+p)(q+r)(s+t)"]
+
+
+def test_answers_too_large_to_be_the_truth_never_reach_math_verify():
+    from rewards.math import _worker
+    assert math_reward("\\boxed{2\\sqrt{2}}", "\\sqrt{8}") == 1.0  # the worker is up
+    asked, killed = _worker.asked, _worker.killed
+    for s in HUGE:
+        assert math_reward(f"\\boxed{{{s}}}", "3628800") == 0.0, s
+        assert math_reward(f"\\boxed{{{s}}}", "x^2 + 1") == 0.0, s
+    assert (_worker.asked, _worker.killed) == (asked, killed)
+    # legitimately big answers still score, and a truth as large as the answer lets it through
+    assert math_reward("\\boxed{2^{10}}", "1024") == 1.0 and math_reward("\\boxed{10!}", "3628800") == 1.0
+    assert math_reward("\\boxed{2^{512}}", str(2 ** 512)) == 1.0 and math_reward("\\boxed{\\binom{10}{3}}", "120") == 1.0
+    assert math_reward("\\boxed{2^{2^{5}}}", str(2 ** 32)) == 1.0 and math_reward("\\boxed{3^{3^{3}}}", str(3 ** 27)) == 1.0
+    assert math_reward("\\boxed{(x+1)^{2}}", "x^2+2x+1") == 1.0
+    assert math_reward("\\boxed{4^{5000}}", "2^{10000}") == 1.0 and _worker.asked > asked  # past the cap, not the truth
+    assert _worker.killed == killed
+
+
 def test_garbage_never_raises():
     rng = random.Random(0)
     alphabet = list("0123456789abcxyz+-*/^{}()[]$\\,. %#") + ["\\boxed{", "\\frac", "\\sqrt", "####", "answer is "]

@@ -310,9 +310,10 @@ IN_PROCESS = {"entry_point": "add", "tests": "def check(candidate):\n    x = 1\n
 
 def test_asserts_on_setup_variables_refuse_fake_objects_and_harness_hunters():
     assert run_tests(RIGHT, IN_PROCESS).reward == 1.0 and run_tests(WRONG, IN_PROCESS).reward == 0.0
-    for name in ("an object equal to everything", "an int subclass equal to everything"):
-        res = run_tests(FORGERIES[name], IN_PROCESS)
-        assert res.reward == 0.0 and "not compare" in res.failures[0], res
+    res = run_tests(FORGERIES["an object equal to everything"], IN_PROCESS)
+    assert res.reward == 0.0 and "not plain data" in res.failures[0], res
+    res = run_tests(FORGERIES["an int subclass equal to everything"], IN_PROCESS)  # comes back as its data: 0
+    assert res.reward == 0.0 and "returned 0)" in res.failures[0], res
     for name in ("patch the harness's emit", "the harness found through gc and every frame"):
         assert run_tests(FORGERIES[name], IN_PROCESS).reward == 0.0, name
 
@@ -343,3 +344,54 @@ def test_no_working_bwrap_is_a_clear_error_unless_weak_is_chosen(tmp_path):
     weak = subprocess.run([sys.executable, "-c", "import envs.sandbox as s; print(s.run_python('print(6*7)').stdout)"],
                           env={**env, "TROUPE_SANDBOX": "weak"}, capture_output=True, text=True, timeout=60)
     assert weak.stdout.strip() == "42" and "WITHOUT isolation" in weak.stderr  # loudly logged
+
+
+# A test that calls a method on the result (`candidate('ab').upper() == 'AB'`) used to reach the
+# worker's object through its handle: a wrong solution returning an object whose methods lie passed
+# (issue 33). A handle for a value the code under test returned is now opaque to the judge (no
+# attribute reads, no calls), and a subclass of a plain builtin comes back as its builtin data.
+METHOD_TESTS = {"entry_point": "f", "tests": [
+    "assert f('ab').upper() == 'AB'", "assert f('abca').count('a') == 2",
+    "assert sorted(f({'a': 1}).items()) == [('a', 1)]", "assert list(f({'a': 1}).keys()) == ['a']",
+    "assert f([1, 2, 3]).__len__() == 3", "assert f('abc').startswith('ab')", "assert f('a b').split() == ['a', 'b']",
+    "assert f(' x ').strip() == 'x'", "assert f({'k': 5}).get('k') == 5", "assert f(3 + 4j).real == 3.0",
+    "assert f(['ab'])[0].upper() == 'AB'", "assert 'AB' in str(f('xABy'))"]}
+LIAR = ("class AB:  # the name its handle's text showed\n    real = 3.0\n"
+        "    def upper(self): return 'AB'\n    def count(self, x): return 2\n"
+        "    def items(self): return [('a', 1)]\n    def keys(self): return ['a']\n    def __len__(self): return 3\n"
+        "    def startswith(self, x): return True\n    def split(self): return ['a', 'b']\n"
+        "    def strip(self): return 'x'\n    def get(self, k): return 5\n    def __getitem__(self, i): return self\n")
+LIARS = {
+    "an object whose methods lie": LIAR + "def f(x):\n    return AB()\n",
+    "a list holding one": LIAR + "def f(x):\n    return [AB()]\n",
+    "builtin subclasses whose methods lie": (
+        "class S(str):\n    def upper(self): return 'AB'\n    def count(self, x): return 2\n"
+        "    def startswith(self, x): return True\n    def split(self): return ['a', 'b']\n"
+        "    def strip(self): return 'x'\n    def __eq__(self, o): return True\n    __hash__ = str.__hash__\n"
+        "class D(dict):\n    def items(self): return [('a', 1)]\n    def keys(self): return ['a']\n"
+        "    def get(self, k): return 5\n    def __iter__(self): return iter(['a'])\n"
+        "class L(list):\n    def __len__(self): return 3\n    def __getitem__(self, i): return S('zz')\n"
+        "class C(complex):\n    real = 3.0\n"
+        "def f(x):\n    return {str: S('zz'), dict: D(z=0), list: L(), complex: C(0)}[type(x)]\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(LIARS))
+def test_methods_of_a_returned_object_cannot_forge_a_pass(name):
+    res = run_tests(LIARS[name], METHOD_TESTS)
+    assert res.total == 12 and res.passed == 0, (name, res.passed, res.failures)
+
+
+def test_results_that_use_those_methods_honestly_still_pass():
+    assert run_tests("def f(x):\n    return x\n", METHOD_TESTS).reward == 1.0
+    # subclasses of plain builtins (Counter, OrderedDict, a str subclass, a namedtuple) come back as their data
+    honest = ("import collections\nclass S(str):\n    pass\nP = collections.namedtuple('P', 'a b')\n"
+              "def f(x):\n    if type(x) is dict:\n        return collections.OrderedDict(x)\n"
+              "    if type(x) is list:\n        return collections.UserList(x).data\n"
+              "    return S(x) if type(x) is str else x\n"
+              "def g(s):\n    return collections.Counter(s)\n"
+              "def h():\n    return P(1, 2)\n")
+    assert run_tests(honest, METHOD_TESTS).reward == 1.0
+    assert run_tests(honest, {"entry_point": "g", "tests": ["assert g('abb') == {'a': 1, 'b': 2}"]}).reward == 1.0
+    namedtuple = {"entry_point": "h", "tests": ["assert h() == (1, 2)", "assert h()[1] == 2"]}
+    assert run_tests(honest, namedtuple).reward == 1.0

@@ -232,25 +232,52 @@ def test_files_the_runner_imports_as_tests_are_refused():
     assert "NOT applied" in env.history[-1][1] and "tests" in env.history[-1][1]
 
 
+def test_diff_paths_are_cleaned_once_before_every_rule():
+    """`+++ b/./tests.py` was applied under its raw path, past the rule on modules named `tests`, and
+    the raw path reached model_patch (issue 33): a diff's paths are cleaned once, then checked."""
+    for alias in ("./tests.py", ".//tests.py", "tests.py/.", "calc/../tests.py", "tests/./test_ops.py"):
+        env = SWETeamEnv()
+        env.reset(TASK)
+        env.step("calc/ops.py")
+        env.step(f"--- /dev/null\n+++ b/{alias}\n@@ -0,0 +1 @@\n+import builtins\n")
+        assert "NOT applied" in env.history[-1][1] and "tests" in env.history[-1][1], alias
+        assert env.work == BASE and env.model_patch() == "", alias
+    for escape in ("calc/../../x.py", "./", "calc/..", ".."):
+        with pytest.raises(PatchError, match="diff line 2: .* is outside the repository"):
+            parse_patch(f"--- /dev/null\n+++ b/{escape}\n@@ -0,0 +1 @@\n+X = 1\n")
+    one = make_patch(BASE, {**BASE, "calc/ops.py": FIXED})
+    for alias in ("calc/./ops.py", "calc//ops.py", "./calc/ops.py", "calc/ops.py/.", "x/../calc/ops.py"):
+        d = one.replace("a/calc/ops.py", f"a/{alias}").replace("b/calc/ops.py", f"b/{alias}")
+        assert patched_paths(d) == {"calc/ops.py"} and apply_patch(BASE, d) == {**BASE, "calc/ops.py": FIXED}, alias
+        env = SWETeamEnv()
+        env.reset(TASK)
+        env.step("calc/ops.py")
+        env.step(d)
+        assert env.work == {**BASE, "calc/ops.py": FIXED} and env.model_patch() == one, alias
+
+
 def test_the_code_under_test_reaches_the_test_only_through_plain_data():
     """What crosses from the worker: plain data and in-place changes to it; exceptions by class;
     an object of the code under test can be called and read, never compared."""
-    tests = ("from calc.ops import add, Box, sort_in_place, boom\nfrom calc.ops import *\n\n\n"
+    tests = ("from calc.ops import add, Box, Bag, sort_in_place, boom\nfrom calc.ops import *\n\n\n"
              "def test_plain():\n    assert add((1,), (2,)) == (1, 2) and add({1}, {2}) == {1, 2} and add(b'a', b'b') == b'ab'\n\n\n"
              "def test_in_place():\n    xs = [3, 1, 2]\n    sort_in_place(xs)\n    assert xs == [1, 2, 3]\n\n\n"
              "def test_object_calls():\n    b = Box(5)\n    assert b.get() == 5 and b.n == 5\n\n\n"
+             "def test_dict_subclass_calls():  # a handle here, unlike in code rewards (no plain data asked)\n"
+             "    assert Bag().total() == 0\n\n\n"
              "def test_object_compared():\n    assert Box(5) == 5\n\n\n"
              "def test_raises():\n    try:\n        boom()\n    except ValueError as e:\n        assert 'no' in str(e)\n"
              "    else:\n        assert False\n\n\ndef test_star_import():\n    assert Oops is not None and add(1, 1) == 2\n")
     code = ("def add(a, b):\n    return a | b if isinstance(a, set) else a + b\n\n\n"
             "class Box:\n    def __init__(self, n):\n        self.n = n\n\n    def get(self):\n        return self.n\n\n"
             "    def __eq__(self, other):\n        return True\n\n\n"
+            "class Bag(dict):\n    def total(self):\n        return sum(self.values())\n\n\n"
             "def sort_in_place(xs):\n    xs.sort()\n\n\nclass Oops(ValueError):\n    pass\n\n\n"
             "def boom():\n    raise Oops('no')\n")
     run = run_tests({"calc/__init__.py": "", "calc/ops.py": code, "tests/test_x.py": tests}, collect=["tests"])
     got = {t.split("::")[1]: ok for t, (ok, _) in run.outcomes.items()}
     assert got == {"test_plain": True, "test_in_place": True, "test_object_calls": True, "test_object_compared": False,
-                   "test_raises": True, "test_star_import": True}, run.summary()
+                   "test_raises": True, "test_star_import": True, "test_dict_subclass_calls": True}, run.summary()
     assert "not compare" in run.outcomes["tests/test_x.py::test_object_compared"][1]
 
 
