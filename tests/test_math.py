@@ -1,6 +1,5 @@
 import json
 import random
-import time
 
 import pytest
 
@@ -9,7 +8,7 @@ from agents.math_team import build_messages, parse_verdict
 from data.math_data import DataError, generate, load_math
 from envs.math_3agent import ROLES, MathTeamEnv, aggregate
 from envs.math_single import MathSingleEnv
-from rewards.math import TIMEOUT_S, extract_answer, math_reward
+from rewards.math import extract_answer, math_reward
 from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
 
 # ---------------------------------------------------------------------------------- rewards
@@ -49,9 +48,11 @@ def test_extract_answer():
 @pytest.mark.parametrize("resp", ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{" + "(" * 5000 + "}", "\\boxed{10^{10^{10^{10}}}!}",
                                   "\\boxed{" + "x+" * 2000 + "1}"])
 def test_pathological_inputs_return_in_bounded_time(resp):
-    t = time.perf_counter()
+    """Bounded by counts, not wall time: at most one math-verify call and one kill (its own deadline)."""
+    from rewards.math import _worker
+    asked, killed = _worker.asked, _worker.killed
     assert math_reward(resp, "1") == 0.0
-    assert time.perf_counter() - t < TIMEOUT_S + 10  # a hang guard, not a speed target
+    assert _worker.asked - asked <= 1 and _worker.killed - killed <= 1
     assert math_reward("\\boxed{2}", "2") == 1.0  # the worker came back after a kill
 
 

@@ -191,7 +191,7 @@ def test_attack_fails_and_changes_nothing(host, category, k):
 
 
 def test_limits_have_reasons():
-    assert run_python("while True: pass", timeout=3, cpu_s=1).reason == "cpu limit"
+    assert run_python("while True: pass", timeout=60, cpu_s=1).reason == "cpu limit"  # 1 CPU s, however loaded
     assert run_python("import time; time.sleep(9)", timeout=1).reason == "timeout"
     assert run_python("x = bytearray(2 << 30)", mem_mb=256).reason == "memory limit"
     assert run_python("open('f', 'w').write('x' * (20 << 20))", disk_mb=4).reason == "disk full"
