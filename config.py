@@ -62,6 +62,16 @@ class RoleConfig:
     frozen_steps: int = 0
     """the role acts but its adapter is not updated for the first this-many training steps (e.g. keep an
     SFT'd judge as it is while the solvers it judges improve)"""
+    train_windows: tuple[tuple[int, int], ...] | None = None
+    """train this role's adapter only at the training steps inside these inclusive windows, e.g. ((1, 8),
+    (17, 24)) for the generator and ((9, 16),) for the judge: one role learns while the other holds still
+    (PettingLLMs' alternating phases; co-evolution "stagewise"); it acts at every step. None = every step
+    (after frozen_steps). A function of the step, so a resumed run keeps the schedule exactly"""
+    balance_labels: bool = False
+    """weight this role's labelled turns (env.turn_labels, e.g. the truth of what a judge judged) so that
+    each label carries equal total weight in the step's update: on a 9:1 batch a judge that approves
+    everything gets zero net push (GenRM trains verifiers on a balanced mix). Logged per label:
+    labelled_<label> (turns) and reward_<label> (mean reward)"""
 
 
 @dataclass
@@ -310,6 +320,12 @@ class Config:
     def adapter_of(self, role: RoleConfig) -> str:
         return role.adapter or role.name
 
+    def trains_at(self, role: RoleConfig, step: int) -> bool:
+        """Whether `role`'s adapter is updated at training step `step`: after frozen_steps, inside its
+        train_windows (if any)."""
+        return step > role.frozen_steps and (role.train_windows is None
+                                             or any(a <= step <= b for a, b in role.train_windows))
+
     def estimator_of(self, role: RoleConfig) -> str:
         return role.adv_estimator or self.algo.adv_estimator
 
@@ -371,7 +387,7 @@ class Config:
             if not (r.temperature > 0 and math.isfinite(r.temperature)):
                 bad(f"roles[{i}].temperature", f"must be a finite number > 0, got {r.temperature}")
             same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
-            for f in ("trainable", "init_from", "frozen_steps"):
+            for f in ("trainable", "init_from", "frozen_steps", "train_windows", "balance_labels"):
                 if any(getattr(o, f) != getattr(r, f) for o in same):
                     bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
             for f, get in (("lr", self.lr_of), ("rank/alpha/targets", self.lora_of), ("adv_estimator", self.estimator_of)):
@@ -387,6 +403,9 @@ class Config:
                 bad(f"roles[{i}].targets", "must name at least one module (or None: lora.targets)")
             if r.frozen_steps < 0:
                 bad(f"roles[{i}].frozen_steps", f"must be >= 0, got {r.frozen_steps}")
+            for w in r.train_windows or ():
+                if not (len(w) == 2 and all(isinstance(x, int) for x in w) and 1 <= w[0] <= w[1]):
+                    bad(f"roles[{i}].train_windows", f"each window is (first step, last step) with 1 <= first <= last, got {w}")
             if r.init_from is not None:
                 d = Path(r.init_from)
                 if not (d / "adapter_config.json").is_file() or not (d / "adapter_model.safetensors").is_file():
@@ -556,6 +575,11 @@ def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def _tuples(x):
+    """JSON's lists back to the tuples a config holds (targets, train_windows' pairs)."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
+
+
 def from_dict(d: dict) -> Config:
     """Inverse of to_dict: rebuild the Config a checkpoint's config.json was written from."""
     def build(cls, values):
@@ -566,7 +590,7 @@ def from_dict(d: dict) -> Config:
             v = values[f.name]
             if f.name == "roles":  # fields a role no longer has (an older checkpoint's) are dropped
                 known = {g.name for g in dataclasses.fields(RoleConfig)}
-                v = tuple(RoleConfig(**{k: x for k, x in r.items() if k in known}) for r in v)
+                v = tuple(RoleConfig(**{k: _tuples(x) for k, x in r.items() if k in known}) for r in v)
             elif dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None):
                 v = build(type(f.default_factory()), v)
             elif isinstance(v, list):

@@ -461,6 +461,10 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
     for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
         s.info["advantage"] = float(a_mean)  # for the trajectory files
+    if roles[0].balance_labels:  # each label (e.g. right / wrong solutions judged) weighs the same in total
+        w, bm = label_weights(steps)
+        adv = adv * w[:, None]
+        out.update(bm)
     if a.rollout_is_on(cfg.rollout.engine) and not run.old_from_sampling:  # engine != trainer: reweight
         w, im = ppo.rollout_is_weights(old_logp, rb.sample_logp, rb.mask, a.rollout_is_cap)
         adv = adv * w
@@ -469,7 +473,7 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     if critic:
         out.update(critic.update(model, rb, returns, values))
     lora.set_adapter(model, None)
-    if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or step <= roles[0].frozen_steps:
+    if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
     return Part(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
@@ -533,9 +537,31 @@ def informative(cfg: Config, steps: list[Step]) -> list[Step]:
     return [s for s in steps if group_key(cfg, s) not in flat]
 
 
+def label_weights(steps: list[Step]) -> tuple[torch.Tensor, dict]:
+    """Per turn, the weight that gives each label (env.turn_labels) equal total weight over the step's
+    turns on every rank: n_labelled / (n_labels * n_of_its_label); unlabelled turns weigh 1. With
+    labels right x9 / wrong x1 a judge rewarded +1 / -1 that approves everything gets 9 * 10/18 * (+1)
+    + 1 * 10/2 * (-1) = 0: no net push. Also the per-label counts and mean rewards, as metrics."""
+    mine = defaultdict(lambda: [0.0, 0.0])  # label -> [turns, reward sum]
+    for s in steps:
+        if "label" in s.info:
+            mine[str(s.info["label"]).lower()][0] += 1
+            mine[str(s.info["label"]).lower()][1] += s.reward
+    keys = sorted({k for d in gather_objects(sorted(mine)) for k in d})
+    tot = all_sum([mine[k][i] for k in keys for i in (0, 1)])
+    count, reward = {k: tot[2 * j] for j, k in enumerate(keys)}, {k: tot[2 * j + 1] for j, k in enumerate(keys)}
+    n = sum(count.values())
+    w = torch.tensor([n / (len(keys) * count[str(s.info["label"]).lower()]) if "label" in s.info else 1.0 for s in steps])
+    metrics = {f"labelled_{k}": count[k] for k in keys} | {f"reward_{k}": reward[k] / max(count[k], 1.0) for k in keys}
+    return w, metrics
+
+
 def mixed_label_groups(cfg: Config, steps: list[Step]) -> list[Step]:
     """Leave out the groups of several labelled turns whose labels all agree (env.turn_labels: e.g. a
-    judge's verdicts on solutions that were all right, where it can only learn the task's difficulty)."""
+    judge's verdicts on solutions that were all right, where it can only learn the task's difficulty),
+    for the roles whose estimator centres per group (ppo.GROUPED), like DAPO's filter: under the
+    others (remax, reinforce++, gae, ema_baseline) such a group still carries advantage and stays."""
+    est = {r.name: cfg.estimator_of(r) for r in cfg.roles}
     labels = defaultdict(set)
     for s in steps:
         if "label" in s.info:
@@ -543,7 +569,7 @@ def mixed_label_groups(cfg: Config, steps: list[Step]) -> list[Step]:
     n = defaultdict(int)
     for s in steps:
         n[group_key(cfg, s)] += 1
-    uniform = {k for k, v in labels.items() if len(v) == 1 and n[k] > 1}
+    uniform = {k for k, v in labels.items() if len(v) == 1 and n[k] > 1 and est.get(k[1]) in ppo.GROUPED}
     return [s for s in steps if group_key(cfg, s) not in uniform]
 
 

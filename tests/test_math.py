@@ -330,3 +330,27 @@ def test_team_env_under_driver_with_tiny_model(tiny):
     assert all(isinstance(s.info["label"], bool) for s in steps if s.role == "evaluator_critique")
     a = aggregate(eps)
     assert 0 <= a["evaluator_acc"] <= 1 and all(0 <= e.metrics["final_correct"] <= 1 for e in eps)
+
+
+def test_balanced_labels_give_an_approving_judge_zero_net_push_on_a_9_to_1_batch():
+    """roles.balance_labels: 9 right and 1 wrong solution judged, a judge that approves everything is
+    paid +1 nine times and -1 once; weighted, each label weighs 5 and the push on approving is 0."""
+    import torch
+    steps = [Step(i, i, "evaluator_critique", 1, [1], [2], [0.0], reward=1.0 if i < 9 else -1.0,
+                  info={"label": i < 9}) for i in range(10)] + [Step(10, 10, "evaluator_critique", 1, [1], [2], [0.0])]
+    w, m = learner.label_weights(steps)
+    assert w.tolist() == pytest.approx([10 / 18] * 9 + [5.0, 1.0])  # the unlabelled turn keeps weight 1
+    assert float((w[:10] * torch.tensor([s.reward for s in steps[:10]])).sum()) == pytest.approx(0.0, abs=1e-6)
+    assert m == {"labelled_false": 1.0, "labelled_true": 9.0, "reward_false": -1.0, "reward_true": 1.0}
+    unweighted = sum(s.reward for s in steps)
+    assert unweighted == 8.0  # what the same judge is pushed by without the option
+
+
+@pytest.mark.parametrize("estimator,kept", [("grpo", {3}), ("rloo", {3}), ("remax", {0, 1, 2, 3}), ("ema_baseline", {0, 1, 2, 3})])
+def test_the_label_filter_drops_only_groups_a_group_centred_estimator_zeroes(estimator, kept):
+    """mixed_label_groups leaves out uniform-label groups only for roles in ppo.GROUPED: under remax or
+    a running baseline a uniform group still carries advantage (like DAPO's filter)."""
+    from config import AlgoConfig, Config
+    cfg = Config(algo=AlgoConfig(adv_estimator=estimator))
+    batch = _judge_batch(lambda t, c, right: c != 3, True)
+    assert {s.task_id for s in learner.mixed_label_groups(cfg, batch)} == kept

@@ -628,3 +628,30 @@ def test_an_estimator_with_state_is_one_class_and_one_dict_entry_and_resumes_exa
     resumed = run("b", 4, "auto")
     keys = [k for k in straight[-1] if k.startswith("train/") and "time" not in k and "per_s" not in k]
     assert [[r[k] for k in keys] for r in straight[2:]] == [[r[k] for k in keys] for r in resumed[2:]]
+
+
+def test_train_windows_train_exactly_their_roles_and_resume_mid_window_bit_exactly(tmp_path):
+    """roles.train_windows: the generator learns at steps 1-2, the judge at 3-4, the refiner always; a run
+    stopped after step 3 (inside the judge's window) and resumed equals the straight run."""
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    g, e, r = cfg.roles
+    roles = (dataclasses.replace(g, train_windows=((1, 2),)), dataclasses.replace(e, train_windows=((3, 4),)), r)
+
+    def run(out, steps, resume):
+        c = dataclasses.replace(cfg, roles=roles, data=dataclasses.replace(cfg.data, env_kwargs={"evaluator_mixed_groups_only": False}),
+                                trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / out), total_steps=steps,
+                                                            save_freq=1, test_freq=0, val_before_train=False, resume=resume))
+        train.main(c)
+        return rows(tmp_path / out / "metrics.jsonl")
+    straight = run("a", 4, "none")
+    trained = [{x for x in ("generator_initial", "evaluator_critique", "generator_refinement") if f"train/pg_loss/{x}" in m}
+               for m in straight]
+    assert trained == [{"generator_initial", "generator_refinement"}] * 2 + [{"evaluator_critique", "generator_refinement"}] * 2
+    run("b", 3, "none")
+    resumed = run("b", 4, "auto")
+    keys = [k for k in straight[-1] if k.startswith(("train/", "val/")) and "time" not in k and "per_s" not in k]
+    assert [straight[-1][k] for k in keys] == [resumed[-1][k] for k in keys]
+    assert train.cli(["--config", str(ROOT / "configs" / "tiny_math_3agent.py"), "--roles.1.train-windows", "3", "4",
+                      "9", "12"]).roles[1].train_windows == ((3, 4), (9, 12))
+    with pytest.raises(ValueError, match=r"roles\[1\].train_windows"):
+        dataclasses.replace(cfg, roles=(g, dataclasses.replace(e, train_windows=((5, 2),)), r)).validate()
