@@ -29,9 +29,22 @@ Rewards, per turn of each role (the options are constructor arguments, `data.env
                           +0.5, staying wrong 0. "correctness": 1 if its answer is correct, else 0, plus
                           the optional shaping fix_bonus / break_penalty (0 by default).
 The team reward (metrics()["team_reward"]) is the correctness of the final answer.
+
+probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
+only the generator's current mistakes): after the team's last turn, when the generator's first
+solution is right, the judge also judges that solution with its answer turned into a near miss
+(near_miss: +-1, +-2, +-10 or its last two digits swapped, every occurrence of the answer in the text
+changed so it reads consistently; never equal to the truth), labelled wrong, and the solution as it
+is, labelled right, in an order drawn from the text. Probes train the judge only: they come after the
+team's last turn, never enter the history the other roles see, the final answer, team_reward or the
+evaluator_* counts; their verdicts are paid like the judge's (+-1 / 1-0) and counted apart (probe_*;
+aggregate's probe_balanced_acc, probe_fpr), at train and at val.
 """
 from __future__ import annotations
 
+import random
+import re
+import zlib
 from collections import defaultdict
 
 from agents.math_team import build_messages, parse_verdict
@@ -46,7 +59,9 @@ class MathTeamEnv:
 
     def __init__(self, max_refinement_iterations: int = 3, evaluator_reward: str = "symmetric",
                  evaluator_mixed_groups_only: bool = True, refiner_reward: str = "relative", fix_bonus: float = 0.0,
-                 break_penalty: float = 0.0):
+                 break_penalty: float = 0.0, probes: bool = False):
+        if not isinstance(probes, bool):
+            raise ValueError(f"probes must be true or false, got {probes!r}")
         if evaluator_reward not in ("symmetric", "accuracy"):
             raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
         if refiner_reward not in ("relative", "correctness"):
@@ -56,7 +71,7 @@ class MathTeamEnv:
                              "fix and charges a break")
         self.max_refinements = max_refinement_iterations
         self.evaluator_reward, self.mixed_only, self.refiner_reward = evaluator_reward, evaluator_mixed_groups_only, refiner_reward
-        self.fix_bonus, self.break_penalty = fix_bonus, break_penalty
+        self.fix_bonus, self.break_penalty, self.probes = fix_bonus, break_penalty, probes
 
     def reset(self, task: dict) -> Turn:
         self.problem, self.answer = task["question"], str(task["answer"])
@@ -67,6 +82,8 @@ class MathTeamEnv:
         self.judged: list[bool] = []  # truth of the solution each verdict judged
         self.refinements = 0
         self.done = False
+        self.probe_queue: list[tuple[str, bool]] | None = None  # (solution shown, its truth), once the team is done
+        self.probe_results: list[tuple[bool | None, bool]] = []  # (verdict, truth) of each probe judged
         return self._turn("generator_initial")
 
     def _turn(self, role):
@@ -76,6 +93,11 @@ class MathTeamEnv:
     def step(self, reply: str) -> Turn | None:
         if self.done:
             raise RuntimeError("step() after the episode ended")
+        if self.probe_queue is not None:  # a probe's verdict: the judge's reward, nothing else changes
+            verdict, truth = parse_verdict(reply), self.probe_queue.pop(0)[1]
+            self.probe_results.append((verdict, truth))
+            self.rewards.append(self._judge_reward(verdict, truth))
+            return self._next_probe()
         role = self.role
         self.history.append((role, reply))
         if role in ("generator_initial", "generator_refinement"):
@@ -96,12 +118,33 @@ class MathTeamEnv:
         truth = self.solution_correct[-1]
         self.verdicts.append(verdict)
         self.judged.append(truth)
-        right = verdict is not None and verdict == truth
-        self.rewards.append(float(right) if self.evaluator_reward == "accuracy" else (1.0 if right else -1.0))
+        self.rewards.append(self._judge_reward(verdict, truth))
         if verdict is True or self.refinements >= self.max_refinements:
+            self.probe_queue = self._probes() if self.probes else []
+            return self._next_probe()
+        return self._turn("generator_refinement")
+
+    def _judge_reward(self, verdict, truth) -> float:
+        right = verdict is not None and verdict == truth
+        return float(right) if self.evaluator_reward == "accuracy" else (1.0 if right else -1.0)
+
+    def _probes(self) -> list[tuple[str, bool]]:
+        """The first solution as it is (right) and as a near miss (wrong), when it was right."""
+        first = self.history[0][1]
+        miss = near_miss(first, self.answer) if self.solution_correct[0] else None
+        if miss is None:
+            return []
+        pair = [(first, True), (miss, False)]
+        random.Random(zlib.crc32(first.encode("utf-8", "replace"))).shuffle(pair)
+        return pair
+
+    def _next_probe(self) -> Turn | None:
+        if not self.probe_queue:
             self.done = True
             return None
-        return self._turn("generator_refinement")
+        self.role = "evaluator_critique"
+        return Turn("evaluator_critique", build_messages("evaluator_critique", self.problem,
+                                                         [("generator_initial", self.probe_queue[0][0])]))
 
     def final_answer(self) -> str | None:
         """The answer of the last solution (eval.py's majority vote)."""
@@ -118,7 +161,7 @@ class MathTeamEnv:
         for role, _ in self.history:
             truth = next(judged) if role == "evaluator_critique" else None
             out.append(truth if self.mixed_only else None)
-        return out
+        return out + [t if self.mixed_only else None for _, t in self.probe_results]
 
     def metrics(self) -> dict:
         sc = self.solution_correct
@@ -138,7 +181,34 @@ class MathTeamEnv:
             "refine_from_wrong": sum(not a for a in sc[:-1]),
             "refine_from_right": sum(bool(a) for a in sc[:-1]),
             "no_answer": sum(extract_answer(t) is None for r, t in self.history if r != "evaluator_critique"),
-        }
+        } | ({} if not self.probes else {  # the probes' confusion counts, apart from the team's
+            "probe_tp": sum(vd is True and t for vd, t in self.probe_results),
+            "probe_fp": sum(vd is True and not t for vd, t in self.probe_results),
+            "probe_tn": sum(vd is False and not t for vd, t in self.probe_results),
+            "probe_fn": sum(vd is False and t for vd, t in self.probe_results),
+            "probe_right": sum(t for _, t in self.probe_results), "probes": len(self.probe_results)})
+
+
+def near_miss(solution: str, truth: str) -> str | None:
+    """The solution with its final (integer) answer turned into a near miss: +-1, +-2, +-10, or its last
+    two digits swapped, drawn from the text; every standalone occurrence of the answer in the text is
+    changed, so the solution reads consistently. Never equal to the truth; None when the answer is
+    not an integer. Linear time."""
+    ans = extract_answer(solution)
+    if ans is None or not re.fullmatch(r"-?\d{1,18}", ans.strip()):
+        return None
+    ans = ans.strip()
+    v = int(ans)
+    cands = [v + 1, v - 1, v + 2, v - 2, v + 10, v - 10]
+    digits = str(abs(v))
+    if len(digits) >= 2 and digits[-1] != digits[-2]:
+        cands.append(int(("-" if v < 0 else "") + digits[:-2] + digits[-1] + digits[-2]))
+    random.Random(zlib.crc32(solution.encode("utf-8", "replace"))).shuffle(cands)
+    for c in cands:
+        miss = re.sub(rf"(?<![\d.]){re.escape(ans)}(?![\d.])", str(c), solution)
+        if math_reward(miss, truth) == 0.0:
+            return miss
+    return None
 
 
 CONSOLE = ("evaluator_balanced_acc", "evaluator_fpr")  # this workflow's metrics on the console line
@@ -166,4 +236,7 @@ def aggregate(episodes) -> dict:
         "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),  # the fix rate
         "refine_break_rate": tot["refine_broken"] / max(1, tot["refine_from_right"]),
         "refine_fixed_count": tot["refine_fixed"], "refine_broken_count": tot["refine_broken"],
-    }
+    } | ({} if not tot["probes"] else {  # the judge on its probes: near misses (wrong) and right solutions
+        "probe_balanced_acc": (tot["probe_tp"] / max(1, tot["probe_right"])
+                               + tot["probe_tn"] / max(1, tot["probes"] - tot["probe_right"])) / 2,
+        "probe_fpr": tot["probe_fp"] / max(1, tot["probes"] - tot["probe_right"])})

@@ -1,5 +1,8 @@
 import json
 import random
+import re
+import types
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +12,10 @@ from data.math_data import DataError, generate, load_math
 from envs.math_3agent import ROLES, MathTeamEnv, aggregate
 from envs.math_single import MathSingleEnv
 from rewards.math import extract_answer, math_reward
+from helpers import play as tplay
 from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------------------------- rewards
 
@@ -354,3 +360,42 @@ def test_the_label_filter_drops_only_groups_a_group_centred_estimator_zeroes(est
     cfg = Config(algo=AlgoConfig(adv_estimator=estimator))
     batch = _judge_batch(lambda t, c, right: c != 3, True)
     assert {s.task_id for s in learner.mixed_label_groups(cfg, batch)} == kept
+
+
+def test_probes_train_the_judge_only_and_never_reach_the_team():
+    """probes=True: after the team's last turn the judge judges the first (right) solution and its near
+    miss; the team's history, final answer, team reward, evaluator counts and the other roles' rewards
+    are those of the same episode without probes."""
+    task = {"question": "What is 53 + 75?", "answer": "128"}
+    for replies in (["53 + 75 = 128, so \\boxed{128}.", "Verdict: Correct"],
+                    ["53 + 75 = 128, so \\boxed{128}.", "Verdict: Incorrect", "It is \\boxed{129}.", "Verdict: Correct"],
+                    ["53 + 75 = 127, so \\boxed{127}.", "Verdict: Correct"]):
+        plain = MathTeamEnv(max_refinement_iterations=1)
+        roles, rew, met = tplay(plain, task, replies)[:3]
+        probed = MathTeamEnv(max_refinement_iterations=1, probes=True)
+        n_probes = 2 if replies[0].endswith("{128}.") else 0
+        p_roles, p_rew, p_met = tplay(probed, task, replies + ["Verdict: Correct"] * n_probes)[:3]
+        assert p_roles == roles + ["evaluator_critique"] * n_probes and p_rew[:len(rew)] == rew
+        assert probed.history == plain.history and probed.final_answer() == plain.final_answer()
+        assert {k: v for k, v in p_met.items() if not k.startswith("probe")} == met
+        assert p_met.get("probes", 0) == n_probes
+        if n_probes:  # an approve-all judge: right on the right one, wrong on the near miss
+            assert sorted(p_rew[len(rew):]) == [-1.0, 1.0] and p_met["probe_fp"] == 1 and p_met["probe_tp"] == 1
+            assert sorted(probed.turn_labels()[len(rew):]) == [False, True]
+    agg = aggregate([types.SimpleNamespace(metrics=p_met)])
+    assert "probe_balanced_acc" not in agg  # the last episode's solution was wrong: no probes
+    eps = [types.SimpleNamespace(metrics=tplay(MathTeamEnv(probes=True), task, r)[2]) for r in (
+        ["\\boxed{128}", "Verdict: Correct", "Verdict: Correct", "Verdict: Incorrect"],)]
+    agg = aggregate(eps)
+    assert agg["probe_balanced_acc"] in (0.5, 1.0) and "evaluator_balanced_acc" in agg
+
+
+def test_a_near_miss_is_never_the_truth_on_every_train_problem():
+    from envs.math_3agent import near_miss
+    rows = [json.loads(x) for x in open(ROOT / "data" / "arith12_train.jsonl")]
+    for r in rows:
+        sol = f"The result is {r['answer']}, so the answer is \\boxed{{{r['answer']}}}."
+        miss = near_miss(sol, r["answer"])
+        assert miss is not None and math_reward(miss, r["answer"]) == 0.0, r
+        assert not re.search(rf"(?<![\d.]){re.escape(r['answer'])}(?![\d.])", miss), miss  # every occurrence changed
+    assert near_miss("so \\boxed{x+1}", "x+1") is None  # not an integer: no probe
