@@ -1,8 +1,9 @@
-"""The README's training commands: each one that starts a run writes its own run directory.
+"""The README and its docs/ pages: each training command that starts a run writes its own run directory.
 
 train.py resumes from a run directory it finds (trainer.resume auto), so a README example that reuses
 another example's directory resumes that finished run and trains nothing (the torchrun example once
-did exactly that to the smoke run's directory)."""
+did exactly that to the smoke run's directory). Most commands moved from the README to docs/*.md
+(issue 34): every page is read, so a moved command is still checked."""
 import re
 import shlex
 from pathlib import Path
@@ -10,6 +11,12 @@ from pathlib import Path
 from config import load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def pages() -> list[Path]:
+    """The README and every docs/*.md page: where the documented commands live."""
+    return [README] + sorted((ROOT / "docs").glob("*.md"))
 
 
 def readme_commands(text: str) -> list[str]:
@@ -37,16 +44,18 @@ def run_dir(cmd: str) -> tuple[str, str] | None:
 
 
 def test_readme_runs_each_write_their_own_directory():
-    cmds = readme_commands((ROOT / "README.md").read_text())
-    assert any(c.startswith("torchrun --nproc_per_node 2") for c in cmds), "the CPU torchrun example is gone"
-    seen: dict[str, str] = {}
-    for c in cmds:
+    """Over the README and docs/ together: a directory shared between pages is as wrong as within one."""
+    cmds = [(p.relative_to(ROOT), c) for p in pages() for c in readme_commands(p.read_text())]
+    assert any(c.startswith("torchrun --nproc_per_node 2") for _, c in cmds), "the CPU torchrun example is gone"
+    seen: dict[str, tuple] = {}
+    for page, c in cmds:
         r = run_dir(c)
         if r is None:
             continue
         out, args = r
-        # the same run may be shown twice (the main job and the Training section), never two runs in one dir
-        assert seen.setdefault(out, args) == args, f"README: {args!r} and {seen[out]!r} both write {out}"
+        # the same run may be shown twice (the main job and the Training page), never two runs in one dir
+        first = seen.setdefault(out, (args, page))
+        assert first[0] == args, f"{page}: {args!r} and {first[1]}: {first[0]!r} both write {out}"
     assert len(seen) >= 8
 
 
@@ -73,3 +82,4 @@ def test_the_demo_and_the_per_role_arm_differ_only_in_adapters():
         for r in d["roles"]:
             r.pop("adapter")
     assert a == b
+
