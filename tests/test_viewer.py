@@ -161,6 +161,20 @@ MALFORMED = {
     "task a list": (json.dumps({**GOOD, "task": [1]}).encode(), "field 'task'"),
     "metrics a string": (json.dumps({**GOOD, "metrics": "x"}).encode(), "field 'metrics'"),
     "team_reward a string": (json.dumps({**GOOD, "metrics": {"team_reward": "1"}}).encode(), "team_reward"),
+    # round 3: each of these ended in a traceback (OverflowError, UnicodeEncodeError, ValueError, TypeError)
+    "a 400-digit reward": (json.dumps(_turn(reward=10 ** 400)).encode(), r"turns\[0\]\.reward"),
+    "a 400-digit metric": (json.dumps({**GOOD, "metrics": {"team_reward": 1.0, "tool_calls": 2, "tool_errors": 10 ** 400}}
+                                      ).encode(), "metrics.tool_errors"),
+    "a 400-digit token count": (json.dumps(_turn(reply_tokens=10 ** 400)).encode(), r"turns\[0\]\.reply_tokens"),
+    "a 5000-digit integer": (json.dumps(_turn(reward=7)).replace("7", "7" * 5000).encode(), "bad JSON: Exceeds the limit"),
+    "a lone surrogate in a reply": (json.dumps(_turn(reply="ok \ud800")).encode(), r"turns\[0\]\.reply is not Unicode"),
+    "a lone surrogate in a role": (json.dumps(_turn(role="solver\udfff")).encode(), r"turns\[0\]\.role is not Unicode"),
+    "a lone surrogate in a task": (json.dumps({**GOOD, "task": {"question": "\udc80"}}).encode(), "task.question is not"),
+    "tool_errors a string": (json.dumps({**GOOD, "metrics": {"team_reward": 1.0, "tool_calls": 2, "tool_errors": "many"}}
+                                        ).encode(), "metrics.tool_errors"),
+    "a clip id that is a list": (json.dumps({**GOOD, "task": {"question": "q", "clips": [{"id": ["c1"]}]}}).encode(),
+                                 r"task\.clips\[0\]\.id"),
+    "clips a number": (json.dumps({**GOOD, "task": {"question": "q", "clips": 5}}).encode(), "task.clips"),
 }
 
 
@@ -185,6 +199,31 @@ def test_every_trajectory_reader_gives_one_line_on_a_malformed_file(case, tmp_pa
     with pytest.raises(trajectories.TrajectoryError, match=rf"val_step_000001\.jsonl:2: .*{why}"):
         sft.run_sft(sft.SFTConfig(data=(str(f),), out=str(tmp_path / "sft")))
     assert not (run / "view.html").exists()
+
+
+def test_readers_open_regular_files_only(tmp_path):
+    """A FIFO named x.jsonl hung the viewer; a link to /dev/zero ended in MemoryError; a file past the cap is
+    refused unread. Each is one line naming the file, in the console viewer and the HTML page."""
+    cases = {"fifo": lambda p: os.mkfifo(p), "zero": lambda p: p.symlink_to("/dev/zero")}
+    for name, make in cases.items():
+        run = tmp_path / name
+        (run / "trajectories").mkdir(parents=True)
+        make(run / "trajectories" / "x.jsonl")
+        for args in ([str(run)], [str(run), "--html"]):
+            r = subprocess.run([sys.executable, "trajectories.py", *args], cwd=ROOT, capture_output=True, text=True,
+                               timeout=60, check=False)
+            assert r.returncode != 0 and r.stderr.strip().splitlines() == [
+                f"error: {run / 'trajectories' / 'x.jsonl'}: not a regular file ({'a FIFO' if name == 'fifo' else 'a device'}); refused"], r.stderr
+        assert not (run / "view.html").exists()
+    ok = tmp_path / "ok"  # a FIFO as metrics.jsonl (what the page's curves read) is refused too
+    trajectories.write(ok / "trajectories" / "val_step_000001.jsonl", [GOOD])
+    os.mkfifo(ok / "metrics.jsonl")
+    with pytest.raises(SystemExit, match=r"metrics\.jsonl: not a regular file \(a FIFO\)"):
+        trajectories.main([str(ok), "--html"])
+    f = ok / "trajectories" / "val_step_000001.jsonl"
+    with pytest.raises(trajectories.TrajectoryError, match=r"larger than 10 bytes"):
+        trajectories.read_bytes(f, cap=10)
+    assert trajectories.read_bytes(f, cap=f.stat().st_size) == f.read_bytes()
 
 
 def test_readers_cli_one_line_not_a_traceback(tmp_path):
