@@ -74,16 +74,18 @@ def read_bytes(path, cap: int = MAX_FILE_BYTES) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO does not wait for a writer
     except OSError as e:
         raise TrajectoryError(f"{path}: cannot be read ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or the like"
             raise TrajectoryError(f"{path}: not a regular file ({kind}); refused")
-        try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(cap + 1)
-        except OSError as e:
-            raise TrajectoryError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except OSError as e:
+        raise TrajectoryError(f"{path}: cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
     if len(data) > cap:
         raise TrajectoryError(f"{path}: larger than {cap} bytes (trajectories.MAX_FILE_BYTES); refused")
     return data
