@@ -409,6 +409,12 @@ def page_html(records: list[dict], rows: list[dict], title: str) -> str:
     return PAGE.format(title=html.escape(title), charts=charts, data=_embed(records))
 
 
+def shown_path(path) -> str:
+    """A path as printable text: a file name that is not UTF-8 (its bytes come back as lone surrogates)
+    shows U+FFFD instead of failing the print or the page's UTF-8 encoding."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
 def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
     """A static page (no network, no server): per-role reward curves from metrics.jsonl and a
     browsable, filterable sample of the run's episodes (the newest `max_episodes`, newest first). A bad trajectory
@@ -420,7 +426,7 @@ def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
     records = read(tdir) if tdir.is_dir() else []
     records = sorted(records, key=lambda r: (r.get("step") or 0, r.get("split") or ""), reverse=True)[:max_episodes]  # newest first
     try:
-        text = page_html(records, rows, str(run_dir))
+        text = page_html(records, rows, shown_path(run_dir))
     except RecursionError:
         raise TrajectoryError(f"{tdir}: a record nests too deeply to show") from None
     path.write_text(text, encoding="utf-8")
@@ -446,7 +452,7 @@ def main(argv=None):
         if not path.is_dir():
             raise SystemExit(f"error: {path} is not a run directory")
         try:
-            print(write_html(path, a.html or None))
+            print(shown_path(write_html(path, a.html or None)))
         except (TrajectoryError, OSError) as e:
             raise SystemExit(f"error: {e}") from None
         return

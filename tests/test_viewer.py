@@ -226,6 +226,20 @@ def test_readers_open_regular_files_only(tmp_path):
     assert trajectories.read_bytes(f, cap=f.stat().st_size) == f.read_bytes()
 
 
+def test_html_page_of_a_run_with_overflowing_numbers_and_a_non_utf8_name(tmp_path):
+    """A 400-digit number in metrics.jsonl (value or step) was an OverflowError in --html; so was a run directory
+    whose name is not UTF-8 (UnicodeEncodeError writing the page's title): they are left out / shown as U+FFFD."""
+    run = Path(os.fsdecode(bytes(tmp_path) + b"/run\xff"))
+    trajectories.write(run / "trajectories" / "val_step_000001.jsonl", [GOOD])
+    rows = [{"step": 1, "val/team_reward": 0.5, "val/reward/solver": 10 ** 400}, {"step": 10 ** 400, "val/team_reward": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = subprocess.run([sys.executable, "trajectories.py", run, "--html"], cwd=ROOT, capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.decode().strip().endswith("run\ufffd/view.html"), r.stderr[-2000:]
+    page = (run / "view.html").read_text(encoding="utf-8")
+    assert "run\ufffd" in page and "1" + "0" * 50 not in page  # the curves hold the finite numbers only
+    assert trajectories._metric_rows(run / "metrics.jsonl") == [{"step": 1, "val/team_reward": 0.5}]
+
+
 def test_readers_cli_one_line_not_a_traceback(tmp_path):
     f = tmp_path / "t.jsonl"
     f.write_bytes(MALFORMED["100k-deep nesting"][0] + b"\n")
