@@ -159,7 +159,8 @@ def check_record(rec, where: str = "record"):
             raise TrajectoryError(f"{where}: field {key!r} must be an integer in [0, 2**53] or null, got {str(rec[key])[:60]!r}")
     metrics = rec.get("metrics") or {}
     for key, v in metrics.items():  # the readers' own (team reward, tool calls) must be finite; any number a float
-        if (v is not None and key in ("team_reward", "tool_calls", "tool_errors") and not _number(v)) or \
+        if (key in ("tool_calls", "tool_errors") and not _number(v)) or \
+                (v is not None and key == "team_reward" and not _number(v)) or \
                 (isinstance(v, int) and not isinstance(v, bool) and not _number(v)):
             raise TrajectoryError(f"{where}: field {'metrics.' + str(key)[:40]!r} must be a finite number, got {str(v)[:60]!r}")
     task = rec.get("task") or {}
@@ -471,8 +472,8 @@ def main(argv=None):
             print(f"=== task {r.get('task_id')} ({r.get('split')} step {r.get('step')}) metrics {r.get('metrics')}")
             for t in r["turns"]:
                 if a.role is None or t["role"] == a.role:
-                    print(f"--- [{t['role']}] reward {t['reward']} · {t['reply_tokens']} tokens · {t['finish_reason']}\n"
-                          f"{t['prompt']}\n>>> {t['reply']}")
+                    print(f"--- [{t['role']}] reward {t.get('reward')} · {t.get('reply_tokens')} tokens · "
+                          f"{t.get('finish_reason')}\n{t.get('prompt')}\n>>> {t['reply']}")  # optional fields may be missing
         else:
             print(show(r))
 

@@ -174,6 +174,7 @@ MALFORMED = {
                                         ).encode(), "metrics.tool_errors"),
     "a clip id that is a list": (json.dumps({**GOOD, "task": {"question": "q", "clips": [{"id": ["c1"]}]}}).encode(),
                                  r"task\.clips\[0\]\.id"),
+    "tool_errors null": (json.dumps({**GOOD, "metrics": {"tool_calls": 2, "tool_errors": None}}).encode(), "metrics.tool_errors"),
     "clips a number": (json.dumps({**GOOD, "task": {"question": "q", "clips": 5}}).encode(), "task.clips"),
 }
 
@@ -238,6 +239,15 @@ def test_html_page_of_a_run_with_overflowing_numbers_and_a_non_utf8_name(tmp_pat
     page = (run / "view.html").read_text(encoding="utf-8")
     assert "run\ufffd" in page and "1" + "0" * 50 not in page  # the curves hold the finite numbers only
     assert trajectories._metric_rows(run / "metrics.jsonl") == [{"step": 1, "val/team_reward": 0.5}]
+
+
+def test_full_view_of_a_record_with_only_the_required_fields(tmp_path):
+    """check_record lets optional fields be missing; --full read t['reward'] and ended in a KeyError."""
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"turns": [{"role": "solver", "reply": "4"}]}) + "\n")
+    full = subprocess.run([sys.executable, "trajectories.py", str(bare), "--full"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert full.returncode == 0 and "--- [solver] reward None · None tokens · None" in full.stdout, full.stderr
 
 
 def test_readers_cli_one_line_not_a_traceback(tmp_path):
