@@ -93,8 +93,9 @@ def finite(x) -> bool:
 
 
 def run_config(run: Path):
-    ckpts = sorted(p / "config.json" for p in (run / "checkpoints").glob("step_*") if re.fullmatch(r"step_\d+", p.name)) \
-        or [run / "config.json"]
+    ckpts = sorted((p / "config.json" for p in (run / "checkpoints").glob("step_*")  # finished saves only, not .tmp
+                    if re.fullmatch(r"step_\d+", p.name) and os.path.lexists(p / "config.json")),
+                   key=lambda c: int(c.parent.name[5:])) or [run / "config.json"]
     if not os.path.lexists(ckpts[-1]):
         fail(f"{run} has neither config.json nor checkpoints/step_*/config.json (is it a train.py run directory?)")
     try:
@@ -157,7 +158,8 @@ def summarise_eval(d: Path) -> dict:
             if not finite(r.get("correct")):
                 fail(f"{where}: field 'correct' must be a finite number, got {str(r.get('correct'))[:60]!r}")
             pairs.append((r["task"], float(r["correct"])))
-        per_task, label, gens = keyed(pairs), f"maj@{res.get('maj_k')}", res.get("generations_per_task")
+        maj_k = res.get("maj_k") if isinstance(res.get("maj_k"), int) else "?"
+        per_task, label, gens = keyed(pairs), f"maj@{maj_k}", res.get("generations_per_task")
         gens = gens if finite(gens) else None
     else:
         try:
