@@ -63,7 +63,10 @@ def check_out(out: Path, flag: str = "--out"):
     up = next(a for a in [out, *out.parents] if a.exists())
     if not up.is_dir():
         fail(f"{flag} {out}: {up} is a file, not a directory")
-    real = out.resolve()
+    try:
+        real = out.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        fail(f"{flag} {out}: {e}")
     for ck in [real, *real.parents]:
         if not ((ck / "manifest.json").is_file() or (re.fullmatch(r"step_\d+(\.tmp)?", ck.name)
                                                      and ck.parent.name == "checkpoints")):

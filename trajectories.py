@@ -106,7 +106,7 @@ def _count(x) -> bool:
 
 
 def _bad_text(rec) -> str | None:
-    """The path (turns[0].reply) of the first string or key in `rec` that is not Unicode text, else None:
+    """Where ("field turns[0].reply") the first string or key in `rec` that is not Unicode text is, else None:
     a lone surrogate (a JSON escape \\ud800 with no pair) cannot be printed, written as UTF-8 or tokenised."""
     try:
         json.dumps(rec, ensure_ascii=False, default=str).encode("utf-8")
@@ -120,7 +120,7 @@ def _bad_text(rec) -> str | None:
             try:
                 x.encode("utf-8")
             except UnicodeEncodeError:
-                return path or "the record"
+                return f"field {path}" if path else "the record"
         elif isinstance(x, dict):
             kids = []
             for k, v in x.items():
@@ -129,8 +129,9 @@ def _bad_text(rec) -> str | None:
                     try:
                         k.encode("utf-8")
                     except UnicodeEncodeError:
-                        return f"a key of {path or 'the record'}"
-                kids.append((f"{path}.{name}" if path and name else name or f"{path}[{str(k)[:40]!r}]", v))
+                        return f"a key of {'field ' + path if path else 'the record'}"
+                label = f"{path}[{str(k)[:40]!r}]" if name is None else f"{path}.{name}" if path else name
+                kids.append((label, v))
             stack += reversed(kids)
         elif isinstance(x, list):
             stack += reversed([(f"{path}[{i}]", v) for i, v in enumerate(x)])
@@ -194,7 +195,7 @@ def check_record(rec, where: str = "record"):
     except RecursionError:
         raise TrajectoryError(f"{where}: not a trajectory record (JSON nested too deeply)") from None
     if bad is not None:
-        raise TrajectoryError(f"{where}: field {bad} is not Unicode text (a lone surrogate escape such as \\ud800)")
+        raise TrajectoryError(f"{where}: {bad} is not Unicode text (a lone surrogate escape such as \\ud800)")
 
 
 def read(path, with_source: bool = False) -> list:
