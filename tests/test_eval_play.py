@@ -69,6 +69,8 @@ BAD_ARGS = {
     "--threshold nan": (["--config", CFG, "--base", "--limit", "1", "--threshold", "nan"], "--threshold must be a finite number"),
     "--out a file": (["--config", CFG, "--base", "--limit", "1", "--out", "{tmp}/x.py"], "--out {tmp}/x.py is a file, not a directory"),
     "--out under a file": (["--config", CFG, "--base", "--limit", "1", "--out", "{tmp}/x.py/ev"], "--out {tmp}/x.py/ev: {tmp}/x.py is a file"),
+    "--out through a symlink loop": (["--config", CFG, "--base", "--limit", "1", "--out", "{tmp}/loop/ev"],
+                                     "--out {tmp}/loop/ev: Symlink loop"),
 }
 
 
@@ -78,12 +80,13 @@ def test_a_bad_argument_is_one_line_before_any_model_loads(case, tmp_path):
     (tmp_path / "junk" / "manifest.json").write_bytes(b"\x00\xff")
     (tmp_path / "x.py").write_text("x = 1\n")
     (tmp_path / "junk.jsonl").write_bytes(b"\xff\xfe junk\n")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     args, want = BAD_ARGS[case]
     with pytest.raises(SystemExit) as e:
         troupe_eval.main([a.replace("{tmp}", str(tmp_path)) for a in args])
     msg = str(e.value.code)
     assert msg.startswith("error: " + want.replace("{tmp}", str(tmp_path))) and "\n" not in msg, msg
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "junk.jsonl", "x.py"]  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "junk.jsonl", "loop", "x.py"]  # nothing written
 
 
 def test_a_bad_argument_exits_non_zero_with_one_line():
