@@ -17,38 +17,110 @@ run, at eval step N (default: each run's last):
 An arm may also be an eval.py output directory (results.json + greedy.jsonl, or majority.jsonl for
 --maj-k: each task's majority-vote answer), e.g. a single agent given the team's number of generations.
 Paired statistics, for the first arm against every other on the tasks both answered (matched by the
-task's question and answer):
+whole task record: question, answer, and for video tasks the video, its clips and the choices; a task
+a val set holds twice pairs its first copy with the other arm's first copy, and so on). Arms whose task
+sets differ are paired on the tasks they share, and a note under the table says how many of each
+arm's that is; arms that share no task get a note and no row:
     diff    mean of d_i = y_i - x_i (the other arm minus the first), per task correctness
     s.e.    the paired standard error sd(d) / sqrt(n) (sample sd, n - 1)
     b / c   discordant tasks: the first arm right and the other wrong / the other way round
     p       McNemar's exact test: 2 * P(Binomial(b + c, 1/2) <= min(b, c)), capped at 1
 The plot: validation team reward against step and against training wall time, one line per run.
-A run killed before its first checkpoint is read through the config.json train.py writes at start.
+A run killed before its first checkpoint is read through the config.json train.py writes at start
+(and a torn last line of its metrics.jsonl is left out). Anything else that is not a run or eval
+directory of this shape (a file missing, garbage, a step that does not match its file) ends the
+program with one line naming the file, line and field (SystemExit), never a traceback.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import re
 import types
 from pathlib import Path
 
 import trajectories
-from config import from_dict
+from config import ConfigError, from_dict
 from workflows import workflow
 
 
+def fail(msg: str):
+    raise SystemExit(f"error: {msg}")
+
+
+def read_text(path: Path) -> str:
+    """A regular file's UTF-8 text (trajectories.read_bytes: no FIFO, device or oversized file), or one line."""
+    try:
+        return trajectories.read_bytes(path).decode("utf-8")
+    except trajectories.TrajectoryError as e:
+        fail(str(e))
+    except UnicodeDecodeError as e:
+        fail(f"{path}: not UTF-8 text (byte {e.start + 1})")
+
+
+def read_json(path: Path, what: str):
+    try:
+        return json.loads(read_text(path))
+    except (ValueError, RecursionError) as e:
+        fail(f"{path}: not {what} (bad JSON: {' '.join(str(e).split())[:200]})")
+
+
+def read_jsonl(path: Path, torn_ok: bool = False) -> list[tuple[str, object]]:
+    """(f"{path}:{line}", value) per non-blank line; a line that is not JSON is one line naming it, except,
+    with torn_ok, an unfinished last line (a run killed mid-write)."""
+    text, out = read_text(path), []
+    lines = text.split("\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{path}:{i}", json.loads(line)))
+        except (ValueError, RecursionError) as e:
+            if torn_ok and i == len(lines):  # no newline after it: torn
+                continue
+            fail(f"{path}:{i}: not JSON ({' '.join(str(e).split())[:200]})")
+    return out
+
+
+def finite(x) -> bool:
+    """A finite int or float (not a bool; not a 400-digit integer that overflows a float)."""
+    try:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def run_config(run: Path):
-    ckpts = sorted((run / "checkpoints").glob("step_*/config.json")) or [p for p in [run / "config.json"] if p.is_file()]
-    if not ckpts:
-        raise SystemExit(f"compare.py: {run} has neither config.json nor checkpoints/step_*/config.json (is it a "
-                         "train.py run directory?)")
-    return from_dict(json.loads(ckpts[-1].read_text()))
+    ckpts = sorted((p / "config.json" for p in (run / "checkpoints").glob("step_*")  # finished saves only, not .tmp
+                    if re.fullmatch(r"step_\d+", p.name) and os.path.lexists(p / "config.json")),
+                   key=lambda c: int(c.parent.name[5:])) or [run / "config.json"]
+    if not os.path.lexists(ckpts[-1]):
+        fail(f"{run} has neither config.json nor checkpoints/step_*/config.json (is it a train.py run directory?)")
+    try:
+        cfg = from_dict(read_json(ckpts[-1], "a config"))
+        cfg.validate()
+        return cfg
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:  # ConfigError included
+        fail(f"{ckpts[-1]} is not a config ({type(e).__name__}: {' '.join(str(e).split())[:200]})")
 
 
 def task_key(task: dict) -> str:
-    return json.dumps([task.get("question"), str(task.get("answer"))])
+    """A task by everything that defines it: its whole record in canonical JSON (two video tasks asking the
+    same question of different videos, or with other choices, are different tasks)."""
+    return json.dumps(task, sort_keys=True, default=str)
+
+
+def keyed(pairs) -> dict:
+    """{task key: score} from (task, score) pairs. The k-th repeat of a task is its own key (key#k), so a
+    val set holding a task twice pairs copy with copy instead of one copy overwriting the other."""
+    out, seen = {}, {}
+    for task, score in pairs:
+        k = task_key(task)
+        n = seen[k] = seen.get(k, -1) + 1
+        out[f"{k}#{n}" if n else k] = score
+    return out
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -74,68 +146,131 @@ def paired(x: dict, y: dict) -> dict:
 
 def summarise_eval(d: Path) -> dict:
     """An eval.py output directory as an arm: majority.jsonl (maj@k) if there, else greedy.jsonl."""
-    res = json.loads((d / "results.json").read_text())
+    res = read_json(d / "results.json", "eval.py's results")
+    if not isinstance(res, dict):
+        fail(f"{d / 'results.json'}: not eval.py's results (a JSON {type(res).__name__}, not an object)")
     maj = d / "majority.jsonl"
-    if maj.is_file():
-        rows = [json.loads(x) for x in maj.read_text().splitlines() if x.strip()]
-        per_task = {task_key(r["task"]): float(r["correct"]) for r in rows}
-        label = f"maj@{res.get('maj_k')}"
-        gens = res.get("generations_per_task")
+    if os.path.lexists(maj):
+        pairs = []
+        for where, r in read_jsonl(maj):
+            if not isinstance(r, dict) or not isinstance(r.get("task"), dict):
+                fail(f"{where}: field 'task' is missing or not an object")
+            if not finite(r.get("correct")):
+                fail(f"{where}: field 'correct' must be a finite number, got {str(r.get('correct'))[:60]!r}")
+            pairs.append((r["task"], float(r["correct"])))
+        maj_k = res.get("maj_k") if isinstance(res.get("maj_k"), int) else "?"
+        per_task, label, gens = keyed(pairs), f"maj@{maj_k}", res.get("generations_per_task")
+        gens = gens if finite(gens) else None
     else:
-        recs = trajectories.read(d / "greedy.jsonl")
-        per_task = {task_key(r["task"]): float(r["metrics"].get("team_reward", 0.0)) for r in recs}
+        try:
+            recs = trajectories.read(d / "greedy.jsonl")
+        except trajectories.TrajectoryError as e:
+            fail(str(e))
+        per_task = keyed((r.get("task") or {}, float((r.get("metrics") or {}).get("team_reward") or 0.0)) for r in recs)
         label, gens = "greedy", None
-    n, p = len(per_task), sum(per_task.values()) / max(len(per_task), 1)
-    return {"run": f"{d} ({label})", "roles": None, "step": res.get("step"), "n": n, "team": p,
-            "team_sd": math.sqrt(p * (1 - p) / max(n, 1)), "wall": 0.0, "aggregate": {}, "per_task": per_task,
-            "counts": {}, "curve": [],
-            "generations": gens}
+    if not per_task:
+        fail(f"{maj if os.path.lexists(maj) else d / 'greedy.jsonl'} holds no task")
+    step = res.get("step")
+    n, p = len(per_task), sum(per_task.values()) / len(per_task)
+    return {"run": f"{d} ({label})", "roles": None, "step": step if isinstance(step, int) else None, "n": n, "team": p,
+            "team_sd": binomial_sd(p, n), "wall": 0.0, "aggregate": {}, "per_task": per_task,
+            "counts": {}, "curve": [], "generations": gens}
 
 
-def replay(records: list[dict], make_env, where: str) -> list[dict]:
-    """Each episode's metrics, recomputed by a fresh env fed the recorded replies."""
+def binomial_sd(p: float, n: int) -> float:
+    """sqrt(p (1 - p) / n); nan (shown as —) for a mean team reward outside [0, 1], where it means nothing."""
+    return math.sqrt(p * (1 - p) / n) if 0 <= p <= 1 and n else float("nan")
+
+
+def replay(records: list[tuple[str, dict]], make_env, env_name: str) -> list[dict]:
+    """Each episode's metrics, recomputed by a fresh env fed the recorded replies; records are
+    (file:line, record) pairs. A task the env cannot play (a crafted or foreign file) is one line."""
     out = []
-    for r in records:
-        env = make_env()
-        env.reset(r["task"])
-        for t in r["turns"]:
-            env.step(t["reply"])
-        for t, got in zip(r["turns"], env.turn_rewards()):
-            if t["reward"] is not None and abs(got - t["reward"]) > 1e-6:
-                raise ValueError(f"{where}: task {r['task_id']} turn {t['turn']} ({t['role']}) replays to reward "
-                                 f"{got}, recorded {t['reward']}: the env changed since the run")
-        out.append(env.metrics())
+    for where, r in records:
+        try:
+            env = make_env()
+            env.reset(r["task"])
+            for t in r["turns"]:
+                env.step(t["reply"])
+            got_rewards, metrics = list(env.turn_rewards()), env.metrics()
+        except Exception as e:  # the env's own code on a task it was not made for: name the episode, not a traceback
+            fail(f"{where}: the episode does not replay through the {env_name} workflow ({type(e).__name__}: "
+                 f"{' '.join(str(e).split())[:200]})")
+        for t, got in zip(r["turns"], got_rewards):
+            if t.get("reward") is not None and abs(got - t["reward"]) > 1e-6:
+                fail(f"{where}: task {r.get('task_id')} turn {t.get('turn')} ({t['role']}) replays to reward {got}, "
+                     f"recorded {t['reward']}: the env changed since the run")
+        out.append(metrics)
+    return out
+
+
+def wall_times(path: Path) -> list[tuple[int, float]]:
+    """(step, seconds) from metrics.jsonl's time/step rows; a torn last line (a killed run) is left out."""
+    if not os.path.lexists(path):
+        fail(f"{path}: no such file (the run's log; compare.py reads the training wall time from it)")
+    out = []
+    for where, r in read_jsonl(path, torn_ok=True):
+        if not isinstance(r, dict):
+            fail(f"{where}: not a metrics row (a JSON {type(r).__name__}, not an object)")
+        if isinstance(r.get("step"), bool) or not isinstance(r.get("step"), int):
+            fail(f"{where}: field 'step' must be an integer, got {str(r.get('step'))[:60]!r}")
+        if "time/step" in r:
+            if not finite(r["time/step"]) or r["time/step"] < 0:
+                fail(f"{where}: field 'time/step' must be a finite number >= 0, got {str(r['time/step'])[:60]!r}")
+            out.append((r["step"], float(r["time/step"])))
     return out
 
 
 def summarise(run: Path, step: int | None = None) -> dict:
-    if (run / "results.json").is_file():
+    if not run.is_dir():
+        fail(f"{run}: " + ("no such directory" if not os.path.lexists(run) else
+                           "not a directory (give a train.py run directory or an eval.py output directory)"))
+    if os.path.lexists(run / "results.json"):
         return summarise_eval(run)
     cfg = run_config(run)
-    make_env, module, _ = workflow(cfg)
-    files = {int(re.search(r"(\d+)", p.stem.rsplit("_", 1)[-1]).group(1)): p
-             for p in (run / "trajectories").glob("val_step_*.jsonl")}
+    try:
+        make_env, module, _ = workflow(cfg)
+    except (ConfigError, ImportError) as e:
+        fail(f"{run}: its config's workflow cannot be built ({' '.join(str(e).split())[:200]})")
+    files = {}
+    for p in sorted((run / "trajectories").glob("val_step_*.jsonl")):
+        m = re.fullmatch(r"val_step_(\d+)\.jsonl", p.name)
+        if m is None:
+            fail(f"{p}: not a val_step_<step>.jsonl name")
+        if int(m.group(1)) in files:
+            fail(f"{p} and {files[int(m.group(1))]} are both the eval at step {int(m.group(1))}")
+        files[int(m.group(1))] = p
     if not files:
-        raise SystemExit(f"compare.py: {run}/trajectories has no val_step_*.jsonl")
-    times = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        fail(f"{run}/trajectories has no val_step_*.jsonl")
+    if step is not None and step not in files:
+        fail(f"{run} has no eval at step {step} (evals at {sorted(files)})")
+    times = wall_times(run / "metrics.jsonl")
     curve = []
     for s in sorted(files):
-        recs = trajectories.read(files[s])
-        ms = replay(recs, make_env, str(files[s]))
-        team = [m.get("team_reward", 0.0) for m in ms]
-        wall = sum(r.get("time/step", 0.0) for r in times if 0 < r["step"] <= s)
-        gens = sum(len(r["turns"]) for r in recs) / max(len(recs), 1)
+        try:
+            recs = trajectories.read(files[s], with_source=True)
+        except trajectories.TrajectoryError as e:
+            fail(str(e))
+        if not recs:
+            fail(f"{files[s]}: no episode (an eval writes every validation episode)")
+        for where, r in recs:
+            if r.get("step") is not None and r["step"] != s:
+                fail(f"{where}: field 'step' is {r['step']} in the file of the eval at step {s}")
+            if not isinstance(r.get("task"), dict):
+                fail(f"{where}: field 'task' is missing (compare.py replays the task)")
+        ms = replay(recs, make_env, cfg.data.env)
+        team = [float(m.get("team_reward", 0.0)) for m in ms]
+        wall = sum(t for st, t in times if 0 < st <= s)
+        gens = sum(len(r["turns"]) for _, r in recs) / len(recs)
         curve.append({"step": s, "n": len(ms), "team": sum(team) / len(team), "wall": wall, "metrics": ms,
-                      "per_task": {task_key(r["task"]): t for r, t in zip(recs, team)}, "generations": gens})
-    pick = curve[-1] if step is None else next((c for c in curve if c["step"] == step), None)
-    if pick is None:
-        raise SystemExit(f"compare.py: {run} has no eval at step {step} (evals at {sorted(files)})")
+                      "per_task": keyed((r["task"], t) for (_, r), t in zip(recs, team)), "generations": gens})
+    pick = curve[-1] if step is None else next(c for c in curve if c["step"] == step)
     ms, p, n = pick["metrics"], pick["team"], pick["n"]
     agg = module.aggregate([types.SimpleNamespace(metrics=m) for m in ms]) if hasattr(module, "aggregate") else {}
     counts = {k: sum(m.get(k, 0) for m in ms) for k in ("initial_correct", "refine_fixed", "refine_broken")
               if any(k in m for m in ms)}  # the math teams' counts; other workflows report none
     return {"run": str(run), "roles": len(cfg.roles), "step": pick["step"], "n": n, "team": p,
-            "team_sd": math.sqrt(p * (1 - p) / n), "wall": pick["wall"], "aggregate": agg, "counts": counts,
+            "team_sd": binomial_sd(p, n), "wall": pick["wall"], "aggregate": agg, "counts": counts,
             "curve": [(c["step"], c["wall"], c["team"]) for c in curve], "per_task": pick["per_task"],
             "generations": pick["generations"]}
 
@@ -162,17 +297,25 @@ def table(rows: list[dict]) -> str:
 
 
 def paired_table(rows: list[dict]) -> str:
-    """The first arm against every other, on their common tasks."""
+    """The first arm against every other, on their common tasks: a note says when that is not every task
+    of both, and a pair with no common task gets the note instead of a row (no statistic over n = 0)."""
     head = ["first arm", "other arm", "n", "first", "other", "diff (other - first)", "paired s.e.", "diff / s.e.",
             "b / c", "McNemar p"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines, notes, first = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)], [], rows[0]
     for r in rows[1:]:
-        q = paired(rows[0]["per_task"], r["per_task"])
+        q = paired(first["per_task"], r["per_task"])
+        sizes = f"{name(first)} has {len(first['per_task'])} tasks, {name(r)} {len(r['per_task'])}"
+        if q["n"] == 0:
+            notes.append(f"note: {sizes} and they share none (tasks match by their whole record): not paired")
+            continue
+        if q["n"] < max(len(first["per_task"]), len(r["per_task"])):
+            notes.append(f"note: {sizes}: paired on the {q['n']} they share only")
         z = q["diff"] / q["se"] if q["se"] and q["se"] == q["se"] else float("nan")
-        lines.append("| " + " | ".join([name(rows[0]), name(r), str(q["n"]), f"{q['x']:.3f}", f"{q['y']:.3f}",
-                                         f"{q['diff']:+.3f}", f"{q['se']:.3f}", f"{z:+.2f}", f"{q['b']} / {q['c']}",
+        lines.append("| " + " | ".join([name(first), name(r), str(q["n"]), f"{q['x']:.3f}", f"{q['y']:.3f}",
+                                         f"{q['diff']:+.3f}", f"{q['se']:.3f}".replace("nan", "—"),
+                                         f"{z:+.2f}" if z == z else "—", f"{q['b']} / {q['c']}",
                                          f"{q['p']:.3g}"]) + " |")
-    return "\n".join(lines)
+    return "\n".join((lines if len(lines) > 2 else []) + notes)
 
 
 def plot(rows: list[dict], out: str):
@@ -192,6 +335,17 @@ def plot(rows: list[dict], out: str):
     plt.close(fig)
 
 
+def output_path(out: str, runs: list[str], flag: str) -> Path:
+    """An output file that will not clobber a run: its folder exists, and it is not a directory nor an
+    existing file inside an arm (metrics.jsonl, a trajectory file, results.json...)."""
+    path = Path(out)
+    if path.is_dir() or not path.parent.is_dir():
+        fail(f"{flag} {out}: " + ("is a directory" if path.is_dir() else f"no directory {path.parent}"))
+    if os.path.lexists(path) and any(path.resolve().is_relative_to(Path(r).resolve()) for r in runs):
+        fail(f"{flag} {out}: refusing to overwrite a file inside a compared run (write it elsewhere)")
+    return path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="train.py run directories")
@@ -199,16 +353,23 @@ def main(argv=None):
     ap.add_argument("--plot", default=None, help="write the validation curves to this PNG")
     ap.add_argument("--json", default=None, help="also write the rows (curves included) to this JSON file")
     a = ap.parse_args(argv)
+    outs = {flag: output_path(v, a.runs, flag) for flag, v in (("--plot", a.plot), ("--json", a.json)) if v}
     rows = [summarise(Path(r), a.step) for r in a.runs]
     print(table(rows))
     if len(rows) > 1:
         print()
         print(paired_table(rows))
-    if a.plot:
-        plot(rows, a.plot)
-        print(f"plot: {a.plot}")
-    if a.json:
-        Path(a.json).write_text(json.dumps([{k: v for k, v in r.items()} for r in rows], indent=1))
+    for flag, path in outs.items():
+        try:
+            if flag == "--plot":
+                plot(rows, str(path))
+                print(f"plot: {path}")
+            else:
+                tmp = path.with_name(path.name + ".tmp")  # whole or not at all
+                tmp.write_text(json.dumps([{k: v for k, v in r.items()} for r in rows], indent=1))
+                os.replace(tmp, path)
+        except (OSError, ValueError) as e:  # a full disk, a format matplotlib does not know
+            fail(f"{flag} {path}: could not write it ({' '.join(str(e).split())[:200]})")
     return rows
 
 

@@ -17,7 +17,11 @@ voting; a task counts when the voted answer is right (a single agent given the g
 spends). Written per task to majority.jsonl; compare.py reads it as an arm.
 --base switches every adapter off (the reference policy).
 Writes <checkpoint>/eval/results.json (or --out/results.json) and the episodes as trajectory files
-(trajectories.py) next to it; the run's metrics.jsonl is never opened.
+(trajectories.py) next to it; the run's metrics.jsonl is never opened. An --out inside a checkpoint's
+own files (its root, adapters/, tokenizer/, ...) is refused: a results.json among the adapters makes
+the checkpoint unusable; a new folder in it (eval/, eval_maj/) is fine.
+A bad argument (a count below its minimum, a non-finite threshold, a missing config or data file, a
+bad checkpoint) ends the program with one line before any model loads, never a traceback.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: READM
 import argparse
 import dataclasses
 import json
+import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -35,10 +41,45 @@ import numpy as np
 
 import collectives
 import session
-from config import load_config_file
+from config import ConfigError, load_config_file
+from data.math_data import DataError
 from rollout import RoleSpec
 from rundir import checkpoint_config
 from workflows import load_data
+
+# what save_checkpoint writes into step_N (besides what its manifest lists): an --out must not land there
+CHECKPOINT_OWNS = ("adapters", "tokenizer", "config.json", "trainer_state.pt", "manifest.json")
+
+
+def fail(msg: str):
+    raise SystemExit(f"error: {msg}")
+
+
+def check_out(out: Path, flag: str = "--out"):
+    """One line unless `out` can hold eval.py's files without harming anything: not an existing file,
+    under a folder (not a file), and not the root of a checkpoint nor inside what the checkpoint owns."""
+    if out.exists() and not out.is_dir():
+        fail(f"{flag} {out} is a file, not a directory")
+    up = next(a for a in [out, *out.parents] if a.exists())
+    if not up.is_dir():
+        fail(f"{flag} {out}: {up} is a file, not a directory")
+    try:
+        real = out.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        fail(f"{flag} {out}: {e}")
+    for ck in [real, *real.parents]:
+        if not ((ck / "manifest.json").is_file() or (re.fullmatch(r"step_\d+(\.tmp)?", ck.name)
+                                                     and ck.parent.name == "checkpoints")):
+            continue
+        owns = set(CHECKPOINT_OWNS)
+        try:
+            owns |= {f.split("/")[0] for f in json.loads((ck / "manifest.json").read_text())["files"]}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # no or a bad manifest: the fixed names still hold
+        rel = real.relative_to(ck).parts
+        if not rel or rel[0] in owns or rel[0].startswith("rng_rank"):
+            fail(f"{flag} {out} is inside the checkpoint {ck}" + (f" (its {rel[0]})" if rel else "") + ": eval.py's files "
+                 "there would make it unusable; use a new folder in it (the default <checkpoint>/eval) or outside it")
 
 
 def sampled_scores(cfg, eps, threshold: float) -> dict:
@@ -93,17 +134,29 @@ def main(argv=None) -> dict:
     if not args.checkpoint and not args.config:
         p.error("give --checkpoint, or --config (with --base: adapters off; without: the roles' init_from adapters, "
                 "fresh ones being the base)")
+    for flag, v, lo in (("--n-samples", args.n_samples, 0), ("--maj-k", args.maj_k, 0), ("--limit", args.limit, 1)):
+        if v is not None and v < lo:
+            fail(f"{flag} must be an integer >= {lo}, got {v}")
+    if not math.isfinite(args.threshold):
+        fail(f"--threshold must be a finite number, got {args.threshold}")
+    if args.out:
+        check_out(Path(args.out))  # before the checkpoint is even read
     ckpt = Path(args.checkpoint) if args.checkpoint else None
     ckpt_cfg = checkpoint_config(ckpt) if ckpt else None  # checked as resume checks it; one line if bad
-    cfg = load_config_file(args.config) if args.config else ckpt_cfg
-    out = Path(args.out) if args.out else (ckpt / "eval" if ckpt else Path(cfg.trainer.output_dir) / "eval_base")
-    cfg = dataclasses.replace(
-        cfg, data=dataclasses.replace(cfg.data, val_files=args.data or cfg.data.val_files,
-                                      val_size=args.limit if args.limit else cfg.data.val_size),
-        trainer=dataclasses.replace(cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none",
-                                    eval_only=bool(ckpt and not args.base), logger=("console",), resume_if_changed=True))
-    cfg.validate()
-    _, tasks = load_data(cfg)
+    try:
+        cfg = load_config_file(args.config) if args.config else ckpt_cfg
+        out = Path(args.out) if args.out else (ckpt / "eval" if ckpt else Path(cfg.trainer.output_dir) / "eval_base")
+        check_out(out, "--out" if args.out else "the default output folder")
+        cfg = dataclasses.replace(
+            cfg, data=dataclasses.replace(cfg.data, val_files=args.data or cfg.data.val_files,
+                                          val_size=args.limit if args.limit else cfg.data.val_size),
+            trainer=dataclasses.replace(cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none",
+                                        eval_only=bool(ckpt and not args.base), logger=("console",), resume_if_changed=True))
+        cfg.validate()
+        _, tasks = load_data(cfg)
+    except (ConfigError, DataError, FileNotFoundError, TypeError) as e:  # --config, --data: one line, not a traceback
+        msg = " ".join(str(e).split())
+        fail(msg.replace("config field data.val_files:", "--data:") if args.data else msg)
     run, _ = session.build(cfg, ckpt if not args.base else None)
     specs = session.role_specs(cfg, None, greedy=True)
     if args.base:

@@ -12,10 +12,12 @@ One JSON object per episode:
                 "reward": 1.0, "advantage": 0.71, "baseline": null}, ...]}
 `advantage` is the mean over the turn's trained tokens (null when the turn was not trained, e.g.
 filtered by dynamic sampling, or in eval); `baseline` is ReMax's greedy reward for the turn.
-Files are written whole (temp file + rename): a reader never sees half a file. `read` checks every
-line (check_record: UTF-8, JSON, and the type of every field above that a reader uses); a bad one is
-a TrajectoryError naming file:line and the field, which every reader (this viewer, sft.py,
-rewards/calculator.py) prints as one line.
+Files are written whole (temp file + rename): a reader never sees half a file. `read` opens regular
+files only, up to MAX_FILE_BYTES (a FIFO named x.jsonl would hang it, a link to /dev/zero fill the
+memory), and checks every line (check_record: UTF-8, JSON, text without lone surrogates, and the type
+and range of every field above that a reader uses); a bad one is a TrajectoryError naming file:line
+and the field, which every reader (this viewer, sft.py, rewards/calculator.py, compare.py) prints as
+one line.
 
 The viewer (README "See what the agents said"):
     python trajectories.py runs/X [--step N] [--role R] [--split val] [--min-reward x] [--full]
@@ -29,6 +31,7 @@ import html
 import json
 import math
 import os
+import stat
 from pathlib import Path
 
 
@@ -59,8 +62,80 @@ class TrajectoryError(ValueError):
     """A trajectory file or line that is not a usable record; the message names file:line and the field."""
 
 
+MAX_FILE_BYTES = 1 << 30  # 1 GiB: far above any run's trajectory file; a file past it is refused, not read
+MAX_COUNT = 1 << 53  # token counts, turn and step numbers: integers a float (and JavaScript) holds exactly
+
+
+def read_bytes(path, cap: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of `path` if it is a regular file (or a link to one) of at most `cap` bytes, else a
+    TrajectoryError naming it. Opened without blocking and checked before reading: a FIFO, a device
+    (a link to /dev/zero), a directory or a file grown past the cap is refused, never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO does not wait for a writer
+    except OSError as e:
+        raise TrajectoryError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or the like"
+            raise TrajectoryError(f"{path}: not a regular file ({kind}); refused")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(cap + 1)
+    except OSError as e:
+        raise TrajectoryError(f"{path}: cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise TrajectoryError(f"{path}: larger than {cap} bytes (trajectories.MAX_FILE_BYTES); refused")
+    return data
+
+
 def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite int or float that converts to a float (a 400-digit integer does not: OverflowError)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_COUNT
+
+
+def _bad_text(rec) -> str | None:
+    """Where ("field turns[0].reply") the first string or key in `rec` that is not Unicode text is, else None:
+    a lone surrogate (a JSON escape \\ud800 with no pair) cannot be printed, written as UTF-8 or tokenised."""
+    try:
+        json.dumps(rec, ensure_ascii=False, default=str).encode("utf-8")
+        return None  # the common case, in C
+    except UnicodeEncodeError:
+        pass
+    stack = [("", rec)]
+    while stack:
+        path, x = stack.pop()
+        if isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"field {path}" if path else "the record"
+        elif isinstance(x, dict):
+            kids = []
+            for k, v in x.items():
+                name = k if isinstance(k, str) and k.isidentifier() and len(k) <= 40 else None
+                if name is None and isinstance(k, str):
+                    try:
+                        k.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return f"a key of {'field ' + path if path else 'the record'}"
+                label = f"{path}[{str(k)[:40]!r}]" if name is None else f"{path}.{name}" if path else name
+                kids.append((label, v))
+            stack += reversed(kids)
+        elif isinstance(x, list):
+            stack += reversed([(f"{path}[{i}]", v) for i, v in enumerate(x)])
+    return "the record"
 
 
 def check_record(rec, where: str = "record"):
@@ -80,9 +155,25 @@ def check_record(rec, where: str = "record"):
                           ("error", lambda v: isinstance(v, str), "a string")):
         if rec.get(key) is not None and not ok(rec[key]):
             raise TrajectoryError(f"{where}: field {key!r} must be {what} or null, got {str(rec[key])[:60]!r}")
-    team = (rec.get("metrics") or {}).get("team_reward")
-    if team is not None and not _number(team):
-        raise TrajectoryError(f"{where}: field 'metrics.team_reward' must be a finite number, got {str(team)[:60]!r}")
+    for key in ("step", "episode_id"):
+        if rec.get(key) is not None and not _count(rec[key]):
+            raise TrajectoryError(f"{where}: field {key!r} must be an integer in [0, 2**53] or null, got {str(rec[key])[:60]!r}")
+    metrics = rec.get("metrics") or {}
+    for key, v in metrics.items():  # the readers' own (team reward, tool calls) must be finite; any number a float
+        if (key in ("tool_calls", "tool_errors") and not _number(v)) or \
+                (v is not None and key == "team_reward" and not _number(v)) or \
+                (isinstance(v, int) and not isinstance(v, bool) and not _number(v)):
+            raise TrajectoryError(f"{where}: field {'metrics.' + str(key)[:40]!r} must be a finite number, got {str(v)[:60]!r}")
+    task = rec.get("task") or {}
+    if task.get("clips") is not None:  # the video tasks' clips: the calculator reads their ids
+        if not isinstance(task["clips"], list) or not all(isinstance(c, dict) for c in task["clips"]):
+            raise TrajectoryError(f"{where}: field 'task.clips' must be a list of objects")
+        for i, c in enumerate(task["clips"]):
+            if c.get("id") is not None and not isinstance(c["id"], str):
+                raise TrajectoryError(f"{where}: field 'task.clips[{i}].id' must be a string, got {str(c['id'])[:60]!r}")
+    if task.get("choices") is not None and not (isinstance(task["choices"], list)
+                                                and all(isinstance(c, str) for c in task["choices"])):
+        raise TrajectoryError(f"{where}: field 'task.choices' must be a list of strings")
     for k, t in enumerate(rec["turns"]):
         if not isinstance(t, dict):
             raise TrajectoryError(f"{where}: turns[{k}] is not an object")
@@ -97,8 +188,14 @@ def check_record(rec, where: str = "record"):
                 raise TrajectoryError(f"{where}: turns[{k}].{key} must be a finite number or null, got {t[key]!r:.60}")
         for key in ("reply_tokens", "prompt_tokens", "turn"):
             n = t.get(key)
-            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-                raise TrajectoryError(f"{where}: turns[{k}].{key} must be an integer >= 0, got {n!r:.60}")
+            if n is not None and not _count(n):
+                raise TrajectoryError(f"{where}: turns[{k}].{key} must be an integer in [0, 2**53], got {str(n)[:60]!r}")
+    try:
+        bad = _bad_text(rec)
+    except RecursionError:
+        raise TrajectoryError(f"{where}: not a trajectory record (JSON nested too deeply)") from None
+    if bad is not None:
+        raise TrajectoryError(f"{where}: {bad} is not Unicode text (a lone surrogate escape such as \\ud800)")
 
 
 def read(path, with_source: bool = False) -> list:
@@ -111,10 +208,7 @@ def read(path, with_source: bool = False) -> list:
     files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
     out = []
     for p in files:
-        try:
-            data = p.read_bytes()
-        except OSError as e:
-            raise TrajectoryError(f"{p}: cannot be read ({e.strerror or e})") from None
+        data = read_bytes(p)
         for i, raw in enumerate(data.split(b"\n"), 1):
             where = f"{p}:{i}"
             try:
@@ -125,7 +219,7 @@ def read(path, with_source: bool = False) -> list:
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as e:
+            except ValueError as e:  # JSONDecodeError, or an integer past Python's 4300 digits
                 raise TrajectoryError(f"{where}: not a trajectory record (bad JSON: {e})") from None
             except RecursionError:
                 raise TrajectoryError(f"{where}: not a trajectory record (JSON nested too deeply)") from None
@@ -285,16 +379,17 @@ if (q.has("open"))  // #open=2 expands the first two episodes shown
 
 def _metric_rows(path: Path) -> list[dict]:
     """metrics.jsonl's rows as {"step": int, key: finite number}: a torn last line (a killed run) and
-    anything that is not a number are left out."""
+    anything that is not a number are left out. A metrics.jsonl that is not a regular file (a FIFO, a
+    link to /dev/zero) is a TrajectoryError, as for trajectory files."""
     rows = []
-    if not path.exists():
+    if not os.path.lexists(path):
         return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_bytes(path).decode("utf-8", errors="replace").splitlines():
         try:
             x = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(x, dict) and isinstance(x.get("step"), int) and not isinstance(x["step"], bool):
+        if isinstance(x, dict) and _count(x.get("step")):
             rows.append({k: v for k, v in x.items() if k == "step" or _number(v)})
     return rows
 
@@ -316,6 +411,12 @@ def page_html(records: list[dict], rows: list[dict], title: str) -> str:
     return PAGE.format(title=html.escape(title), charts=charts, data=_embed(records))
 
 
+def shown_path(path) -> str:
+    """A path as printable text: a file name that is not UTF-8 (its bytes come back as lone surrogates)
+    shows U+FFFD instead of failing the print or the page's UTF-8 encoding."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
 def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
     """A static page (no network, no server): per-role reward curves from metrics.jsonl and a
     browsable, filterable sample of the run's episodes (the newest `max_episodes`, newest first). A bad trajectory
@@ -327,7 +428,7 @@ def write_html(run_dir, path=None, max_episodes: int = 300) -> Path:
     records = read(tdir) if tdir.is_dir() else []
     records = sorted(records, key=lambda r: (r.get("step") or 0, r.get("split") or ""), reverse=True)[:max_episodes]  # newest first
     try:
-        text = page_html(records, rows, str(run_dir))
+        text = page_html(records, rows, shown_path(run_dir))
     except RecursionError:
         raise TrajectoryError(f"{tdir}: a record nests too deeply to show") from None
     path.write_text(text, encoding="utf-8")
@@ -353,7 +454,7 @@ def main(argv=None):
         if not path.is_dir():
             raise SystemExit(f"error: {path} is not a run directory")
         try:
-            print(write_html(path, a.html or None))
+            print(shown_path(write_html(path, a.html or None)))
         except (TrajectoryError, OSError) as e:
             raise SystemExit(f"error: {e}") from None
         return
@@ -372,8 +473,8 @@ def main(argv=None):
             print(f"=== task {r.get('task_id')} ({r.get('split')} step {r.get('step')}) metrics {r.get('metrics')}")
             for t in r["turns"]:
                 if a.role is None or t["role"] == a.role:
-                    print(f"--- [{t['role']}] reward {t['reward']} · {t['reply_tokens']} tokens · {t['finish_reason']}\n"
-                          f"{t['prompt']}\n>>> {t['reply']}")
+                    print(f"--- [{t['role']}] reward {t.get('reward')} · {t.get('reply_tokens')} tokens · "
+                          f"{t.get('finish_reason')}\n{t.get('prompt')}\n>>> {t['reply']}")  # optional fields may be missing
         else:
             print(show(r))
 

@@ -1,5 +1,10 @@
 """compare.py: the README's arm table, recomputed from trajectory files by replaying the run's own env."""
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +14,7 @@ from config import load_config_file, to_dict
 from envs.math_3agent import MathTeamEnv
 
 Q = {"question": "What is 3 + 4?", "answer": "7"}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def record(step, replies, task=Q, task_id=0):
@@ -65,7 +71,7 @@ def test_a_reward_the_env_does_not_give_is_an_error(run):
     recs = trajectories.read(f)
     recs[3]["turns"][1]["reward"] = 1.0  # the fp verdict recorded as right
     trajectories.write(f, recs)
-    with pytest.raises(ValueError, match="val_step_000002.jsonl: task 0 turn 1 .evaluator_critique. replays to reward -1"):
+    with pytest.raises(SystemExit, match="val_step_000002.jsonl:4: task 0 turn 1 .evaluator_critique. replays to reward -1"):
         compare.main([str(run)])
 
 
@@ -89,14 +95,13 @@ def test_mcnemar_and_paired_se_by_hand():
     assert q["p"] == pytest.approx(2 * (1 + 6 + 15) / 64)
 
 
-def _arm(tmp_path, name, right):
-    """A run directory whose val episodes at step 2 answer task i right iff right[i] (config.json at its root only:
+def _arm(tmp_path, name, right, task=lambda i: {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}):
+    """A run directory whose val episodes at step 2 answer task(i) right iff right[i] (config.json at its root only:
     a run killed before its first checkpoint)."""
     d = tmp_path / name
     (d / "trajectories").mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(to_dict(load_config_file("configs/tiny_math_3agent.py"))))
-    recs = [record(2, ["\\boxed{7}" if ok else "\\boxed{6}", "Verdict: Correct"],
-                   {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}, i) for i, ok in enumerate(right)]
+    recs = [record(2, ["\\boxed{7}" if ok else "\\boxed{6}", "Verdict: Correct"], task(i), i) for i, ok in enumerate(right)]
     trajectories.write(d / "trajectories" / "val_step_000002.jsonl", recs)
     (d / "metrics.jsonl").write_text(json.dumps({"step": 2, "time/step": 1.0}) + "\n")
     return d
@@ -115,4 +120,103 @@ def test_paired_table_between_arms_and_an_eval_dir(tmp_path, capsys):
     out = capsys.readouterr().out
     assert [r["team"] for r in rows] == [0.5, 0.7, pytest.approx(7 / 11)]
     assert "| a | b | 10 | 0.500 | 0.700 | +0.200 | 0.249 | +0.80 | 2 / 4 | 0.688 |" in out
-    assert "| 10 | 0.500 | 0.700 | +0.200 |" in out.split("(maj@3)")[-1]  # matched by question: 10 common tasks
+    assert "(maj@3) | 10 | 0.500 | 0.700 | +0.200 |" in out  # matched by the task: 10 common tasks
+    assert f"note: a has 10 tasks, {ev} (maj@3) 11: paired on the 10 they share only" in out  # said, not hidden
+
+
+def test_tasks_pair_by_their_whole_record_not_by_question_and_answer(tmp_path, capsys):
+    """Video tasks ask the same question of different videos (or with other choices): keyed by (question, answer)
+    the ten collapsed into one, and equal arms were reported as b / c 1 / 0."""
+    right = [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
+    video = lambda i: {"question": "What is 3 + 4?", "answer": "7", "video": f"v{i // 2}", "choices": [str(i % 2), "7"]}
+    a, b = _arm(tmp_path, "a", right, video), _arm(tmp_path, "b", right, video)
+    rows = compare.main([str(a), str(b)])
+    assert [len(r["per_task"]) for r in rows] == [10, 10]
+    assert "| a | b | 10 | 0.500 | 0.500 | +0.000 | 0.000 | — | 0 / 0 | 1 |" in capsys.readouterr().out
+    twice = _arm(tmp_path, "twice", [1, 0], lambda i: Q)  # one task held twice: copy pairs with copy
+    assert list(compare.summarise(twice)["per_task"].values()) == [1.0, 0.0]
+
+
+def test_arms_with_no_common_task_get_a_note_not_a_row_over_n_0(tmp_path, capsys):
+    a = _arm(tmp_path, "a", [1, 0, 1])
+    b = _arm(tmp_path, "b", [1, 1, 0], lambda i: {"question": f"What is {i} + 1 + 6 - {i}?", "answer": "7"})
+    compare.main([str(a), str(b)])
+    out = capsys.readouterr().out
+    assert "| a | b |" not in out and "| 0 |" not in out
+    assert "note: a has 3 tasks, b 3 and they share none (tasks match by their whole record): not paired" in out
+
+
+def _records(f):
+    return [json.loads(x) for x in f.read_text().splitlines()]
+
+
+# name -> (how the run directory is broken, what the one line says): each ended in a traceback but two
+MALFORMED_RUNS = {
+    "no metrics.jsonl": (lambda r: (r / "metrics.jsonl").unlink(), r"metrics\.jsonl: no such file"),
+    "garbage in metrics.jsonl": (lambda r: (r / "metrics.jsonl").write_text('{"step": 0}\n{oops\n{"step": 1}\n'),
+                                 r"metrics\.jsonl:2: not JSON"),
+    "a metrics row without a step": (lambda r: (r / "metrics.jsonl").write_text('{"time/step": 3}\n'),
+                                     r"metrics\.jsonl:1: field 'step' must be an integer"),
+    "a time/step that is text": (lambda r: (r / "metrics.jsonl").write_text('{"step": 1, "time/step": "slow"}\n'),
+                                 r"metrics\.jsonl:1: field 'time/step' must be a finite number"),
+    "a FIFO as metrics.jsonl": (lambda r: ((r / "metrics.jsonl").unlink(), os.mkfifo(r / "metrics.jsonl")),
+                                r"metrics\.jsonl: not a regular file \(a FIFO\)"),
+    "an empty eval file": (lambda r: (r / "trajectories" / "val_step_000002.jsonl").write_text(""),
+                           r"val_step_000002\.jsonl: no episode"),
+    "binary junk in an eval file": (lambda r: (r / "trajectories" / "val_step_000002.jsonl").write_bytes(b"\x00\xff\xfe" * 50),
+                                    r"val_step_000002\.jsonl:1: not UTF-8"),
+    "no eval files": (lambda r: [f.unlink() for f in (r / "trajectories").glob("*")], "has no val_step_"),
+    "an eval file of another name": (lambda r: (r / "trajectories" / "val_step_x.jsonl").write_text(""),
+                                     r"val_step_x\.jsonl: not a val_step_<step>\.jsonl name"),
+    "two files for one step": (lambda r: (r / "trajectories" / "val_step_2.jsonl").write_text(""), "both the eval at step 2"),
+    "mismatched steps": (lambda r: trajectories.write(r / "trajectories" / "val_step_000002.jsonl",
+                                                      [{**x, "step": 7} for x in _records(r / "trajectories" / "val_step_000002.jsonl")]),
+                         r"val_step_000002\.jsonl:1: field 'step' is 7 in the file of the eval at step 2"),
+    "a task the env cannot play": (lambda r: trajectories.write(r / "trajectories" / "val_step_000002.jsonl",
+                                                                [{**record(2, EPISODES[0]), "task": {"prompt": "x"}}]),
+                                   r"val_step_000002\.jsonl:1: the episode does not replay through the math_3agent workflow"),
+    "binary junk as config.json": (lambda r: (r / "checkpoints" / "step_000002" / "config.json").write_bytes(b"\x89PNG\x00\xff"),
+                                   r"step_000002/config\.json: not UTF-8"),
+    "a config.json that is no config": (lambda r: (r / "checkpoints" / "step_000002" / "config.json").write_text('{"roles": 5}'),
+                                        r"step_000002/config\.json is not a config"),
+    "config.json a directory": (lambda r: ((r / "checkpoints" / "step_000002" / "config.json").unlink(),
+                                           (r / "checkpoints" / "step_000002" / "config.json").mkdir()),
+                                r"config\.json: not a regular file \(a directory\)"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_RUNS))
+def test_a_malformed_run_directory_is_one_line(case, run):
+    break_it, want = MALFORMED_RUNS[case]
+    break_it(run)
+    with pytest.raises(SystemExit) as e:
+        compare.main([str(run)])
+    msg = str(e.value.code)
+    assert re.match(rf"^error: .*{want}", msg) and "\n" not in msg, msg
+
+
+def test_bad_arms_and_outputs_are_one_line_and_clobber_nothing(run, tmp_path):
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "time/')  # a run killed mid-write: its torn last line is left out, not an error
+    assert compare.main([str(run)])[0]["wall"] == 120.0
+    log = (run / "metrics.jsonl").read_bytes()
+    for out in ("--json", "--plot"):  # the run's own log is not an output
+        with pytest.raises(SystemExit, match="refusing to overwrite a file inside a compared run"):
+            compare.main([str(run), out, str(run / "metrics.jsonl")])
+    assert (run / "metrics.jsonl").read_bytes() == log
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    (ev / "results.json").write_text("[1]")
+    for arm, want in ((tmp_path / "nope", "no such directory"), (f, "not a directory"),
+                      (ev, r"results\.json: not eval\.py's results \(a JSON list")):
+        with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(arm))}.*{want}"):
+            compare.main([str(arm)])
+    (ev / "results.json").write_text("{}")
+    (ev / "majority.jsonl").write_text(json.dumps({"task": Q, "correct": "yes"}) + "\n")
+    with pytest.raises(SystemExit, match=r"majority\.jsonl:1: field 'correct' must be a finite number"):
+        compare.main([str(ev)])
+    r = subprocess.run([sys.executable, "compare.py", str(f)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == [f"error: {f}: not a directory (give a train.py run "
+                                                                   "directory or an eval.py output directory)"], r.stderr

@@ -53,6 +53,65 @@ def test_eval_matches_the_in_loop_eval_and_never_touches_the_log(trained):
     assert base["base"] and base["tasks"] == 2
 
 
+CFG = str(ROOT / "configs" / "tiny_math_3agent.py")
+# name -> (eval.py's arguments, the one line it ends with): each was a traceback, or accepted
+BAD_ARGS = {
+    "no such checkpoint": (["--checkpoint", "{tmp}/nope"], "{tmp}/nope cannot be loaded: {tmp}/nope is not a directory"),
+    "a garbage checkpoint": (["--checkpoint", "{tmp}/junk"], "{tmp}/junk cannot be loaded: {tmp}/junk/manifest.json is unreadable"),
+    "no such config": (["--config", "{tmp}/nope.py", "--base"], "config file {tmp}/nope.py does not exist"),
+    "a config without config": (["--config", "{tmp}/x.py", "--base"], "{tmp}/x.py must define `config = Config(...)`"),
+    "no such data": (["--config", CFG, "--base", "--data", "{tmp}/nope.jsonl"], "--data: {tmp}/nope.jsonl does not exist"),
+    "garbage data": (["--config", CFG, "--base", "--data", "{tmp}/junk.jsonl"], "{tmp}/junk.jsonl:1: not UTF-8 text"),
+    "negative --n-samples": (["--config", CFG, "--base", "--limit", "1", "--n-samples", "-1"], "--n-samples must be an integer >= 0, got -1"),
+    "negative --maj-k": (["--config", CFG, "--base", "--limit", "1", "--maj-k", "-2"], "--maj-k must be an integer >= 0, got -2"),
+    "--limit 0": (["--config", CFG, "--base", "--limit", "0"], "--limit must be an integer >= 1, got 0"),
+    "negative --limit": (["--config", CFG, "--base", "--limit", "-1"], "--limit must be an integer >= 1, got -1"),
+    "--threshold nan": (["--config", CFG, "--base", "--limit", "1", "--threshold", "nan"], "--threshold must be a finite number"),
+    "--out a file": (["--config", CFG, "--base", "--limit", "1", "--out", "{tmp}/x.py"], "--out {tmp}/x.py is a file, not a directory"),
+    "--out under a file": (["--config", CFG, "--base", "--limit", "1", "--out", "{tmp}/x.py/ev"], "--out {tmp}/x.py/ev: {tmp}/x.py is a file"),
+    "--out through a symlink loop": (["--config", CFG, "--base", "--limit", "1", "--out", "{tmp}/loop/ev"],
+                                     "--out {tmp}/loop/ev: Symlink loop"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGS))
+def test_a_bad_argument_is_one_line_before_any_model_loads(case, tmp_path):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "manifest.json").write_bytes(b"\x00\xff")
+    (tmp_path / "x.py").write_text("x = 1\n")
+    (tmp_path / "junk.jsonl").write_bytes(b"\xff\xfe junk\n")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    args, want = BAD_ARGS[case]
+    with pytest.raises(SystemExit) as e:
+        troupe_eval.main([a.replace("{tmp}", str(tmp_path)) for a in args])
+    msg = str(e.value.code)
+    assert msg.startswith("error: " + want.replace("{tmp}", str(tmp_path))) and "\n" not in msg, msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "junk.jsonl", "loop", "x.py"]  # nothing written
+
+
+def test_a_bad_argument_exits_non_zero_with_one_line():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "eval.py", "--config", CFG, "--base", "--data", "/nope/tasks.jsonl"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == ["error: --data: /nope/tasks.jsonl does not exist"], r.stderr
+
+
+def test_out_inside_a_checkpoint_is_refused(trained, tmp_path):
+    """--out <checkpoint>/adapters wrote results.json and the episodes among the adapters: the checkpoint was unusable."""
+    from rundir import checkpoint_config
+    ck = trained / "checkpoints" / "step_000002"
+    before = sorted(p.relative_to(ck) for p in ck.rglob("*") if not p.is_relative_to(ck / "eval"))
+    for out, owned in ((ck / "adapters", " (its adapters)"), (ck / "adapters" / "x", " (its adapters)"),
+                       (ck / "tokenizer", " (its tokenizer)"), (ck, "")):
+        with pytest.raises(SystemExit) as e:
+            troupe_eval.main(["--checkpoint", str(ck), "--out", str(out)])
+        assert str(e.value.code).startswith(f"error: --out {out} is inside the checkpoint {ck}{owned}: "), e.value.code
+    assert sorted(p.relative_to(ck) for p in ck.rglob("*") if not p.is_relative_to(ck / "eval")) == before
+    checkpoint_config(ck)  # still loads
+    troupe_eval.check_out(ck / "eval_maj")  # a new folder in it is fine (compare.py's docstring uses one)
+
+
 def test_majority_vote_by_hand():
     vote = troupe_eval.majority_vote
     assert vote([("7", 1.0), ("6", 0.0), ("7.0", 1.0)]) == ("7", 1.0, {"7": 2, "6": 1})  # normalised: 7.0 = 7

@@ -161,6 +161,21 @@ MALFORMED = {
     "task a list": (json.dumps({**GOOD, "task": [1]}).encode(), "field 'task'"),
     "metrics a string": (json.dumps({**GOOD, "metrics": "x"}).encode(), "field 'metrics'"),
     "team_reward a string": (json.dumps({**GOOD, "metrics": {"team_reward": "1"}}).encode(), "team_reward"),
+    # round 3: each of these ended in a traceback (OverflowError, UnicodeEncodeError, ValueError, TypeError)
+    "a 400-digit reward": (json.dumps(_turn(reward=10 ** 400)).encode(), r"turns\[0\]\.reward"),
+    "a 400-digit metric": (json.dumps({**GOOD, "metrics": {"team_reward": 1.0, "tool_calls": 2, "tool_errors": 10 ** 400}}
+                                      ).encode(), "metrics.tool_errors"),
+    "a 400-digit token count": (json.dumps(_turn(reply_tokens=10 ** 400)).encode(), r"turns\[0\]\.reply_tokens"),
+    "a 5000-digit integer": (json.dumps(_turn(reward=7)).replace("7", "7" * 5000).encode(), "bad JSON: Exceeds the limit"),
+    "a lone surrogate in a reply": (json.dumps(_turn(reply="ok \ud800")).encode(), r"turns\[0\]\.reply is not Unicode"),
+    "a lone surrogate in a role": (json.dumps(_turn(role="solver\udfff")).encode(), r"turns\[0\]\.role is not Unicode"),
+    "a lone surrogate in a task": (json.dumps({**GOOD, "task": {"question": "\udc80"}}).encode(), "task.question is not"),
+    "tool_errors a string": (json.dumps({**GOOD, "metrics": {"team_reward": 1.0, "tool_calls": 2, "tool_errors": "many"}}
+                                        ).encode(), "metrics.tool_errors"),
+    "a clip id that is a list": (json.dumps({**GOOD, "task": {"question": "q", "clips": [{"id": ["c1"]}]}}).encode(),
+                                 r"task\.clips\[0\]\.id"),
+    "tool_errors null": (json.dumps({**GOOD, "metrics": {"tool_calls": 2, "tool_errors": None}}).encode(), "metrics.tool_errors"),
+    "clips a number": (json.dumps({**GOOD, "task": {"question": "q", "clips": 5}}).encode(), "task.clips"),
 }
 
 
@@ -185,6 +200,54 @@ def test_every_trajectory_reader_gives_one_line_on_a_malformed_file(case, tmp_pa
     with pytest.raises(trajectories.TrajectoryError, match=rf"val_step_000001\.jsonl:2: .*{why}"):
         sft.run_sft(sft.SFTConfig(data=(str(f),), out=str(tmp_path / "sft")))
     assert not (run / "view.html").exists()
+
+
+def test_readers_open_regular_files_only(tmp_path):
+    """A FIFO named x.jsonl hung the viewer; a link to /dev/zero ended in MemoryError; a file past the cap is
+    refused unread. Each is one line naming the file, in the console viewer and the HTML page."""
+    cases = {"fifo": lambda p: os.mkfifo(p), "zero": lambda p: p.symlink_to("/dev/zero")}
+    for name, make in cases.items():
+        run = tmp_path / name
+        (run / "trajectories").mkdir(parents=True)
+        make(run / "trajectories" / "x.jsonl")
+        for args in ([str(run)], [str(run), "--html"]):
+            r = subprocess.run([sys.executable, "trajectories.py", *args], cwd=ROOT, capture_output=True, text=True,
+                               timeout=60, check=False)
+            assert r.returncode != 0 and r.stderr.strip().splitlines() == [
+                f"error: {run / 'trajectories' / 'x.jsonl'}: not a regular file ({'a FIFO' if name == 'fifo' else 'a device'}); refused"], r.stderr
+        assert not (run / "view.html").exists()
+    ok = tmp_path / "ok"  # a FIFO as metrics.jsonl (what the page's curves read) is refused too
+    trajectories.write(ok / "trajectories" / "val_step_000001.jsonl", [GOOD])
+    os.mkfifo(ok / "metrics.jsonl")
+    with pytest.raises(SystemExit, match=r"metrics\.jsonl: not a regular file \(a FIFO\)"):
+        trajectories.main([str(ok), "--html"])
+    f = ok / "trajectories" / "val_step_000001.jsonl"
+    with pytest.raises(trajectories.TrajectoryError, match=r"larger than 10 bytes"):
+        trajectories.read_bytes(f, cap=10)
+    assert trajectories.read_bytes(f, cap=f.stat().st_size) == f.read_bytes()
+
+
+def test_html_page_of_a_run_with_overflowing_numbers_and_a_non_utf8_name(tmp_path):
+    """A 400-digit number in metrics.jsonl (value or step) was an OverflowError in --html; so was a run directory
+    whose name is not UTF-8 (UnicodeEncodeError writing the page's title): they are left out / shown as U+FFFD."""
+    run = Path(os.fsdecode(bytes(tmp_path) + b"/run\xff"))
+    trajectories.write(run / "trajectories" / "val_step_000001.jsonl", [GOOD])
+    rows = [{"step": 1, "val/team_reward": 0.5, "val/reward/solver": 10 ** 400}, {"step": 10 ** 400, "val/team_reward": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = subprocess.run([sys.executable, "trajectories.py", run, "--html"], cwd=ROOT, capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.decode().strip().endswith("run\ufffd/view.html"), r.stderr[-2000:]
+    page = (run / "view.html").read_text(encoding="utf-8")
+    assert "run\ufffd" in page and "1" + "0" * 50 not in page  # the curves hold the finite numbers only
+    assert trajectories._metric_rows(run / "metrics.jsonl") == [{"step": 1, "val/team_reward": 0.5}]
+
+
+def test_full_view_of_a_record_with_only_the_required_fields(tmp_path):
+    """check_record lets optional fields be missing; --full read t['reward'] and ended in a KeyError."""
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"turns": [{"role": "solver", "reply": "4"}]}) + "\n")
+    full = subprocess.run([sys.executable, "trajectories.py", str(bare), "--full"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert full.returncode == 0 and "--- [solver] reward None · None tokens · None" in full.stdout, full.stderr
 
 
 def test_readers_cli_one_line_not_a_traceback(tmp_path):
