@@ -20,9 +20,11 @@ SYSTEM = {  # a one-line worked example: small models copy the format, large one
                           "one line: 'Verdict: Correct' or 'Verdict: Incorrect'.",
     "generator_refinement": f"You fix math solutions. Use the critique, correct the mistakes in short steps and end "
                             f"with the final answer in \\boxed{{}}, {EXAMPLE}",
+    "solver_revision": f"You are a careful math solver checking your own solution. If it is wrong, correct it in short "
+                       f"steps; if it is right, keep it. End with the final answer in \\boxed{{}}, {EXAMPLE}",
 }
 LABEL = {"generator_initial": "Solution", "generator_refinement": "Refined solution",
-         "evaluator_critique": "Critique"}
+         "evaluator_critique": "Critique", "solver": "Your solution"}
 TASK = {
     "solver": "Solve the problem. End with \\boxed{answer}.",
     "generator_initial": "Solve the problem. End with \\boxed{answer}.",
@@ -30,6 +32,8 @@ TASK = {
                           "'Verdict: Incorrect'.",
     "generator_refinement": "The latest solution was judged incorrect. Write a corrected solution ending with "
                             "\\boxed{answer}.",
+    "solver_revision": "Check your solution. Write the final solution (corrected if it was wrong) ending with "
+                       "\\boxed{answer}.",
 }
 
 

@@ -2,6 +2,10 @@
 
 The same data and the same reward as the 3-agent team (envs/math_3agent.py), so the two can be
 compared at equal budget: the team must beat this.
+
+self_refine=True is the baseline reviewers ask for: the solver gets the team's number of generations
+by seeing its own solution and revising it once (Self-Refine, one round). Each turn is paid its own
+correctness; the team reward is the final answer's; refine_fixed / refine_broken count the revisions.
 """
 from __future__ import annotations
 
@@ -15,22 +19,36 @@ ROLES = ("solver",)
 class MathSingleEnv:
     roles = ROLES
 
+    def __init__(self, self_refine: bool = False):
+        if not isinstance(self_refine, bool):
+            raise ValueError(f"self_refine must be true or false, got {self_refine!r}")
+        self.self_refine = self_refine
+
     def reset(self, task: dict) -> Turn:
-        self.problem, self.answer, self.reward, self.reply = task["question"], str(task["answer"]), None, None
+        self.problem, self.answer = task["question"], str(task["answer"])
+        self.replies: list[str] = []
+        self.correct: list[bool] = []
         return Turn("solver", build_messages("solver", self.problem, []))
 
     def step(self, reply: str):
-        self.reply, self.reward = reply, math_reward(reply, self.answer)
+        self.replies.append(reply)
+        self.correct.append(math_reward(reply, self.answer) == 1.0)
+        if self.self_refine and len(self.replies) == 1:  # one revision of its own solution
+            return Turn("solver", build_messages("solver_revision", self.problem, [("solver", reply)]))
         return None
 
     def final_answer(self) -> str | None:
         """The answer this episode ends with (eval.py's majority vote)."""
-        return extract_answer(self.reply) if self.reply is not None else None
+        return extract_answer(self.replies[-1]) if self.replies else None
 
     def turn_rewards(self):
-        return [] if self.reward is None else [self.reward]
+        return [float(c) for c in self.correct]
 
     def metrics(self):
-        ok = float(self.reward or 0.0)
-        return {"initial_correct": ok, "final_correct": ok, "team_reward": ok,
-                "no_answer": float(self.reply is not None and extract_answer(self.reply) is None)}
+        c = self.correct
+        out = {"initial_correct": float(bool(c) and c[0]), "final_correct": float(bool(c) and c[-1]),
+               "team_reward": float(bool(c) and c[-1]),
+               "no_answer": float(bool(self.replies) and extract_answer(self.replies[-1]) is None)}
+        if self.self_refine:
+            out.update(refine_fixed=float(len(c) == 2 and not c[0] and c[1]), refine_broken=float(len(c) == 2 and c[0] and not c[1]))
+        return out

@@ -399,3 +399,17 @@ def test_a_near_miss_is_never_the_truth_on_every_train_problem():
         assert miss is not None and math_reward(miss, r["answer"]) == 0.0, r
         assert not re.search(rf"(?<![\d.]){re.escape(r['answer'])}(?![\d.])", miss), miss  # every occurrence changed
     assert near_miss("so \\boxed{x+1}", "x+1") is None  # not an integer: no probe
+
+
+def test_self_refine_gives_the_single_solver_a_second_look_at_its_own_answer():
+    env = MathSingleEnv(self_refine=True)
+    roles, rew, met, seen = tplay(env, TASK, ["3 + 4 = 8, \\boxed{8}", "I was wrong: 3 + 4 = 7, \\boxed{7}"])
+    assert roles == ["solver", "solver"] and rew == [0.0, 1.0]
+    assert "3 + 4 = 8" in seen[1].messages[1]["content"] and "Check your solution" in seen[1].messages[1]["content"]
+    assert met["team_reward"] == 1.0 and met["initial_correct"] == 0.0 and met["refine_fixed"] == 1.0
+    assert env.final_answer() == "7"
+    once = MathSingleEnv()
+    assert tplay(once, TASK, ["\\boxed{7}"])[1] == [1.0] and "refine_fixed" not in once.metrics()
+    from config import load_config_file
+    cfg = load_config_file(str(ROOT / "configs" / "math_self_refine.py")).validate()
+    assert cfg.data.env_kwargs == {"self_refine": True} and cfg.rollout.max_turns == 2 and cfg.roles[0].name == "solver"
