@@ -20,7 +20,7 @@ class ConfigError(ValueError):
     """A bad config value; the message names the field."""
 
 
-# Bounds a value must stay within, named once (README "Hostile inputs"): past them a run only produces
+# Bounds a value must stay within, named once: past them a run only produces
 # NaN, a crash deep in torch, or a file outside the run directory.
 MAX_LR = 1.0
 """no AdamW learning rate above this (LoRA RL and SFT use ~1e-6..1e-2; 1e30 only makes NaN adapters)"""

@@ -370,3 +370,13 @@ def test_a_rerun_is_skipped_only_for_the_same_sft_and_never_overwrites_or_trunca
     with pytest.raises(ValueError, match="holds a finished SFT of another base_model"):
         sft.run_sft(dataclasses.replace(cfg, model="tiny-other"), model=copy.deepcopy(model), tok=tok, eval_hook=boom)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files  # nothing lost or rewritten
+
+
+def test_a_bad_option_on_the_command_line_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--data", str(tmp_path / "t.jsonl"), "--lr", "inf",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 1 and r.stderr.strip() == "error: sft option lr: must be a number in (0, 1.0], got inf"
+    assert not (tmp_path / "o").exists()
