@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -17,6 +18,32 @@ from typing import Literal
 
 class ConfigError(ValueError):
     """A bad config value; the message names the field."""
+
+
+# Bounds a value must stay within, named once: past them a run only produces
+# NaN, a crash deep in torch, or a file outside the run directory.
+MAX_LR = 1.0
+"""no AdamW learning rate above this (LoRA RL and SFT use ~1e-6..1e-2; 1e30 only makes NaN adapters)"""
+MIN_TEMPERATURE = 0.01
+"""sampling temperatures below this overflow the scaled logits (1e-300: inf, then NaN probabilities);
+evaluation is greedy already"""
+MAX_THREADS = 1024
+"""trainer.threads above this is a typo (torch.set_num_threads(99999) ends in SIGSEGV); session.py
+also caps any request at the machine's cores"""
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+RESERVED_NAMES = ("critic",)  # GAE's value model wears an adapter of this name (learner.Critic)
+
+
+def check_name(name, where: str):
+    """Adapter and role names become directory names (<out>/<adapter>/, checkpoints' adapters/<name>/):
+    1-64 of A-Z a-z 0-9 _ -, so '../x' or '/tmp/x' cannot write outside the run; 'critic' is reserved.
+    `where` starts the error line ("config field roles[0].name", "sft option roles")."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ConfigError(f"{where}: {str(name)[:80]!r} is not a usable name: 1-64 letters, digits, '_' or '-' "
+                          "(it names a directory)")
+    if name in RESERVED_NAMES:
+        raise ConfigError(f"{where}: {name!r} is reserved (GAE's value model wears the 'critic' adapter): pick "
+                          "another name")
 
 
 @dataclass
@@ -374,18 +401,23 @@ class Config:
                     yield from floats(x, f"{name}.{k}")
             elif isinstance(obj, float):
                 yield name, obj
-        for name, v in floats(self, ""):
-            if math.isnan(v):
-                bad(name, "is NaN")
+        try:
+            for name, v in floats(self, ""):
+                if math.isnan(v):
+                    bad(name, "is NaN")
+        except RecursionError:  # a 20k-deep list in env_kwargs or reward_weights
+            bad("data.env_kwargs", "a value is nested too deep (lists or dicts inside each other)")
         if not self.roles:
             bad("roles", "at least one role is needed")
         if len({r.name for r in self.roles}) != len(self.roles):
             bad("roles", "role names must be unique")
         for i, r in enumerate(self.roles):
+            check_name(r.name, f"config field roles[{i}].name")
+            check_name(self.adapter_of(r), f"config field roles[{i}].{'name' if r.adapter is None else 'adapter'}")
             if r.max_tokens < 1:
                 bad(f"roles[{i}].max_tokens", f"must be >= 1, got {r.max_tokens}")
-            if not (r.temperature > 0 and math.isfinite(r.temperature)):
-                bad(f"roles[{i}].temperature", f"must be a finite number > 0, got {r.temperature}")
+            if not (MIN_TEMPERATURE <= r.temperature and math.isfinite(r.temperature)):
+                bad(f"roles[{i}].temperature", f"must be a finite number >= {MIN_TEMPERATURE}, got {r.temperature}")
             same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
             for f in ("trainable", "init_from", "frozen_steps", "train_windows", "balance_labels"):
                 if any(getattr(o, f) != getattr(r, f) for o in same):
@@ -393,14 +425,17 @@ class Config:
             for f, get in (("lr", self.lr_of), ("rank/alpha/targets", self.lora_of), ("adv_estimator", self.estimator_of)):
                 if any(repr(get(o)) != repr(get(r)) for o in same):  # repr: nan equals nan here
                     bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
-            if r.lr is not None and not (math.isfinite(r.lr) and r.lr > 0):
-                bad(f"roles[{i}].lr", f"must be a finite number > 0 (or None: algo.lr), got {r.lr}")
+            if r.lr is not None and not (0 < r.lr <= MAX_LR):
+                bad(f"roles[{i}].lr", f"must be in (0, {MAX_LR}] (or None: algo.lr), got {r.lr}")
             if r.rank is not None and r.rank < 1:
                 bad(f"roles[{i}].rank", f"must be >= 1 (or None: lora.rank), got {r.rank}")
             if r.alpha is not None and not (math.isfinite(r.alpha) and r.alpha > 0):
                 bad(f"roles[{i}].alpha", f"must be a finite number > 0 (or None: lora.alpha), got {r.alpha}")
             if r.targets is not None and not r.targets:
                 bad(f"roles[{i}].targets", "must name at least one module (or None: lora.targets)")
+            for t in r.targets or ():  # the model's own names are checked once it loads (session.build)
+                if not isinstance(t, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t):
+                    bad(f"roles[{i}].targets", f"{str(t)[:80]!r} is not a module name")
             if r.frozen_steps < 0:
                 bad(f"roles[{i}].frozen_steps", f"must be >= 0, got {r.frozen_steps}")
             for w in r.train_windows or ():
@@ -450,9 +485,15 @@ class Config:
                             ("trainer.test_freq", t.test_freq, 0), ("trainer.max_empty_steps", t.max_empty_steps, 1),
                             ("algo.dynamic_sampling_max_rounds", a.dynamic_sampling_max_rounds, 0),
                             ("algo.warmup_steps", a.warmup_steps, 0),
+                            ("data.max_refinement_iterations", self.data.max_refinement_iterations, 0),
                             ("trainer.threads", t.threads, 0)]:
             if v < lo:
                 bad(name, f"must be >= {lo}, got {v}")
+        if t.threads > MAX_THREADS:
+            bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {t.threads}")
+        for name, v in [("algo.lr", a.lr), ("algo.critic_lr", a.critic_lr)]:
+            if v > MAX_LR:
+                bad(name, f"must be <= {MAX_LR}, got {v}")
         for name, v in [("algo.lr", a.lr), ("algo.critic_lr", a.critic_lr), ("algo.grad_clip", a.grad_clip),
                         ("lora.alpha", self.lora.alpha)]:
             if not (math.isfinite(v) and v > 0):
@@ -501,6 +542,10 @@ class Config:
                 "judged against the later turn's greedy baseline. Use remax without merge_turns, or another estimator")
         if t.logger and not set(t.logger) <= {"console", "wandb", "tensorboard"}:
             bad("trainer.logger", f"use any of console, wandb, tensorboard, got {t.logger}")
+        out = Path(t.output_dir)
+        for p in [out] + [out / x for x in ("tensorboard", "wandb") if x in t.logger]:
+            if p.exists() and not p.is_dir():  # each is made a directory later: a file there is a traceback
+                bad("trainer.output_dir", f"{p} exists and is not a directory")
         if self.data.val_size is not None and self.data.val_size < 1:
             bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
         for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)]:
@@ -552,6 +597,8 @@ def pop_env_kwargs(argv: list[str]) -> tuple[dict, list[str]]:
             v = low[val.lower()] if val.lower() in low else json.loads(val)
         except ValueError:
             v = val
+        except RecursionError:
+            raise ConfigError(f"config field data.env_kwargs.{key.replace('-', '_')}: the value is nested too deep") from None
         out[key.replace("-", "_")] = v
     return out, rest
 

@@ -19,7 +19,7 @@ import lora
 import ppo
 import trajectories
 from collectives import gather_objects, rank
-from config import Config
+from config import Config, ConfigError
 from learner import Critic, RoleBatch, adapter_divergence
 from model import load_model
 from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
@@ -59,15 +59,29 @@ class Run:
 
 def pick_threads(requested: int) -> tuple[int, str | None]:
     """(torch threads, a note when the machine looks oversubscribed). requested 0 = auto: OMP_NUM_THREADS
-    when set, else the cores the 1-minute load average leaves free, at least 1."""
+    when set (plain ASCII digits; anything else is ignored), else the cores the 1-minute load average
+    leaves free, at least 1. Never more than the cores: torch.set_num_threads(99999) ends in SIGSEGV."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    n = requested or (int(env) if env.isdigit() and int(env) > 0 else max(1, min(cores, round(cores - load))))
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    from_env = int(env) if env.isascii() and env.isdigit() and int(env) > 0 else 0  # "²".isdigit() is True
+    n = min(cores, requested or from_env or max(1, round(cores - load)))
     busy = load + n > cores + 0.5
     return n, (f"note: this machine looks busy (load average {load:.1f} on {cores} cores) and torch will use {n} "
                f"thread(s): expect slow steps; more threads than free cores made CPU runs 3-30x slower (README "
                f"\"Threads\"; set --trainer.threads)" if busy else None)
+
+
+def check_targets(cfg: Config, model):
+    """Every LoRA target a role asks for names a linear layer of this model: knowable only once it has
+    loaded, so this runs right after, before any adapter is added (lora.add_lora skips unknown names)."""
+    have = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, lora.LoRALinear))}
+    for i, r in enumerate(cfg.roles):
+        unknown = sorted(set(cfg.lora_of(r)[2]) - have)
+        if unknown:
+            field = f"roles[{i}].targets" if r.targets is not None else "lora.targets"
+            raise ConfigError(f"config field {field}: {cfg.model.spec} has no linear layer named {unknown}; "
+                              f"it has {sorted(have)}")
 
 
 def build(cfg: Config, ckpt: Path | None):
@@ -85,6 +99,7 @@ def build(cfg: Config, ckpt: Path | None):
     np.random.seed(t_cfg.seed)
     torch.manual_seed(t_cfg.seed)
     model, tok = load_model(cfg.model.spec, cfg.model.dtype, device, seed=t_cfg.seed)
+    check_targets(cfg, model)
     for m in model.modules():  # RL forwards use no dropout anywhere: old and new logprobs need one network
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0

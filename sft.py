@@ -48,7 +48,14 @@ The pipeline, as this file reads top to bottom:
      one model on the same modules). train.py's init_from needs targets == its lora.targets.
   6. write: <out>/<adapter>/ (PEFT: adapter_config.json + adapter_model.safetensors, lora.save_adapter),
      <out>/sft_loss.jsonl + sft_loss.png (train loss per step, held-out loss), <out>/examples/<adapter>.jsonl
-     (what each adapter was trained on), <out>/summary.json (counts per role, losses).
+     (what each adapter was trained on), <out>/summary.json (counts per role, losses, and the fingerprint of
+     what the SFT depended on: its options, the train config's relevant parts, the base model, the data,
+     the task file, init_from adapters). The log is written as sft_loss.jsonl.tmp and summary.json last,
+     each renamed into place: summary.json means finished. A rerun into the same <out> with the same
+     fingerprint is not run again; one with another is refused (one line naming what differs), so a
+     finished SFT is never overwritten by a different one or truncated by a rerun that fails.
+  Every option, and every adapter name (names become directories: [A-Za-z0-9_-], 'critic' reserved;
+  a role name in a trajectory file counts), is checked before anything is written.
 
 Deliberately left out: sequence packing, full fine-tuning, preference losses (DPO), multi-GPU.
 """
@@ -60,6 +67,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: READM
 
 import copy
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import math
@@ -79,6 +87,7 @@ from tqdm import tqdm
 import lora
 import trajectories
 from agents.math_team import build_messages
+from config import MAX_LR, check_name
 from model import load_model
 from rewards.calculator import RewardCalculator, TrajectoryError, load_records
 from rewards.math import _last_boxed, extract_answer, math_reward
@@ -494,10 +503,90 @@ def parse_role_lora(specs) -> dict[str, dict]:
                 if not sep or not eq or k not in ("rank", "alpha", "dropout", "targets"):
                     raise ValueError
                 d[k] = int(v) if k == "rank" else tuple(v.split("+")) if k == "targets" else float(v)
+                ok = {"rank": lambda x: x >= 1, "alpha": lambda x: 0 < x < math.inf, "dropout": lambda x: 0 <= x < 1,
+                      "targets": all}[k]
+                if not ok(d[k]):
+                    raise ValueError
             except ValueError:
-                raise ValueError(f"role_lora {spec!r}: expected 'role:rank=8,alpha=16,dropout=0.0,targets=a+b'") from None
+                raise ValueError(f"role_lora {spec!r}: expected 'role:rank=8,alpha=16,dropout=0.0,targets=a+b' (rank >= 1, "
+                                 "alpha > 0 and finite, dropout in [0, 1))") from None
+        check_name(role, f"sft option role_lora {spec!r}")
         out[role] = d
     return out
+
+
+def check_options(cfg: SFTConfig):
+    """Every number and name of an SFTConfig, before anything is read or written: a NaN or infinite lr
+    or grad_clip saved a NaN adapter, a negative warm-up or grad_clip trained the loss upward."""
+    def bad(name, msg):
+        raise ValueError(f"sft option {name}: {msg}, got {getattr(cfg, name)!r}")
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    for name, lo in [("epochs", 1), ("micro_batch_size", 1), ("grad_accum", 1), ("max_len", 2), ("rejection_k", 0),
+                     ("rejection_tasks", 0), ("teacher_tasks", 0), ("warmup_steps", 0), ("eval_every", 0), ("seed", 0)]:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            bad(name, f"must be an integer >= {lo}")
+    if cfg.rank is not None and (isinstance(cfg.rank, bool) or not isinstance(cfg.rank, int) or cfg.rank < 1):
+        bad("rank", "must be an integer >= 1 (or None)")
+    if cfg.alpha is not None and not (num(cfg.alpha) and 0 < cfg.alpha < math.inf):
+        bad("alpha", "must be a finite number > 0 (or None)")
+    if not (num(cfg.lr) and 0 < cfg.lr <= MAX_LR):
+        bad("lr", f"must be a number in (0, {MAX_LR}]")
+    if not (num(cfg.grad_clip) and 0 < cfg.grad_clip < math.inf):
+        bad("grad_clip", "must be a finite number > 0")
+    if not (num(cfg.weight_decay) and 0 <= cfg.weight_decay < math.inf):
+        bad("weight_decay", "must be a finite number >= 0")
+    if not (num(cfg.min_reward) and math.isfinite(cfg.min_reward)):
+        bad("min_reward", "must be a finite number")
+    if not (num(cfg.val_frac) and 0 <= cfg.val_frac < 1):
+        bad("val_frac", "must be in [0, 1)")
+    if cfg.targets is not None and (not cfg.targets or not all(isinstance(t, str) and t for t in cfg.targets)):
+        bad("targets", "must name at least one module (or None)")
+    for r in cfg.roles:
+        check_name(r, "sft option roles")
+    for x in cfg.init_from:
+        name, eq, path = str(x).partition("=")
+        if not eq or not path:
+            raise ValueError(f"sft option init_from {x!r}: expected 'adapter=DIR'")
+        check_name(name, f"sft option init_from {x!r}")
+    parse_role_lora(cfg.role_lora)
+
+
+def fingerprint(cfg: SFTConfig, tc, records, inits: dict) -> dict:
+    """What an SFT's result depends on, each part hashed: its options (not where it writes or whether it
+    shows progress), the parts of the train config SFT reads (model, LoRA, roles' adapters and sampling,
+    the workflow and its tasks, rollout, seed: not the RL algorithm or the run's length), the base model
+    (a local file or directory: its files' names, sizes and mtimes), the training records, the task file
+    (teacher, rejection sampling) and every init_from adapter's bytes. summary.json keeps it; a rerun
+    whose fingerprint differs from a finished SFT's in the same directory is refused (run_sft)."""
+    def h(x):
+        return hashlib.sha256(json.dumps(x, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def file_bytes(path):
+        p = Path(path)
+        return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else str(path)
+    skip = ("out", "progress", "train_config", "data", "model", "dtype")  # data and base: their own parts below
+    opts = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}
+    parts = {"options": h(opts)}
+    spec, dtype, seed = cfg.model, cfg.dtype, cfg.seed
+    if tc is not None:
+        from config import to_dict
+        d = to_dict(tc)
+        rl_only = ("lr", "adv_estimator", "frozen_steps", "trainable")
+        parts["train_config"] = h({"model": d["model"], "lora": d["lora"], "seed": d["trainer"]["seed"],
+                                   "roles": [{k: v for k, v in r.items() if k not in rl_only} for r in d["roles"]],
+                                   "rollout": {k: v for k, v in d["rollout"].items() if k != "progress"},
+                                   "data": {k: d["data"][k] for k in ("env", "env_kwargs", "train_files", "levels",
+                                                                      "max_refinement_iterations", "reward_weights")},
+                                   "tasks": file_bytes(tc.data.train_files)})
+        spec, dtype, seed = tc.model.spec, tc.model.dtype, tc.trainer.seed
+    p = Path(spec)  # a preset (tiny: random weights from the seed), a hub id, or local files
+    files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p] if p.is_file() else []
+    parts["base_model"] = h([spec, dtype, seed] + [(x.name, x.stat().st_size, x.stat().st_mtime_ns) for x in files])
+    parts["data"] = h([r for _, r in records])
+    parts["init_from"] = h({a: [file_bytes(Path(d) / f) for f in ("adapter_config.json", "adapter_model.safetensors")]
+                            for a, d in sorted(inits.items())})
+    return parts
 
 
 def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None) -> dict:
@@ -505,31 +594,24 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     model, tok: a loaded base to train on (else loaded here). Returns the summary, whose "adapters"
     maps each adapter written to its directory (what train.py's init_from takes)."""
     t0 = time.perf_counter()
+    check_options(cfg)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     if train_cfg is None and cfg.train_config:
         from config import from_dict, load_config_file
         train_cfg = (from_dict(json.loads(Path(cfg.train_config).read_text())) if cfg.train_config.endswith(".json")
                      else load_config_file(cfg.train_config))
-    for name, v, lo in [("epochs", cfg.epochs, 1), ("micro_batch_size", cfg.micro_batch_size, 1),
-                        ("grad_accum", cfg.grad_accum, 1), ("max_len", cfg.max_len, 2), ("rejection_k", cfg.rejection_k, 0)]:
-        if v < lo:
-            raise ValueError(f"sft option {name} must be >= {lo}, got {v}")
-    if not 0 <= cfg.val_frac < 1:
-        raise ValueError(f"sft option val_frac must be in [0, 1), got {cfg.val_frac}")
     if cfg.rejection_k and train_cfg is None:
         raise ValueError("rejection sampling (rejection_k) needs train_config: its workflow, roles and tasks")
     if cfg.teacher == "scripted" and train_cfg is None:
         raise ValueError("teacher=scripted plays the train config's workflow on its tasks: give train_config")
     if not cfg.data and not cfg.rejection_k and cfg.teacher == "none":
         raise ValueError("nothing to learn from: give data (trajectory globs), rejection_k or a teacher")
+    if train_cfg is not None:  # its roles name the adapters, i.e. directories under out
+        train_cfg.validate()
     out = Path(cfg.out or (Path(train_cfg.trainer.output_dir) / "sft" if train_cfg is not None else "runs/sft"))
-    done = out / "summary.json"  # a rerun (or train.py's mode=both resuming) finds this SFT done
-    if done.exists() and json.loads(done.read_text()).get("config") == json.loads(json.dumps(dataclasses.asdict(cfg),
-                                                                                           default=str)):
-        print_(f"SFT: {done} holds the SFT of this config: not run again (another --out, or delete it, to redo)")
-        return json.loads(done.read_text())
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"sft option out: {out} exists and is not a directory")
     device = (next(model.parameters()).device if model is not None else
               torch.device("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else
               torch.device(cfg.device))
@@ -549,17 +631,34 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     adapter_of = {r.name: tc.adapter_of(r) for r in tc.roles} if tc else {}
     adapter_of = {r: adapter_of.get(r, r) for r in role_names}
     adapters = sorted(set(adapter_of.values()))
+    for a in adapters:  # role names may come from the data: each names a directory under out
+        check_name(a, "sft: adapter (a role of the data, --roles or the train config)")
+    inits = {tc.adapter_of(r): r.init_from for r in tc.roles if r.init_from} if tc else {}
+    inits.update(s.split("=", 1) for s in cfg.init_from)  # check_options checked 'adapter=DIR'
+    for a, d in inits.items():
+        if not (Path(d) / "adapter_config.json").is_file():
+            raise ValueError(f"sft option init_from: {d} is not a PEFT adapter directory (no adapter_config.json)")
+
+    # --- done already? the same fingerprint: the same SFT (a rerun, train.py's mode=both resuming) ---
+    fp, done = fingerprint(cfg, tc, records, inits), out / "summary.json"
+    if done.exists():
+        try:
+            old = json.loads(done.read_text())
+        except ValueError:
+            old = {}
+        old_fp = old.get("fingerprint") if isinstance(old, dict) and isinstance(old.get("fingerprint"), dict) else {}
+        if old_fp == fp:
+            print_(f"SFT: {done} holds the SFT of this config, base model and data: not run again")
+            return old
+        differ = [k for k in fp if old_fp.get(k) != fp[k]]
+        raise ValueError(f"{out} holds a finished SFT of another {', '.join(differ)} ({done}): refusing to overwrite "
+                         "it; pass another --out (or delete the directory) to run this one")
+    out.mkdir(parents=True, exist_ok=True)
 
     # --- the model and its adapters: fresh, or from a saved adapter (the current policy) ----------
     spec, dtype, seed = (tc.model.spec, tc.model.dtype, tc.trainer.seed) if tc else (cfg.model, cfg.dtype, cfg.seed)
     if model is None:
         model, tok = load_model(spec, dtype, device, seed=seed)
-    inits = {tc.adapter_of(r): r.init_from for r in tc.roles if r.init_from} if tc else {}
-    for s in cfg.init_from:
-        name, eq, path = s.partition("=")
-        if not eq:
-            raise ValueError(f"init_from {s!r}: expected 'adapter=DIR'")
-        inits[name] = path
     per_role = parse_role_lora(cfg.role_lora)
     default = {"rank": cfg.rank or (tc.lora.rank if tc else 64), "alpha": cfg.alpha or (tc.lora.alpha if tc else 16.0),
                "dropout": 0.0, "targets": tuple(cfg.targets or (tc.lora.targets if tc else lora.ALL_LINEAR[:4]))}
@@ -573,6 +672,11 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
             mine = [per_role[r] for r in role_names if adapter_of[r] == a and r in per_role]
             settings[a] = {**default, **(mine[0] if mine else per_role.get(a, {}))}
             settings[a]["targets"] = tuple(sorted(settings[a]["targets"]))
+    have = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, lora.LoRALinear))}
+    for a in adapters:  # the model's names are known only now: one line, not add_lora skipping a typo
+        if set(settings[a]["targets"]) - have:
+            raise ValueError(f"sft: adapter {a}'s LoRA targets {sorted(set(settings[a]['targets']) - have)} name no "
+                             f"linear layer of {spec}; it has {sorted(have)}")
     groups = defaultdict(list)  # one model per set of target modules (lora.py: one set per model)
     for a in adapters:
         groups[settings[a]["targets"]].append(a)
@@ -647,8 +751,8 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     summary["dropped_too_long_or_empty"] = dict(too_long)
 
     # --- 5. train each adapter, 6. write ---------------------------------------------------------
-    log_path, rows = out / "sft_loss.jsonl", []
-    log_path.write_text("")
+    log_path, rows = out / "sft_loss.jsonl.tmp", []  # renamed when the SFT is done: a failed rerun never
+    log_path.write_text("")                            # truncates a finished one's log
 
     def log(row):
         rows.append(row)
@@ -682,8 +786,11 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
                + f" | saved {out / a}")
     if rows:
         plot(rows, out / "sft_loss.png")
+    os.replace(log_path, out / "sft_loss.jsonl")
     summary["seconds"] = time.perf_counter() - t0
-    (out / "summary.json").write_text(json.dumps({"config": dataclasses.asdict(cfg), **summary}, indent=1, default=str))
+    tmp = out / "summary.json.tmp"  # written last, whole: its presence means the SFT finished
+    tmp.write_text(json.dumps({"config": dataclasses.asdict(cfg), "fingerprint": fp, **summary}, indent=1, default=str))
+    os.replace(tmp, out / "summary.json")
     return summary
 
 

@@ -119,8 +119,8 @@ def empty_reason(cfg: Config, steps: list[Step], eps) -> str | None:
 
 def sft_stage(cfg: Config) -> Config | None:
     """mode sft|both: sft.py's pipeline (cfg.sft_config, with this config as its train config) into
-    <output_dir>/sft, run as its own process (sft.py skips an SFT it already holds: a rerun or a
-    resume). sft: None (stop there); both: this config with every role whose adapter SFT wrote
+    <output_dir>/sft, run as its own process (sft.py skips an SFT it already holds of the same
+    config, base and data: a rerun or a resume; it refuses to overwrite another). sft: None (stop there); both: this config with every role whose adapter SFT wrote
     starting from it (init_from; a role's own init_from wins)."""
     out = Path(cfg.trainer.output_dir) / "sft"
     if world() > 1 and not (out / "summary.json").exists():
@@ -128,12 +128,15 @@ def sft_stage(cfg: Config) -> Config | None:
                           "then RL with torchrun and each role's init_from")
     if rank() == 0:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "train_config.json").write_text(json.dumps(to_dict(cfg), indent=1))
+        tc = out / "train_config.next.json"  # replaces train_config.json once SFT succeeds (a refused rerun keeps it)
+        tc.write_text(json.dumps(to_dict(cfg), indent=1))
         r = subprocess.run([sys.executable, str(Path(__file__).with_name("sft.py")), "--config", cfg.sft_config,
-                            "--train-config", str(out / "train_config.json"), "--out", str(out)])
+                            "--train-config", str(tc), "--out", str(out)])
         if r.returncode:
+            tc.unlink(missing_ok=True)
             raise ConfigError(f"config field sft_config: the SFT stage ({cfg.sft_config}) failed with exit code "
                               f"{r.returncode} (its output is above)")
+        os.replace(tc, out / "train_config.json")
     if cfg.mode == "sft":
         return None
     written = json.loads((out / "summary.json").read_text())["adapters"]  # adapter -> directory

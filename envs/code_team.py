@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from agents.code_team import build_messages
 from rewards.code import extract_code, run_tests
-from envs import Turn
+from envs import Turn, need_int, need_number
 
 ROLES = ("generator", "refiner")
 
@@ -28,7 +28,8 @@ class CodeTeamEnv:
     roles = ROLES
 
     def __init__(self, max_refinement_iterations: int = 2, timeout: float = 10.0):
-        self.max_refinements, self.timeout = max_refinement_iterations, timeout
+        self.max_refinements = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
+        self.timeout = need_number("timeout", timeout, 0, 600, lo_open=True)
 
     def reset(self, task):
         self.task, self.history, self.rewards, self.passed_all, self.refinements = task, [], [], [], 0

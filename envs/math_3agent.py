@@ -49,7 +49,7 @@ from collections import defaultdict
 
 from agents.math_team import build_messages, parse_verdict
 from rewards.math import extract_answer, math_reward
-from envs import Turn
+from envs import Turn, need_bool, need_int, need_number
 
 ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
 
@@ -66,6 +66,9 @@ class MathTeamEnv:
             raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
         if refiner_reward not in ("relative", "correctness"):
             raise ValueError(f"refiner_reward must be 'relative' or 'correctness', got {refiner_reward!r}")
+        need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
+        need_bool("evaluator_mixed_groups_only", evaluator_mixed_groups_only)
+        fix_bonus, break_penalty = need_number("fix_bonus", fix_bonus, 0, 10), need_number("break_penalty", break_penalty, 0, 10)
         if refiner_reward == "relative" and (fix_bonus or break_penalty):
             raise ValueError("fix_bonus / break_penalty shape refiner_reward='correctness'; 'relative' already pays a "
                              "fix and charges a break")

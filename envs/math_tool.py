@@ -18,7 +18,7 @@ from agents.math_team import parse_verdict
 from envs.tools import run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
-from envs import Turn
+from envs import Turn, need_int, need_number
 
 ROLES = ("analyzer", "executor", "verifier")
 
@@ -27,7 +27,8 @@ class MathToolEnv:
     roles = ROLES
 
     def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0):
-        self.max_cycles, self.timeout = max_refinement_iterations, code_timeout
+        self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
+        self.timeout = need_number("code_timeout", code_timeout, 0, 600, lo_open=True)
 
     def reset(self, task):
         self.problem, self.answer = task["question"], str(task["answer"])

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from agents.tool_agent import observation_message, read_final, system_prompt
-from envs import Turn
+from envs import Turn, need_file, need_int
 from data.search_data import search_tool
 from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
 from rewards.code import extract_code, run_tests
@@ -71,8 +71,12 @@ class ToolAgentEnv:
             names = tool_names(tools)
         except ValueError as e:
             raise ConfigError(f"config field data.env_kwargs.tools: {e}") from None
-        chosen = get_tools(names, search=search_tool(str(corpus), int(search_k)) if "search" in names else None)
-        self.style, self.max_calls, self.reward_name = style, int(max_tool_calls), reward
+        need_int("max_tool_calls", max_tool_calls, 1, 100)
+        if "search" in names:
+            need_file("corpus", corpus)
+            need_int("search_k", search_k, 1, 1000)
+        chosen = get_tools(names, search=search_tool(corpus, search_k) if "search" in names else None)
+        self.style, self.max_calls, self.reward_name = style, max_tool_calls, reward
         self.tools = [t for t in chosen if t.name != "answer"] + ([ANSWER] if style == "react" else [])
 
     def fork(self):

@@ -39,7 +39,7 @@ from functools import lru_cache
 from agents.research_team import (clean_doc_id, observation_message, parse_plan, parse_report, planner_messages,
                                   researcher_messages, writer_messages)
 from data.research_data import load_research
-from envs import Turn
+from envs import Turn, need_file
 from data.search_data import search_tool
 from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
 from rewards.qa import exact_match, f1
@@ -83,7 +83,7 @@ class ResearchEnv:
                 or not 0 <= citation_weight <= 1:
             raise ConfigError("config field data.env_kwargs.citation_weight: must be in [0, 1], "
                               f"got {citation_weight!r}")
-        self.corpus, self.k = str(corpus), search_k
+        self.corpus, self.k = need_file("corpus", corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
         self.tool, self.by_id = _corpus(self.corpus, self.k)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from agents.search_team import build_messages, parse_answer, parse_query
 from data.search_data import search_tool
-from envs import Turn
+from envs import Turn, need_file, need_int
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
 
@@ -24,7 +24,9 @@ class SearchTeamEnv:
     roles = ROLES
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_refinement_iterations: int = 2):
-        self.tool, self.max_cycles = search_tool(str(corpus), int(search_k)), max_refinement_iterations
+        need_file("corpus", corpus)
+        self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
+        self.tool = search_tool(corpus, need_int("search_k", search_k, 1, 1000))
 
     def reset(self, task):
         self.q, self.gold, self.support = task["question"], str(task["answer"]), set(task.get("support", []))

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, apply_patch, clean_path,  # noqa: F401
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
 from agents.swe_team import build_messages, extract_diff, parse_edits, parse_verdict
-from envs import Turn
+from envs import Turn, need_int, need_number
 from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
@@ -478,6 +478,12 @@ class SWETeamEnv:
 
     def __init__(self, max_refinement_iterations: int = 2, max_analyzer_calls: int = 4, max_validator_calls: int = 2,
                  test_timeout: float = 60.0, obs_chars: int = 3000, file_chars: int = 6000, disk_mb: int = 16):
+        for name, v, lo, hi in (("max_refinement_iterations", max_refinement_iterations, 0, 100),
+                                ("max_analyzer_calls", max_analyzer_calls, 0, 100),
+                                ("max_validator_calls", max_validator_calls, 0, 100), ("obs_chars", obs_chars, 100, 10**6),
+                                ("file_chars", file_chars, 100, 10**6), ("disk_mb", disk_mb, 1, 4096)):
+            need_int(name, v, lo, hi)
+        test_timeout = need_number("test_timeout", test_timeout, 0, 3600, lo_open=True)
         self.max_refinements, self.max_analyzer_calls = max_refinement_iterations, max_analyzer_calls
         self.max_validator_calls, self.timeout, self.obs_chars = max_validator_calls, test_timeout, obs_chars
         self.file_chars, self.disk_mb = file_chars, disk_mb

@@ -41,6 +41,13 @@ def test_mode_both_runs_sft_then_rl_from_its_adapters(tmp_path, capsys):
     train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=2, resume="auto")))
     assert (sft_dir / "summary.json").stat().st_mtime_ns == mtime  # resuming does not redo the SFT
     assert json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
+    # another seed is another tiny base: the SFT it holds is not this one's, and it is neither reused
+    # (RL from adapters trained on another base) nor overwritten
+    files = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    other = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, seed=1, resume="none"))
+    with pytest.raises(ConfigError, match="config field sft_config: the SFT stage"):
+        train.main(other)
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == files
 
 
 def test_mode_sft_needs_an_sft_config():

@@ -303,3 +303,80 @@ def test_sft_continues_from_a_saved_adapter_and_drops_long_examples(run, tiny, t
     saved = load_file(str(run["out"] / "generator_initial" / "adapter_model.safetensors"))
     assert json.loads((tmp_path / "o" / "generator_initial" / "adapter_config.json").read_text())["r"] == 8
     assert any(not torch.equal(lora.adapter_state_dict(model, "generator_initial")[k], v) for k, v in saved.items())
+
+
+# ---------------------------------------------------------------------- hostile options and reruns
+
+@pytest.mark.parametrize("field, value", [("lr", float("inf")), ("lr", float("nan")), ("lr", 1e30),
+                                          ("grad_clip", float("nan")), ("grad_clip", -1.0), ("warmup_steps", -5),
+                                          ("min_reward", float("nan")), ("alpha", float("inf")), ("eval_every", -1),
+                                          ("weight_decay", float("inf")), ("teacher_tasks", -2)])
+def test_every_number_is_checked_before_anything_is_written(tiny, tmp_path, field, value):
+    """lr inf / grad_clip nan saved a NaN adapter and exited 0; warmup -5 and grad_clip -1 trained the
+    loss upward."""
+    model, tok = tiny
+    data = write(tmp_path / "t.jsonl", good_records(tok, short_chat)[:2])
+    cfg = sft.SFTConfig(data=(data,), roles=("generator_initial",), out=str(tmp_path / "o"), progress=False,
+                        **{field: value})
+    with pytest.raises(ValueError, match=f"sft option {field}: "):
+        sft.run_sft(cfg, model=model, tok=tok)
+    assert not (tmp_path / "o").exists()
+
+
+def test_names_that_would_write_outside_the_output_are_refused(tiny, tmp_path):
+    model, tok = tiny
+    recs = good_records(tok, short_chat)[:2]
+    for r in recs:
+        r["turns"][0]["role"] = "../../evil"  # a trajectory file names the role, hence the adapter directory
+    data = write(tmp_path / "t.jsonl", recs)
+    out = tmp_path / "a" / "o"
+    with pytest.raises(ValueError, match=r"'\.\./\.\./evil' is not a usable name"):
+        sft.run_sft(sft.SFTConfig(data=(data,), out=str(out), progress=False), model=model, tok=tok)
+    assert not (tmp_path / "evil").exists() and not out.exists()
+    good = write(tmp_path / "g.jsonl", good_records(tok, short_chat)[:2])
+    for kw, want in [({"roles": ("/tmp/x",)}, "sft option roles: '/tmp/x'"),
+                     ({"roles": ("critic",)}, "'critic' is reserved"),
+                     ({"init_from": (f"../x={tmp_path}",)}, r"sft option init_from .*'\.\./x'"),
+                     ({"role_lora": ("a.b:rank=4",)}, r"sft option role_lora .*'a\.b'"),
+                     ({"role_lora": ("x:rank=0",)}, r"role_lora 'x:rank=0'")]:
+        with pytest.raises(ValueError, match=want):
+            sft.run_sft(sft.SFTConfig(data=(good,), out=str(out), progress=False, **kw), model=model, tok=tok)
+        assert not out.exists()
+
+
+def test_a_rerun_is_skipped_only_for_the_same_sft_and_never_overwrites_or_truncates_another(_tiny_base, tmp_path):
+    """The "done" check covers the options, the base and the data: a rerun on other data said "not run
+    again" (RL then started from adapters of another SFT), and a failing rerun truncated sft_loss.jsonl."""
+    model, tok = _tiny_base
+    data = tmp_path / "t.jsonl"
+    write(data, good_records(tok, short_chat)[:4])
+    out = tmp_path / "o"
+    cfg = sft.SFTConfig(data=(str(data),), roles=("generator_initial",), lr=1e-3, grad_accum=1, val_frac=0,
+                        out=str(out), progress=False)
+    first = sft.run_sft(cfg, model=copy.deepcopy(model), tok=tok)
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert (out / "sft_loss.jsonl").read_text() and not list(out.glob("*.tmp"))
+    again = sft.run_sft(cfg, model=copy.deepcopy(model), tok=tok)  # the same SFT: not run again
+    assert again["losses"] == first["losses"] and again["fingerprint"]
+
+    def boom(*a):
+        raise RuntimeError("a rerun that fails half-way")
+    write(data, good_records(tok, short_chat)[4:8])  # other data in the same file
+    with pytest.raises(ValueError, match=rf"{out} holds a finished SFT of another data"):
+        sft.run_sft(cfg, model=copy.deepcopy(model), tok=tok, eval_hook=boom)
+    write(data, good_records(tok, short_chat)[:4])
+    with pytest.raises(ValueError, match="holds a finished SFT of another options"):
+        sft.run_sft(dataclasses.replace(cfg, lr=2e-3), model=copy.deepcopy(model), tok=tok, eval_hook=boom)
+    with pytest.raises(ValueError, match="holds a finished SFT of another base_model"):
+        sft.run_sft(dataclasses.replace(cfg, model="tiny-other"), model=copy.deepcopy(model), tok=tok, eval_hook=boom)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files  # nothing lost or rewritten
+
+
+def test_a_bad_option_on_the_command_line_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--data", str(tmp_path / "t.jsonl"), "--lr", "inf",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 1 and r.stderr.strip() == "error: sft option lr: must be a number in (0, 1.0], got inf"
+    assert not (tmp_path / "o").exists()
