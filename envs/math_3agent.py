@@ -60,14 +60,13 @@ class MathTeamEnv:
     def __init__(self, max_refinement_iterations: int = 3, evaluator_reward: str = "symmetric",
                  evaluator_mixed_groups_only: bool = True, refiner_reward: str = "relative", fix_bonus: float = 0.0,
                  break_penalty: float = 0.0, probes: bool = False):
-        if not isinstance(probes, bool):
-            raise ValueError(f"probes must be true or false, got {probes!r}")
         if evaluator_reward not in ("symmetric", "accuracy"):
             raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
         if refiner_reward not in ("relative", "correctness"):
             raise ValueError(f"refiner_reward must be 'relative' or 'correctness', got {refiner_reward!r}")
         need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         need_bool("evaluator_mixed_groups_only", evaluator_mixed_groups_only)
+        need_bool("probes", probes)
         fix_bonus, break_penalty = need_number("fix_bonus", fix_bonus, 0, 10), need_number("break_penalty", break_penalty, 0, 10)
         if refiner_reward == "relative" and (fix_bonus or break_penalty):
             raise ValueError("fix_bonus / break_penalty shape refiner_reward='correctness'; 'relative' already pays a "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from agents.math_team import build_messages
 from rewards.math import extract_answer, math_reward
-from envs import Turn
+from envs import Turn, need_bool
 
 ROLES = ("solver",)
 
@@ -20,9 +20,7 @@ class MathSingleEnv:
     roles = ROLES
 
     def __init__(self, self_refine: bool = False):
-        if not isinstance(self_refine, bool):
-            raise ValueError(f"self_refine must be true or false, got {self_refine!r}")
-        self.self_refine = self_refine
+        self.self_refine = need_bool("self_refine", self_refine)
 
     def reset(self, task: dict) -> Turn:
         self.problem, self.answer = task["question"], str(task["answer"])
