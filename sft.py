@@ -86,7 +86,7 @@ from tqdm import tqdm
 
 import lora
 import trajectories
-from agents.math_team import build_messages
+from agents.math_team import build_messages, check_line
 from config import MAX_LR, check_name
 from model import load_model
 from rewards.calculator import RewardCalculator, TrajectoryError, load_records
@@ -274,23 +274,26 @@ def perturb(solution: str, answer: str, rng: random.Random) -> str | None:
     return None
 
 
-def teacher_critique(solution: str, answer: str, right: bool) -> str:
+def teacher_critique(solution: str, answer: str, right: bool, check: bool = False) -> str:
     """A short calibrated critique that answers FIRST and compares second: "I get \\boxed{y}. The
     solution says x: the same/different." then the verdict line. Answer-first matters: a critique that
     restates the solution's answer before its own teaches a small model to copy that answer (measured
     on SmolLM2-135M, README "Research recipe"). ~20 tokens, inside the demo evaluator's 32."""
     said = extract_answer(solution)
     said = None if said is None else " ".join(said.split())[:60]
-    mine = f"I get \\boxed{{{answer}}}."
+    mine = check_line(answer) if check else f"I get \\boxed{{{answer}}}."  # check: the evaluator_check prompt's line
     if said is None:
         return f"{mine} The solution gives no final answer.\nVerdict: Incorrect"
     return f"{mine} The solution says {said}: {'the same' if right else 'different'}.\nVerdict: " + \
         ("Correct" if right else "Incorrect")
 
 
-def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int) -> tuple[list[Example], dict]:
+def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
+                 check: bool = False) -> tuple[list[Example], dict]:
     """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
-    solution (see the module docstring for where the solutions come from). Returns (examples, counts)."""
+    solution (see the module docstring for where the solutions come from). Returns (examples, counts).
+    check: the judge's evaluator_check prompt (env_kwargs evaluator_prompt="check"), each critique opening
+    with its check line; the prompts are built in that style, never taken from the trajectories."""
     rng = random.Random(seed)
     pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
 
@@ -330,10 +333,10 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int) -> 
             counts["tasks_without_incorrect"] += 1
             continue
         for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
-            if prompt is None:
-                msgs = build_messages("evaluator_critique", q, [("generator_initial", sol)])
+            if prompt is None or check:
+                msgs = build_messages("evaluator_check" if check else "evaluator_critique", q, [("generator_initial", sol)])
                 prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-            out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok), True, src))
+            out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok, check), True, src))
             counts[src] += 1
     return out, dict(counts)
 
@@ -732,7 +735,8 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         ev = adapter_of.get("evaluator_critique")
         if ev is None:
             raise ValueError("teacher=math trains evaluator_critique: add it to roles")
-        teach, summary["teacher"] = math_teacher(teacher_records, tasks, tok, ev, cfg.teacher_tasks, cfg.seed)
+        check = tc is not None and tc.data.env_kwargs.get("evaluator_prompt") == "check"
+        teach, summary["teacher"] = math_teacher(teacher_records, tasks, tok, ev, cfg.teacher_tasks, cfg.seed, check)
         examples += teach
     if cfg.teacher == "scripted":
         from workflows import workflow

@@ -20,6 +20,10 @@ SYSTEM = {  # a one-line worked example: small models copy the format, large one
                           "one line: 'Verdict: Correct' or 'Verdict: Incorrect'.",
     "generator_refinement": f"You fix math solutions. Use the critique, correct the mistakes in short steps and end "
                             f"with the final answer in \\boxed{{}}, {EXAMPLE}",
+    "evaluator_check": "You check math solutions. First check the answer yourself in one line: the last digit and the "
+                       "number of digits of the result, and your own result, e.g. 'Check: ends in 8, 3 digits. I get "
+                       "\\boxed{128}.' Then say whether the solution's answer is the same, and end with exactly one "
+                       "line: 'Verdict: Correct' or 'Verdict: Incorrect'.",
     "solver_revision": f"You are a careful math solver checking your own solution. If it is wrong, correct it in short "
                        f"steps; if it is right, keep it. End with the final answer in \\boxed{{}}, {EXAMPLE}",
 }
@@ -32,13 +36,16 @@ TASK = {
                           "'Verdict: Incorrect'.",
     "generator_refinement": "The latest solution was judged incorrect. Write a corrected solution ending with "
                             "\\boxed{answer}.",
+    "evaluator_check": "Is the latest solution correct? Write your check line first, then compare, and end with "
+                       "'Verdict: Correct' or 'Verdict: Incorrect'.",
     "solver_revision": "Check your solution. Write the final solution (corrected if it was wrong) ending with "
                        "\\boxed{answer}.",
 }
 
 
 def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:
-    """Chat messages for `role`, who sees the problem and every (role, text) said so far."""
+    """Chat messages for `role` (a key of SYSTEM: a role, or a prompt style such as evaluator_check),
+    who sees the problem and every (role, text) said so far."""
     if role not in SYSTEM:
         raise KeyError(f"no prompt for role {role!r}; known: {sorted(SYSTEM)}")
     parts = [f"Problem: {problem}"]
@@ -46,6 +53,18 @@ def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> l
         parts.append(f"{LABEL.get(who, who)}:\n{text.strip()}")
     parts.append(TASK[role])
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def check_line(truth: str) -> str:
+    """The evaluator_check prompt's check, written from the true answer (sft.py's teacher): the cheap
+    necessary checks a small judge can learn (T1: small models check no better than they compute, so
+    the last digit and the size come first), then the full result, e.g. 'Check: ends in 8, 3 digits.
+    I get \\boxed{128}.'; a non-integer truth gets the result only."""
+    t = " ".join(str(truth).split())[:60]
+    if re.fullmatch(r"-?\d{1,30}", t):
+        n = len(t.lstrip("-"))
+        return f"Check: ends in {t[-1]}, {n} digit{'s' * (n > 1)}. I get \\boxed{{{t}}}."
+    return f"Check: I get \\boxed{{{t}}}."
 
 
 _NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"

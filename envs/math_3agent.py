@@ -30,6 +30,10 @@ Rewards, per turn of each role (the options are constructor arguments, `data.env
                           the optional shaping fix_bonus / break_penalty (0 by default).
 The team reward (metrics()["team_reward"]) is the correctness of the final answer.
 
+evaluator_prompt="check" asks the judge to write its own check before the verdict: the last digit and
+the size of the result, then its own result (agents.math_team.check_line; sft.py's math teacher writes
+exactly that line when the train config sets it, so the judge can start from it); "plain" = as before.
+
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
 solution is right, the judge also judges that solution with its answer turned into a near miss
@@ -59,7 +63,7 @@ class MathTeamEnv:
 
     def __init__(self, max_refinement_iterations: int = 3, evaluator_reward: str = "symmetric",
                  evaluator_mixed_groups_only: bool = True, refiner_reward: str = "relative", fix_bonus: float = 0.0,
-                 break_penalty: float = 0.0, probes: bool = False):
+                 break_penalty: float = 0.0, probes: bool = False, evaluator_prompt: str = "plain"):
         if evaluator_reward not in ("symmetric", "accuracy"):
             raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
         if refiner_reward not in ("relative", "correctness"):
@@ -67,6 +71,9 @@ class MathTeamEnv:
         need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         need_bool("evaluator_mixed_groups_only", evaluator_mixed_groups_only)
         need_bool("probes", probes)
+        if evaluator_prompt not in ("plain", "check"):
+            raise ValueError(f"evaluator_prompt must be 'plain' or 'check', got {evaluator_prompt!r}")
+        self.judge_prompt = "evaluator_critique" if evaluator_prompt == "plain" else "evaluator_check"
         fix_bonus, break_penalty = need_number("fix_bonus", fix_bonus, 0, 10), need_number("break_penalty", break_penalty, 0, 10)
         if refiner_reward == "relative" and (fix_bonus or break_penalty):
             raise ValueError("fix_bonus / break_penalty shape refiner_reward='correctness'; 'relative' already pays a "
@@ -90,7 +97,8 @@ class MathTeamEnv:
 
     def _turn(self, role):
         self.role = role
-        return Turn(role, build_messages(role, self.problem, self.history))
+        return Turn(role, build_messages(self.judge_prompt if role == "evaluator_critique" else role, self.problem,
+                                         self.history))
 
     def step(self, reply: str) -> Turn | None:
         if self.done:
@@ -145,7 +153,7 @@ class MathTeamEnv:
             self.done = True
             return None
         self.role = "evaluator_critique"
-        return Turn("evaluator_critique", build_messages("evaluator_critique", self.problem,
+        return Turn("evaluator_critique", build_messages(self.judge_prompt, self.problem,
                                                          [("generator_initial", self.probe_queue[0][0])]))
 
     def final_answer(self) -> str | None:

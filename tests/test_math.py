@@ -413,3 +413,30 @@ def test_self_refine_gives_the_single_solver_a_second_look_at_its_own_answer():
     from config import load_config_file
     cfg = load_config_file(str(ROOT / "configs" / "math_self_refine.py")).validate()
     assert cfg.data.env_kwargs == {"self_refine": True} and cfg.rollout.max_turns == 2 and cfg.roles[0].name == "solver"
+
+
+def test_the_check_prompt_and_the_teachers_check_is_right_on_every_train_problem():
+    """evaluator_prompt="check": the judge is asked for its own check line before the verdict; the line
+    sft.py's teacher writes for it (agents.math_team.check_line) states the truth's last digit, size and
+    value right on every train problem, and the teacher's critiques open with it and end right."""
+    from agents.math_team import check_line
+    from sft import math_teacher
+    env = MathTeamEnv(evaluator_prompt="check")
+    env.reset(TASK)
+    assert "First check the answer yourself" in env.step("\\boxed{7}").messages[0]["content"]
+    rows = [json.loads(x) for x in open(ROOT / "data" / "arith12_train.jsonl")]
+    for r in rows:
+        line, t = check_line(r["answer"]), r["answer"]
+        m = re.fullmatch(r"Check: ends in (\d), (\d+) digits?\. I get \\boxed\{(-?\d+)\}\.", line)
+        assert m and m[1] == t[-1] and int(m[2]) == len(t.lstrip("-")) and m[3] == t, (line, t)
+        assert math_reward(line, t) == 1.0
+    from model import load_model
+    _, tok = load_model("tiny")
+    tasks = [{"question": r["question"], "answer": r["answer"]} for r in rows[:40]]
+    ex, counts = math_teacher([], tasks, tok, "judge", 0, 0, check=True)
+    assert len(ex) >= 70 and counts["teacher:perturbed"] == counts["teacher:synthetic_right"] == len(ex) // 2
+    for e in ex:
+        truth = next(t["answer"] for t in tasks if f"Problem: {t['question']}" in e.prompt)
+        assert e.reply.startswith(check_line(truth)) and "First check the answer yourself" in e.prompt
+        solution = e.prompt.split("Solution:\n")[1]
+        assert parse_verdict(e.reply) == (math_reward(solution, truth) == 1.0)
