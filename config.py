@@ -238,7 +238,7 @@ class RolloutConfig:
     """TorchEngine rows per forward"""
     compile: bool = False
     """TorchEngine on CUDA: static-shape decode steps captured in CUDA graphs and replayed (gpt-fast
-    style; README "GPU path"). An error on CPU, where there is nothing to capture"""
+    style; docs/benchmarks.md "GPU path"). An error on CPU, where there is nothing to capture"""
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     progress: bool = True
@@ -308,7 +308,7 @@ class TrainerConfig:
     threads: int = 0
     """torch CPU threads of this process. 0 = auto: OMP_NUM_THREADS when set, else the cores left free at
     start-up (cores minus the 1-minute load average, at least 1). More threads than free cores made
-    PyTorch's CPU runs 3-30x slower (README "Threads"); a busy machine is named in one line at start"""
+    PyTorch's CPU runs 3-30x slower (docs/benchmarks.md "Threads"); a busy machine is named in one line at start"""
     trajectory_sample: float = 0.25
     """fraction of each step's training episodes written to runs/X/trajectories/ (every validation
     episode is written at each eval); 0 = none. The format: trajectories.py"""

@@ -278,6 +278,7 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: s
             for i, s in enumerate(rb.steps)]
     baseline = torch.tensor([float(s.info.get("baseline", 0.0)) for s in rb.steps])  # ReMax's greedy reward
     fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
+    fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
     return fn(token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
               norm_by_std=a.norm_by_std, all_sum=all_sum)
 

@@ -68,7 +68,7 @@ def pick_threads(requested: int) -> tuple[int, str | None]:
     n = min(cores, requested or from_env or max(1, round(cores - load)))
     busy = load + n > cores + 0.5
     return n, (f"note: this machine looks busy (load average {load:.1f} on {cores} cores) and torch will use {n} "
-               f"thread(s): expect slow steps; more threads than free cores made CPU runs 3-30x slower (README "
+               f"thread(s): expect slow steps; more threads than free cores made CPU runs 3-30x slower (docs/benchmarks.md "
                f"\"Threads\"; set --trainer.threads)" if busy else None)
 
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: docs/benchmarks.md "Threads"
 
 import copy
 import dataclasses
@@ -278,7 +278,7 @@ def teacher_critique(solution: str, answer: str, right: bool, check: bool = Fals
     """A short calibrated critique that answers FIRST and compares second: "I get \\boxed{y}. The
     solution says x: the same/different." then the verdict line. Answer-first matters: a critique that
     restates the solution's answer before its own teaches a small model to copy that answer (measured
-    on SmolLM2-135M, README "Research recipe"). ~20 tokens, inside the demo evaluator's 32."""
+    on SmolLM2-135M, docs/recipes.md). ~20 tokens, inside the demo evaluator's 32."""
     said = extract_answer(solution)
     said = None if said is None else " ".join(said.split())[:60]
     mine = check_line(answer) if check else f"I get \\boxed{{{answer}}}."  # check: the evaluator_check prompt's line

@@ -19,7 +19,7 @@ and range of every field above that a reader uses); a bad one is a TrajectoryErr
 and the field, which every reader (this viewer, sft.py, rewards/calculator.py, compare.py) prints as
 one line.
 
-The viewer (README "See what the agents said"):
+The viewer (docs/tools.md):
     python trajectories.py runs/X [--step N] [--role R] [--split val] [--min-reward x] [--full]
     python trajectories.py runs/X --html          # runs/X/view.html: reward curves + episode browser
 The page embeds the records as JSON with every '<', '>' and '&' escaped, and its script puts each

@@ -3,7 +3,7 @@ offline SWE-bench-format instances in data/swe_{train,val}.jsonl (`python -m dat
 regenerates them from HumanEval). A 135M model almost never writes an edit block that applies, so
 on CPU this config shows the workflow's mechanics and step time rather than learning; real runs
 want a 1.5B-7B coder model on a GPU (--model.spec Qwen/Qwen2.5-Coder-7B-Instruct --rollout.engine
-vllm, longer budgets; README "SWE team"). Budgets are cut to fit 2 CPU cores: two analyzer tool
+vllm, longer budgets; docs/swe.md). Budgets are cut to fit 2 CPU cores: two analyzer tool
 calls, one validator tool call, one refinement, tool output and file views capped. Measured (one step,
 --data.batch-size 1 --rollout.num-chains 2, 2 CPU cores shared with other jobs, load ~10-15):
 2496 s (rollout 2408 + train 88; 1107 CPU-s), every reward 0: no tool call, no edit block, no verdict."""

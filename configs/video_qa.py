@@ -3,11 +3,11 @@ triples with clip ids), each ending with its choice, then the organizer (answers
 their two reports) on the synthetic caption "videos" of data/video_{train,val}.jsonl (python
 data/video_data.py regenerates them; 390 train / 102 val questions). Two files, nothing else edited:
 envs/video_qa.py and this. Real caption files: --data.train-files QUESTIONS@CAPTIONS[@ANSWERS] (NExT-QA
-or EgoSchema questions, "video id -> captions" JSON; README "Video-QA team"). The agreement skip is off
+or EgoSchema questions, "video id -> captions" JSON; docs/video-qa.md). The agreement skip is off
 so that every episode trains the organizer (--data.env-kwargs.skip-on-agreement True turns it on).
 Measured (3 steps at --data.batch-size 2 --rollout.num-chains 2, one torch thread, 2 cores shared with other
 jobs at load 3-5): 119-151 s a step (rollout 40-54 s + update 73-102 s); every role's reward at chance level
-(README "Video-QA team"). A GPU run wants a 1.5B-7B model, longer budgets and 16-32 tasks x 8 chains."""
+(docs/video-qa.md). A GPU run wants a 1.5B-7B model, longer budgets and 16-32 tasks x 8 chains."""
 from config import AlgoConfig, Config, DataConfig, LoRAConfig, ModelConfig, RoleConfig, RolloutConfig, TrainerConfig
 
 config = Config(

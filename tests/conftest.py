@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: README "Threads"
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: docs/benchmarks.md "Threads"
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
