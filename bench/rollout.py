@@ -92,6 +92,22 @@ def ratios(r: dict) -> str:
     return out + (f" vllm/vllm-reload {r['vllm'] / r['vllm-reload']:.2f}x" if {"vllm", "vllm-reload"} <= set(r) else "")
 
 
+def counting_loads(fn, out: list):
+    """Run fn, appending how many adapters vLLM loaded from disk meanwhile (its worker's _load_adapter)."""
+    from vllm.lora.worker_manager import WorkerLoRAManager
+    real, n = WorkerLoRAManager._load_adapter, [0]
+
+    def spy(self, req):
+        n[0] += 1
+        return real(self, req)
+    WorkerLoRAManager._load_adapter = spy
+    try:
+        return fn()
+    finally:
+        WorkerLoRAManager._load_adapter = real
+        out.append(n[0])
+
+
 def reloading(ve):
     """ve.generate as before issue 32: every request's LoRARequest carries load_inplace=True."""
     def generate(reqs):
@@ -163,11 +179,16 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
                 old.generate(reqs[:2])
             if ve is not None:
                 ve.generate(reqs[:2])
+            loads = {k: [] for k in fns if k.startswith("vllm")}  # vLLM's own adapter loads per call
+            for k in loads:
+                fns[k] = (lambda f=fns[k], k=k: counting_loads(f, loads[k]))
             r, rc = race(fns, repeats)
             rows[(B, label)] = r, rc
             print(f"[{spec}] B={B:3d} {label:15s} wall: " + "  ".join(f"{k} {v:7.1f}" for k, v in r.items())
                   + " tok/s |" + ratios(r) + "\n" + " " * (len(spec) + 25) + "CPU:  "
-                  + "  ".join(f"{k} {v:7.1f}" for k, v in rc.items()) + " tok/CPU-s |" + ratios(rc), flush=True)
+                  + "  ".join(f"{k} {v:7.1f}" for k, v in rc.items()) + " tok/CPU-s |" + ratios(rc)
+                  + "".join(f"\n{' ' * (len(spec) + 25)}{k}: {max(v)} adapter loads per call" for k, v in loads.items()),
+                  flush=True)
         if not single:
             continue
         # mixed batch vs three single-adapter batches, TorchEngine
