@@ -111,7 +111,7 @@ class LoRAConfig:
     dropout: float = 0.05
     """dropout on the CRITIC adapter's input (GAE's value model, a regression). Policy adapters
     never use dropout: old and new logprobs must come from the same network, or the PPO ratio is
-    not 1 on policy (it reached 1.107 at dropout 0.05 when they did)"""
+    not 1 on policy (tests/test_rl_core.py checks it is exactly 1 with lora.dropout > 0)"""
     targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """projection names to adapt. The 3-agent design uses attention only; RL evidence favours all
     linear layers (add gate_proj, up_proj, down_proj) with a ~10x higher LR than full fine-tuning"""

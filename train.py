@@ -193,7 +193,7 @@ def main(cfg: Config):
     for step in range(run.step + 1, total + 1):
         run.step = step
         t0 = time.perf_counter()
-        step_seed = (t_cfg.seed * 1_000_003 + step * 7_919) % (2**31)
+        step_seed = (t_cfg.seed * 1_000_003 + step * 7_919) % (2**31)  # primes: distinct seeds per (seed, step)
         steps, eps, extra_rounds = collect(run, train_tasks, step_seed)
         n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
         t_roll = time.perf_counter() - t0

@@ -1,7 +1,8 @@
 """A toy workflow a random model can learn: one role, `speaker`, answers a prompt and earns the
-fraction of its reply's non-space characters that are digits. A random `tiny` model starts
-around a third and GRPO/RLOO/REINFORCE++/ReMax/GAE push it up within a few dozen CPU steps, so
-end-to-end tests exercise non-zero advantages (math is out of reach for a random model).
+fraction of its reply's non-space characters that are the digit TARGET ("7"). A random `tiny` model
+starts near 0.085 (the first step's reward on tiny_toy) and every estimator lifts it by more than 0.2
+within 12 CPU steps, so end-to-end tests exercise non-zero advantages (math is out of reach for a
+random model).
 
     python train.py --config configs/tiny_toy.py
 """
