@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,52 @@ class RoleConfig:
     labelled_<label> (turns) and reward_<label> (mean reward)"""
 
 
+
+    def check(self, i: int, targets: tuple[str, ...], base_spec: str):
+        """This role's own fields; targets: its adapter's (its own or lora's), base_spec: model.spec."""
+        import warnings
+        where = f"roles[{i}]"
+        check_name(self.name, f"config field {where}.name")
+        if self.max_tokens < 1:
+            _bad(f"{where}.max_tokens", f"must be >= 1, got {self.max_tokens}")
+        if not (MIN_TEMPERATURE <= self.temperature and math.isfinite(self.temperature)):
+            _bad(f"{where}.temperature", f"must be a finite number >= {MIN_TEMPERATURE}, got {self.temperature}")
+        if self.lr is not None and not (0 < self.lr <= MAX_LR):
+            _bad(f"{where}.lr", f"must be in (0, {MAX_LR}] (or None: algo.lr), got {self.lr}")
+        if self.rank is not None and self.rank < 1:
+            _bad(f"{where}.rank", f"must be >= 1 (or None: lora.rank), got {self.rank}")
+        if self.alpha is not None and not (math.isfinite(self.alpha) and self.alpha > 0):
+            _bad(f"{where}.alpha", f"must be a finite number > 0 (or None: lora.alpha), got {self.alpha}")
+        if self.targets is not None and not self.targets:
+            _bad(f"{where}.targets", "must name at least one module (or None: lora.targets)")
+        for t in self.targets or ():  # the model's own names are checked once it loads (session.build)
+            if not isinstance(t, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t):
+                _bad(f"{where}.targets", f"{str(t)[:80]!r} is not a module name")
+        if self.frozen_steps < 0:
+            _bad(f"{where}.frozen_steps", f"must be >= 0, got {self.frozen_steps}")
+        for w in self.train_windows or ():
+            if not (len(w) == 2 and all(isinstance(x, int) for x in w) and 1 <= w[0] <= w[1]):
+                _bad(f"{where}.train_windows", f"each window is (first step, last step) with 1 <= first <= last, got {w}")
+        if self.init_from is None:
+            return
+        d = Path(self.init_from)
+        if not (d / "adapter_config.json").is_file() or not (d / "adapter_model.safetensors").is_file():
+            _bad(f"{where}.init_from", f"{d} is not a PEFT adapter directory (adapter_config.json + "
+                 "adapter_model.safetensors)")
+        try:
+            conf = json.loads((d / "adapter_config.json").read_text())
+            t = conf["target_modules"]
+        except (ValueError, KeyError, TypeError) as e:
+            _bad(f"{where}.init_from", f"{d / 'adapter_config.json'} is unreadable: {e}")
+        if set([t] if isinstance(t, str) else t) != set(targets):
+            _bad(f"{where}.init_from", f"{d} adapts {sorted(t)}, the role's targets are {sorted(targets)} "
+                 f"({where}.targets, else lora.targets): set them to the adapter's")
+        base = conf.get("base_model_name_or_path")
+        same = lambda x, y: str(x).rstrip("/").rsplit("/", 1)[-1].lower() == str(y).rstrip("/").rsplit("/", 1)[-1].lower()  # noqa: E731
+        if base and not same(base, base_spec):
+            warnings.warn(f"config field {where}.init_from: {d} was trained on base model {base!r}, but "
+                          f"model.spec is {base_spec!r}: the adapter may not fit this model", stacklevel=3)
+
 @dataclass
 class LoRAConfig:
     rank: int = 64
@@ -116,6 +163,13 @@ class LoRAConfig:
     """projection names to adapt. The 3-agent design uses attention only; RL evidence favours all
     linear layers (add gate_proj, up_proj, down_proj) with a ~10x higher LR than full fine-tuning"""
 
+
+
+    def check(self):
+        _at_least("lora", [("rank", self.rank, 1)])
+        _finite("lora", [("alpha", self.alpha)], positive=True)
+        if not 0 <= self.dropout < 1:
+            _bad("lora.dropout", f"must be in [0, 1), got {self.dropout}")
 
 @dataclass
 class AlgoConfig:
@@ -220,6 +274,40 @@ class AlgoConfig:
         return self.loss_agg or ("seq-mean-token-mean" if self.policy_loss == "gspo" else "token-mean")
 
 
+
+    def check(self):
+        _at_least("algo", [("mini_batch_size", self.mini_batch_size, 1), ("micro_batch_size", self.micro_batch_size, 1),
+                           ("ppo_epochs", self.ppo_epochs, 1), ("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, 0),
+                           ("warmup_steps", self.warmup_steps, 0)])
+        for name, v in [("lr", self.lr), ("critic_lr", self.critic_lr)]:
+            if v > MAX_LR:
+                _bad(f"algo.{name}", f"must be <= {MAX_LR}, got {v}")
+        _finite("algo", [("lr", self.lr), ("critic_lr", self.critic_lr), ("grad_clip", self.grad_clip)], positive=True)
+        _finite("algo", [("kl_coef", self.kl_coef), ("entropy_coef", self.entropy_coef), ("vf_coef", self.vf_coef),
+                         ("weight_decay", self.weight_decay)], positive=False)
+        for name, v in [("gamma", self.gamma), ("lam", self.lam)]:
+            if not 0 <= v <= 1:
+                _bad(f"algo.{name}", f"must be in [0, 1], got {v}")
+        lo, hi = self.clip
+        if not (0 < lo < 1 and hi > 0):
+            _bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
+        if not (math.isfinite(self.rollout_is_cap) and self.rollout_is_cap >= 1):
+            _bad("algo.rollout_is_cap", f"must be a finite number >= 1, got {self.rollout_is_cap}")
+        if self.dual_clip is not None and not (math.isfinite(self.dual_clip) and self.dual_clip > 1):
+            _bad("algo.dual_clip", f"must be a finite number > 1 (or None), got {self.dual_clip}")
+        if self.vf_clip is not None and not (math.isfinite(self.vf_clip) and self.vf_clip > 0):
+            _bad("algo.vf_clip", f"must be a finite number > 0 (or None), got {self.vf_clip}")
+        if not math.isfinite(self.kl_target) or (self.kl_adaptive and self.kl_target <= 0):
+            _bad("algo.kl_target", f"must be a finite number (> 0 for the adaptive controller), got {self.kl_target}")
+        if self.kl_kind != "full" and self.kl_kind.rstrip("+") not in ("kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"):
+            _bad("algo.kl_kind", f"unknown kind {self.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
+        if self.kl_adaptive and self.kl_horizon <= 0:
+            _bad("algo.kl_horizon", f"the adaptive KL controller needs it > 0, got {self.kl_horizon}")
+        if self.kl_adaptive and not (self.kl_in_reward and self.kl_coef > 0):
+            _bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
+                 "does): set algo.kl_in_reward and algo.kl_coef > 0 (its starting value); a KL in the loss keeps a "
+                 "fixed kl_coef")
+
 @dataclass
 class RolloutConfig:
     engine: Literal["torch", "vllm"] = "torch"
@@ -247,6 +335,22 @@ class RolloutConfig:
     """train a role's consecutive turns of one episode as one sequence when each prompt extends the
     last (tool agents); observations and other roles' tokens are masked out"""
 
+
+
+    def check(self):
+        _at_least("rollout", [("num_chains", self.num_chains, 1), ("max_turns", self.max_turns, 1),
+                              ("max_batch_size", self.max_batch_size, 1), ("max_model_len", self.max_model_len, 2)])
+        if not 0 < self.top_p <= 1:
+            _bad("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            _bad("rollout.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            _bad("rollout.vllm_gpu_memory_utilization", f"must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
+        if self.compile:
+            import torch
+            if self.engine != "torch" or not torch.cuda.is_available():
+                _bad("rollout.compile", "captures TorchEngine's decode step in CUDA graphs: it needs rollout.engine="
+                     f"torch and a CUDA device (engine {self.engine!r}, CUDA available: {torch.cuda.is_available()})")
 
 @dataclass
 class DataConfig:
@@ -279,6 +383,19 @@ class DataConfig:
     """calculator weights by component (unnamed ones keep completion 0.4, efficiency 0.2, quality
     0.3, reasoning 0.1); read by reward="calculator" and by sft.py / rewards.calculator --config"""
 
+
+
+    def check(self):
+        _at_least("data", [("batch_size", self.batch_size, 1), ("max_refinement_iterations", self.max_refinement_iterations, 0)])
+        if self.val_size is not None and self.val_size < 1:
+            _bad("data.val_size", f"must be >= 1 or None, got {self.val_size}")
+        for name, path in [("data.train_files", self.train_files), ("data.val_files", self.val_files)]:
+            path = path.partition("@")[0]  # QUESTIONS@CAPTIONS (video), TASKS@REPOS (swe): their loaders check the rest
+            looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
+            if Path(path).is_dir():
+                _bad(name, f"{path} is a directory, not a data file")
+            if looks_local and not Path(path).is_file():
+                _bad(name, f"{path} does not exist")
 
 @dataclass
 class TrainerConfig:
@@ -325,6 +442,29 @@ class TrainerConfig:
     wandb_project: str = "troupe"
     """wandb project name"""
 
+
+
+    def check(self):
+        _at_least("trainer", [("total_steps", self.total_steps, 1), ("keep_checkpoints", self.keep_checkpoints, 1),
+                              ("save_freq", self.save_freq, 0), ("test_freq", self.test_freq, 0),
+                              ("max_empty_steps", self.max_empty_steps, 1), ("threads", self.threads, 0)])
+        if self.threads > MAX_THREADS:
+            _bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {self.threads}")
+        if not 0 <= self.trajectory_sample <= 1:
+            _bad("trainer.trajectory_sample", f"must be in [0, 1], got {self.trajectory_sample}")
+        if self.total_epochs is not None and self.total_epochs < 1:
+            _bad("trainer.total_epochs", f"must be >= 1 (or None: total_steps), got {self.total_epochs}")
+        if self.logger and not set(self.logger) <= {"console", "wandb", "tensorboard"}:
+            _bad("trainer.logger", f"use any of console, wandb, tensorboard, got {self.logger}")
+        out = Path(self.output_dir)
+        for p in [out] + [out / x for x in ("tensorboard", "wandb") if x in self.logger]:
+            if p.exists() and not p.is_dir():  # each is made a directory later: a file there is a traceback
+                _bad("trainer.output_dir", f"{p} exists and is not a directory")
+        if self.resume not in ("auto", "none") and not (Path(self.resume) / "trainer_state.pt").is_file():
+            _bad("trainer.resume", f"{self.resume} is not a checkpoint directory (no trainer_state.pt); "
+                 "use auto, none, or a runs/X/checkpoints/step_N directory")
+        if self.eval_only and self.resume == "none":
+            _bad("trainer.eval_only", "needs a checkpoint: set trainer.resume to auto or a checkpoint path")
 
 @dataclass
 class Config:
@@ -382,185 +522,81 @@ class Config:
         return sorted({self.adapter_of(r) for r in self.roles if r.trainable})
 
     def validate(self) -> "Config":
-        """Check every field before anything expensive happens; errors name the field."""
-        import math
-        import warnings
-
-        def bad(name, msg):
-            raise ConfigError(f"config field {name}: {msg}")
-
-        def floats(obj, name):  # every number of every field: NaN is never a setting
-            if dataclasses.is_dataclass(obj):
-                for f in dataclasses.fields(obj):
-                    yield from floats(getattr(obj, f.name), f"{name}.{f.name}" if name else f.name)
-            elif isinstance(obj, (list, tuple)):
-                for k, x in enumerate(obj):
-                    yield from floats(x, f"{name}[{k}]")
-            elif isinstance(obj, dict):
-                for k, x in obj.items():
-                    yield from floats(x, f"{name}.{k}")
-            elif isinstance(obj, float):
-                yield name, obj
+        """Check every field before anything expensive happens; errors name the field. Each section
+        checks its own fields (its `check`); what spans sections is checked here."""
         try:
-            for name, v in floats(self, ""):
+            for name, v in _floats(self, ""):
                 if math.isnan(v):
-                    bad(name, "is NaN")
+                    _bad(name, "is NaN")
         except RecursionError:  # a 20k-deep list in env_kwargs or reward_weights
-            bad("data.env_kwargs", "a value is nested too deep (lists or dicts inside each other)")
+            _bad("data.env_kwargs", "a value is nested too deep (lists or dicts inside each other)")
+        self._check_roles()
+        for section in (self.lora, self.algo, self.rollout, self.data, self.trainer):
+            section.check()
+        if not self.trainable_adapters:
+            _bad("roles", "every role has trainable=False: nothing would train")
+        if self.mode != "rl":
+            if self.sft_config is None:
+                _bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "
+                     "configs/sft/tiny_math.py): what SFT learns from")
+            if not Path(self.sft_config).is_file():
+                _bad("sft_config", f"{self.sft_config} is not a file")
+        if self.data.reward == "calculator" and "remax" in self.estimators:
+            _bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
+                 "use data.reward=env with remax")
+        if self.rollout.merge_turns and any(self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
+            _bad("rollout.merge_turns", "remax's baseline is per turn (the greedy reply to that turn's prompt), but a "
+                 "merged sequence keeps only its last turn's reward and baseline: the earlier turns' tokens would be "
+                 "judged against the later turn's greedy baseline. Use remax without merge_turns, or another estimator")
+        return self
+
+    def _check_roles(self):
+        """Each role's own fields (RoleConfig.check), then what roles sharing an adapter must agree on."""
         if not self.roles:
-            bad("roles", "at least one role is needed")
+            _bad("roles", "at least one role is needed")
         if len({r.name for r in self.roles}) != len(self.roles):
-            bad("roles", "role names must be unique")
+            _bad("roles", "role names must be unique")
         for i, r in enumerate(self.roles):
-            check_name(r.name, f"config field roles[{i}].name")
             check_name(self.adapter_of(r), f"config field roles[{i}].{'name' if r.adapter is None else 'adapter'}")
-            if r.max_tokens < 1:
-                bad(f"roles[{i}].max_tokens", f"must be >= 1, got {r.max_tokens}")
-            if not (MIN_TEMPERATURE <= r.temperature and math.isfinite(r.temperature)):
-                bad(f"roles[{i}].temperature", f"must be a finite number >= {MIN_TEMPERATURE}, got {r.temperature}")
+            r.check(i, self.lora_of(r)[2], self.model.spec)
             same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
             for f in ("trainable", "init_from", "frozen_steps", "train_windows", "balance_labels"):
                 if any(getattr(o, f) != getattr(r, f) for o in same):
-                    bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
+                    _bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
             for f, get in (("lr", self.lr_of), ("rank/alpha/targets", self.lora_of), ("adv_estimator", self.estimator_of)):
                 if any(repr(get(o)) != repr(get(r)) for o in same):  # repr: nan equals nan here
-                    bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
-            if r.lr is not None and not (0 < r.lr <= MAX_LR):
-                bad(f"roles[{i}].lr", f"must be in (0, {MAX_LR}] (or None: algo.lr), got {r.lr}")
-            if r.rank is not None and r.rank < 1:
-                bad(f"roles[{i}].rank", f"must be >= 1 (or None: lora.rank), got {r.rank}")
-            if r.alpha is not None and not (math.isfinite(r.alpha) and r.alpha > 0):
-                bad(f"roles[{i}].alpha", f"must be a finite number > 0 (or None: lora.alpha), got {r.alpha}")
-            if r.targets is not None and not r.targets:
-                bad(f"roles[{i}].targets", "must name at least one module (or None: lora.targets)")
-            for t in r.targets or ():  # the model's own names are checked once it loads (session.build)
-                if not isinstance(t, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t):
-                    bad(f"roles[{i}].targets", f"{str(t)[:80]!r} is not a module name")
-            if r.frozen_steps < 0:
-                bad(f"roles[{i}].frozen_steps", f"must be >= 0, got {r.frozen_steps}")
-            for w in r.train_windows or ():
-                if not (len(w) == 2 and all(isinstance(x, int) for x in w) and 1 <= w[0] <= w[1]):
-                    bad(f"roles[{i}].train_windows", f"each window is (first step, last step) with 1 <= first <= last, got {w}")
-            if r.init_from is not None:
-                d = Path(r.init_from)
-                if not (d / "adapter_config.json").is_file() or not (d / "adapter_model.safetensors").is_file():
-                    bad(f"roles[{i}].init_from", f"{d} is not a PEFT adapter directory (adapter_config.json + "
-                        "adapter_model.safetensors)")
-                try:
-                    t = json.loads((d / "adapter_config.json").read_text())["target_modules"]
-                except (ValueError, KeyError, TypeError) as e:
-                    bad(f"roles[{i}].init_from", f"{d / 'adapter_config.json'} is unreadable: {e}")
-                own = self.lora_of(r)[2]
-                if set([t] if isinstance(t, str) else t) != set(own):
-                    bad(f"roles[{i}].init_from", f"{d} adapts {sorted(t)}, the role's targets are {sorted(own)} "
-                        f"(roles[{i}].targets, else lora.targets): set them to the adapter's")
-                base = json.loads((d / "adapter_config.json").read_text()).get("base_model_name_or_path")
-                same = lambda x, y: str(x).rstrip("/").rsplit("/", 1)[-1].lower() == str(y).rstrip("/").rsplit("/", 1)[-1].lower()  # noqa: E731
-                if base and not same(base, self.model.spec):
-                    warnings.warn(f"config field roles[{i}].init_from: {d} was trained on base model {base!r}, but "
-                                  f"model.spec is {self.model.spec!r}: the adapter may not fit this model", stacklevel=2)
-        if not self.trainable_adapters:
-            bad("roles", "every role has trainable=False: nothing would train")
-        if self.rollout.compile:
-            import torch
-            if self.rollout.engine != "torch" or not torch.cuda.is_available():
-                bad("rollout.compile", "captures TorchEngine's decode step in CUDA graphs: it needs rollout.engine="
-                    f"torch and a CUDA device (engine {self.rollout.engine!r}, CUDA available: {torch.cuda.is_available()})")
-        if self.mode != "rl":
-            if self.sft_config is None:
-                bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "
-                    "configs/sft/tiny_math.py): what SFT learns from")
-            if not Path(self.sft_config).is_file():
-                bad("sft_config", f"{self.sft_config} is not a file")
-        if self.data.reward == "calculator" and "remax" in self.estimators:
-            bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
-                "use data.reward=env with remax")
-        a, ro, t = self.algo, self.rollout, self.trainer
-        for name, v, lo in [("algo.mini_batch_size", a.mini_batch_size, 1), ("algo.micro_batch_size", a.micro_batch_size, 1),
-                            ("algo.ppo_epochs", a.ppo_epochs, 1), ("lora.rank", self.lora.rank, 1),
-                            ("rollout.num_chains", ro.num_chains, 1), ("data.batch_size", self.data.batch_size, 1),
-                            ("rollout.max_turns", ro.max_turns, 1), ("rollout.max_batch_size", ro.max_batch_size, 1),
-                            ("rollout.max_model_len", ro.max_model_len, 2), ("trainer.total_steps", t.total_steps, 1),
-                            ("trainer.keep_checkpoints", t.keep_checkpoints, 1), ("trainer.save_freq", t.save_freq, 0),
-                            ("trainer.test_freq", t.test_freq, 0), ("trainer.max_empty_steps", t.max_empty_steps, 1),
-                            ("algo.dynamic_sampling_max_rounds", a.dynamic_sampling_max_rounds, 0),
-                            ("algo.warmup_steps", a.warmup_steps, 0),
-                            ("data.max_refinement_iterations", self.data.max_refinement_iterations, 0),
-                            ("trainer.threads", t.threads, 0)]:
-            if v < lo:
-                bad(name, f"must be >= {lo}, got {v}")
-        if t.threads > MAX_THREADS:
-            bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {t.threads}")
-        for name, v in [("algo.lr", a.lr), ("algo.critic_lr", a.critic_lr)]:
-            if v > MAX_LR:
-                bad(name, f"must be <= {MAX_LR}, got {v}")
-        for name, v in [("algo.lr", a.lr), ("algo.critic_lr", a.critic_lr), ("algo.grad_clip", a.grad_clip),
-                        ("lora.alpha", self.lora.alpha)]:
-            if not (math.isfinite(v) and v > 0):
-                bad(name, f"must be a finite number > 0, got {v}")
-        for name, v in [("algo.kl_coef", a.kl_coef), ("algo.entropy_coef", a.entropy_coef), ("algo.vf_coef", a.vf_coef),
-                        ("algo.weight_decay", a.weight_decay)]:
-            if not (math.isfinite(v) and v >= 0):
-                bad(name, f"must be a finite number >= 0, got {v}")
-        for name, v in [("algo.gamma", a.gamma), ("algo.lam", a.lam)]:
-            if not 0 <= v <= 1:
-                bad(name, f"must be in [0, 1], got {v}")
-        if not 0 <= t.trajectory_sample <= 1:
-            bad("trainer.trajectory_sample", f"must be in [0, 1], got {t.trajectory_sample}")
-        if not 0 <= self.lora.dropout < 1:
-            bad("lora.dropout", f"must be in [0, 1), got {self.lora.dropout}")
-        if not 0 < ro.top_p <= 1:
-            bad("rollout.top_p", f"must be in (0, 1], got {ro.top_p}")
-        if ro.top_k < 0:
-            bad("rollout.top_k", f"must be >= 0 (0 = off), got {ro.top_k}")
-        if not 0 < ro.vllm_gpu_memory_utilization <= 1:
-            bad("rollout.vllm_gpu_memory_utilization", f"must be in (0, 1], got {ro.vllm_gpu_memory_utilization}")
-        lo, hi = a.clip
-        if not (0 < lo < 1 and hi > 0):
-            bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
-        if not (math.isfinite(a.rollout_is_cap) and a.rollout_is_cap >= 1):
-            bad("algo.rollout_is_cap", f"must be a finite number >= 1, got {a.rollout_is_cap}")
-        if a.dual_clip is not None and not (math.isfinite(a.dual_clip) and a.dual_clip > 1):
-            bad("algo.dual_clip", f"must be a finite number > 1 (or None), got {a.dual_clip}")
-        if a.vf_clip is not None and not (math.isfinite(a.vf_clip) and a.vf_clip > 0):
-            bad("algo.vf_clip", f"must be a finite number > 0 (or None), got {a.vf_clip}")
-        if not math.isfinite(a.kl_target) or (a.kl_adaptive and a.kl_target <= 0):
-            bad("algo.kl_target", f"must be a finite number (> 0 for the adaptive controller), got {a.kl_target}")
-        if t.total_epochs is not None and t.total_epochs < 1:
-            bad("trainer.total_epochs", f"must be >= 1 (or None: total_steps), got {t.total_epochs}")
-        if a.kl_kind != "full" and a.kl_kind.rstrip("+") not in ("kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"):
-            bad("algo.kl_kind", f"unknown kind {a.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
-        if a.kl_adaptive and a.kl_horizon <= 0:
-            bad("algo.kl_horizon", f"the adaptive KL controller needs it > 0, got {a.kl_horizon}")
-        if a.kl_adaptive and not (a.kl_in_reward and a.kl_coef > 0):
-            bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
-                "does): set algo.kl_in_reward and algo.kl_coef > 0 (its starting value); a KL in the loss keeps a "
-                "fixed kl_coef")
-        if ro.merge_turns and any(self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
-            bad("rollout.merge_turns", "remax's baseline is per turn (the greedy reply to that turn's prompt), but a "
-                "merged sequence keeps only its last turn's reward and baseline: the earlier turns' tokens would be "
-                "judged against the later turn's greedy baseline. Use remax without merge_turns, or another estimator")
-        if t.logger and not set(t.logger) <= {"console", "wandb", "tensorboard"}:
-            bad("trainer.logger", f"use any of console, wandb, tensorboard, got {t.logger}")
-        out = Path(t.output_dir)
-        for p in [out] + [out / x for x in ("tensorboard", "wandb") if x in t.logger]:
-            if p.exists() and not p.is_dir():  # each is made a directory later: a file there is a traceback
-                bad("trainer.output_dir", f"{p} exists and is not a directory")
-        if self.data.val_size is not None and self.data.val_size < 1:
-            bad("data.val_size", f"must be >= 1 or None, got {self.data.val_size}")
-        for name, path in [("data.train_files", self.data.train_files), ("data.val_files", self.data.val_files)]:
-            path = path.partition("@")[0]  # QUESTIONS@CAPTIONS (video), TASKS@REPOS (swe): their loaders check the rest
-            looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
-            if Path(path).is_dir():
-                bad(name, f"{path} is a directory, not a data file")
-            if looks_local and not Path(path).is_file():
-                bad(name, f"{path} does not exist")
-        if t.resume not in ("auto", "none") and not (Path(t.resume) / "trainer_state.pt").is_file():
-            bad("trainer.resume", f"{t.resume} is not a checkpoint directory (no trainer_state.pt); "
-                "use auto, none, or a runs/X/checkpoints/step_N directory")
-        if t.eval_only and t.resume == "none":
-            bad("trainer.eval_only", "needs a checkpoint: set trainer.resume to auto or a checkpoint path")
-        return self
+                    _bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
+
+
+def _bad(name, msg):
+    raise ConfigError(f"config field {name}: {msg}")
+
+
+def _floats(obj, name):
+    """(field path, value) of every float in a config, nested lists and dicts included."""
+    if dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            yield from _floats(getattr(obj, f.name), f"{name}.{f.name}" if name else f.name)
+    elif isinstance(obj, (list, tuple)):
+        for k, x in enumerate(obj):
+            yield from _floats(x, f"{name}[{k}]")
+    elif isinstance(obj, dict):
+        for k, x in obj.items():
+            yield from _floats(x, f"{name}.{k}")
+    elif isinstance(obj, float):
+        yield name, obj
+
+
+def _at_least(section: str, pairs):
+    for name, v, lo in pairs:
+        if v < lo:
+            _bad(f"{section}.{name}", f"must be >= {lo}, got {v}")
+
+
+def _finite(section: str, pairs, positive: bool):
+    for name, v in pairs:
+        if not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+            _bad(f"{section}.{name}", f"must be a finite number {'>' if positive else '>='} 0, got {v}")
 
 
 def pop_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:
