@@ -148,8 +148,10 @@ def sft_stage(cfg: Config) -> Config | None:
 # --------------------------------------------------------------------------------------------
 
 
-def main(cfg: Config):
-    # --- config: every name and value checked, data read, before any model loads -------------
+def checked(cfg: Config):
+    """Every name and value checked, the data read, the SFT stage run (mode sft/both) and the checkpoint
+    to resume chosen, all before any model loads. (cfg, ckpt, changes, train_tasks, val_tasks), or None
+    when mode=sft ends the run."""
     cfg.validate()
     check_names(cfg)
     learner.check_names(cfg)
@@ -158,13 +160,44 @@ def main(cfg: Config):
     if cfg.mode != "rl":
         cfg = sft_stage(cfg)
         if cfg is None:
-            return {}
+            return None
     ckpt = resolve_resume(cfg, Path(cfg.trainer.output_dir))
     changes = config_changes(cfg, ckpt) if ckpt is not None and (ckpt / "config.json").exists() else []
     if changes and not (cfg.trainer.resume_if_changed or cfg.trainer.eval_only):
         raise ConfigError(f"config field trainer.resume: {ckpt} was written with another config ({'; '.join(changes)}); "
                           "resuming would mix the two (its optimizer state, for one, keeps the old lr). Pass "
                           "--trainer.resume-if-changed to resume anyway, or --trainer.output-dir NEW to start fresh")
+    return cfg, ckpt, changes, train_tasks, val_tasks
+
+
+def experience(run, train_tasks, step: int, step_seed: int):
+    """This step's episodes (collect) and the turns that train: merged (rollout.merge_turns), then
+    DAPO's filter and trim and the env-labelled uniform groups out (learner.select). Returns (episodes,
+    kept turns, metrics, why nothing trains or None)."""
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    steps, eps, extra_rounds = collect(run, train_tasks, step_seed)
+    n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
+    t_roll = time.perf_counter() - t0
+    metrics = summarize(cfg, steps, eps, "train")
+    metrics.update({"train/gen_tokens": n_tokens,  # every role's generated tokens this step (the token budget arms compare)
+                    "time/rollout": t_roll, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9)})
+    if cfg.rollout.merge_turns:
+        steps = merge_turns(steps)
+    kept, sm = learner.select(cfg, steps)
+    metrics.update(sm | ({"train/extra_rollouts": float(extra_rounds)} if cfg.algo.dynamic_sampling else {}))
+    silent = [r.name for r in cfg.roles if r.trainable and not metrics.get(f"train/response_len/{r.name}")]
+    if silent:
+        print0(f"[step {step}] note: role(s) {silent} produced no tokens this step")
+    return eps, kept, metrics, empty_reason(cfg, steps, eps)
+
+
+def main(cfg: Config):
+    # --- config: every name and value checked, data read, before any model loads -------------
+    ready = checked(cfg)
+    if ready is None:
+        return {}
+    cfg, ckpt, changes, train_tasks, val_tasks = ready
 
     # --- build --------------------------------------------------------------------------------
     run, out = build(cfg, ckpt)
@@ -194,19 +227,7 @@ def main(cfg: Config):
         run.step = step
         t0 = time.perf_counter()
         step_seed = (t_cfg.seed * 1_000_003 + step * 7_919) % (2**31)  # primes: distinct seeds per (seed, step)
-        steps, eps, extra_rounds = collect(run, train_tasks, step_seed)
-        n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
-        t_roll = time.perf_counter() - t0
-        metrics = summarize(cfg, steps, eps, "train")
-        metrics["train/gen_tokens"] = n_tokens  # every role's generated tokens this step (the token budget arms compare)
-        if cfg.rollout.merge_turns:
-            steps = merge_turns(steps)
-        kept, sm = learner.select(cfg, steps)  # DAPO's filter and trim, env-labelled uniform groups out
-        metrics.update(sm | ({"train/extra_rollouts": float(extra_rounds)} if cfg.algo.dynamic_sampling else {}))
-        silent = [r.name for r in cfg.roles if r.trainable and not metrics.get(f"train/response_len/{r.name}")]
-        if silent:
-            print0(f"[step {step}] note: role(s) {silent} produced no tokens this step")
-        reason = empty_reason(cfg, steps, eps)
+        eps, kept, metrics, reason = experience(run, train_tasks, step, step_seed)
         empty_in_a_row = empty_in_a_row + 1 if reason else 0
         if reason:
             print0(f"[step {step}] WARNING: this step trains on nothing: {reason}")
@@ -225,13 +246,12 @@ def main(cfg: Config):
         t2 = time.perf_counter()
         run.engine.sync()
         t_sync = time.perf_counter() - t2
-        metrics.update({"time/rollout": t_roll, "time/train": t_train, "time/sync": t_sync,
-                        "time/step": time.perf_counter() - t0, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9),
+        metrics.update({"time/train": t_train, "time/sync": t_sync, "time/step": time.perf_counter() - t0,
                         "train/epoch": run.cursor / len(train_tasks)})
         eta = (time.perf_counter() - t_loop) / (step - first + 1) * (total - step)  # evals and saves included
         logger.log(step, metrics, f"[step {step}/{total}] " + fmt(metrics, "train", show) +
-                   f" | {n_tokens / max(t_roll, 1e-9):.0f} tok/s | roll {t_roll:.1f}s train {t_train:.1f}s sync {t_sync:.2f}s"
-                   f" | ETA {duration(eta)}")
+                   f" | {metrics['perf/tokens_per_s']:.0f} tok/s | roll {metrics['time/rollout']:.1f}s train {t_train:.1f}s"
+                   f" sync {t_sync:.2f}s | ETA {duration(eta)}")
 
         # --- eval, then checkpoint (a checkpoint implies every line of its step is logged) -----
         if t_cfg.test_freq and (step % t_cfg.test_freq == 0 or step == total):
