@@ -70,7 +70,7 @@ def check_names(cfg: Config):
 
 
 class RoleBatch:
-    """All turns of one adapter in this step, right-padded. A dummy step (info dummy) has mask 0."""
+    """All turns of one adapter in this step, right-padded. A dummy turn (Step.dummy) has mask 0."""
 
     def __init__(self, steps: list[Step], temps: list[float], pad_id: int, norm_len: int):
         self.steps, self.norm_len, self.pad_id = steps, norm_len, pad_id  # norm_len: Dr. GRPO's constant
@@ -90,8 +90,8 @@ class RoleBatch:
                                  f"{C} completion tokens but {len(s.logprobs)} logprobs")
             self.ids[i, :P + C] = torch.tensor(s.prompt_ids + s.completion_ids)
             self.attn[i, :P + C] = 1
-            m = torch.tensor(s.info.get("loss_mask", [1] * C), dtype=torch.float)  # 0 on tool output
-            self.mask[i, P - 1:P + C - 1] = m * float(not s.info.get("dummy", False))
+            m = torch.tensor(s.loss_mask or [1] * C, dtype=torch.float)  # 0 on tool output
+            self.mask[i, P - 1:P + C - 1] = m * float(not s.dummy)
             if s.logprobs:
                 self.sample_logp[i, P - 1:P + C - 1] = torch.tensor(s.logprobs)
             self.last[i], self.first[i] = P + C - 2, P - 1
@@ -274,9 +274,9 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: s
     token_rewards[torch.arange(len(rb.steps)), rb.last] = rb.scores
     if kl_tok is not None and a.kl_in_reward:
         token_rewards = token_rewards - kl_coef * kl_tok * rb.mask
-    gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.info.get("dummy") else ("dummy", i)
+    gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.dummy else ("dummy", i)
             for i, s in enumerate(rb.steps)]
-    baseline = torch.tensor([float(s.info.get("baseline", 0.0)) for s in rb.steps])  # ReMax's greedy reward
+    baseline = torch.tensor([float(s.baseline or 0.0) for s in rb.steps])  # ReMax's greedy reward
     fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
     fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
     return fn(token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
@@ -436,7 +436,7 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
     if not steps:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
         pad = run.tok.pad_token_id
-        steps = [Step(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], info={"dummy": True})]
+        steps = [Step(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
     temp = {r.name: r.temperature for r in roles}
     rb = RoleBatch(steps, [temp[s.role] for s in steps], run.tok.pad_token_id, max(r.max_tokens for r in roles))
     out = {}
@@ -461,7 +461,7 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     values = critic.values(model, rb) if critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
     for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
-        s.info["advantage"] = float(a_mean)  # for the trajectory files
+        s.advantage = float(a_mean)  # for the trajectory files
     if roles[0].balance_labels:  # each label (e.g. right / wrong solutions judged) weighs the same in total
         w, bm = label_weights(steps)
         adv = adv * w[:, None]
@@ -545,14 +545,14 @@ def label_weights(steps: list[Step]) -> tuple[torch.Tensor, dict]:
     + 1 * 10/2 * (-1) = 0: no net push. Also the per-label counts and mean rewards, as metrics."""
     mine = defaultdict(lambda: [0.0, 0.0])  # label -> [turns, reward sum]
     for s in steps:
-        if "label" in s.info:
-            mine[str(s.info["label"]).lower()][0] += 1
-            mine[str(s.info["label"]).lower()][1] += s.reward
+        if s.label is not None:
+            mine[str(s.label).lower()][0] += 1
+            mine[str(s.label).lower()][1] += s.reward
     keys = sorted({k for d in gather_objects(sorted(mine)) for k in d})
     tot = all_sum([mine[k][i] for k in keys for i in (0, 1)])
     count, reward = {k: tot[2 * j] for j, k in enumerate(keys)}, {k: tot[2 * j + 1] for j, k in enumerate(keys)}
     n = sum(count.values())
-    w = torch.tensor([n / (len(keys) * count[str(s.info["label"]).lower()]) if "label" in s.info else 1.0 for s in steps])
+    w = torch.tensor([n / (len(keys) * count[str(s.label).lower()]) if s.label is not None else 1.0 for s in steps])
     metrics = {f"labelled_{k}": count[k] for k in keys} | {f"reward_{k}": reward[k] / max(count[k], 1.0) for k in keys}
     return w, metrics
 
@@ -565,8 +565,8 @@ def mixed_label_groups(cfg: Config, steps: list[Step]) -> list[Step]:
     est = {r.name: cfg.estimator_of(r) for r in cfg.roles}
     labels = defaultdict(set)
     for s in steps:
-        if "label" in s.info:
-            labels[group_key(cfg, s)].add(s.info["label"])
+        if s.label is not None:
+            labels[group_key(cfg, s)].add(s.label)
     n = defaultdict(int)
     for s in steps:
         n[group_key(cfg, s)] += 1
@@ -587,8 +587,8 @@ def select(cfg: Config, steps: list[Step]) -> tuple[list[Step], dict]:
     """The turns that train this step (DAPO's filter and trim when on, then the env-labelled uniform
     groups out) and what was left out, as train/* metrics."""
     kept, metrics = (dapo_batch(cfg, steps) if cfg.algo.dynamic_sampling else steps), {}
-    if any("label" in s.info for s in kept):  # the env labelled turns: uniform groups leave the update
-        n_lab, before = all_sum([float(sum("label" in s.info for s in kept)), float(len(kept))])
+    if any(s.label is not None for s in kept):  # the env labelled turns: uniform groups leave the update
+        n_lab, before = all_sum([float(sum(s.label is not None for s in kept)), float(len(kept))])
         kept = mixed_label_groups(cfg, kept)
         metrics["train/labelled_turns_dropped"] = (before - all_sum(float(len(kept)))) / max(n_lab, 1.0)
     if cfg.algo.dynamic_sampling:

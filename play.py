@@ -49,7 +49,7 @@ def main(argv=None):
     _, eps = session.episodes(run.engine, run.tok, cfg, [{"question": args.question, "answer": args.answer}], [0], specs, 1)
     ep = eps[0]
     for s in ep.steps:
-        print(f"--- {s.role} (turn {s.turn}, {len(s.completion_ids)} tokens, {s.finish_reason})\n{s.info['text']}\n")
+        print(f"--- {s.role} (turn {s.turn}, {len(s.completion_ids)} tokens, {s.finish_reason})\n{s.text}\n")
     print("rewards: " + ", ".join(f"{s.role} {s.reward:.2f}" for s in ep.steps)
           + (" | truncated" if ep.truncated else "") + (f" | env error: {ep.error}" if ep.error else ""))
     return ep

@@ -43,7 +43,16 @@ class Step:
     logprobs: list[float]
     reward: float = 0.0
     finish_reason: str = ""
-    info: dict = field(default_factory=dict)  # text; loss_mask (merged turns); baseline (ReMax)
+    text: str = ""  # the reply as text (the engine's decode)
+    loss_mask: list[int] | None = None  # per completion token, 0 where no loss (merged turns: the gaps); None = all 1
+    label: object = None  # env.turn_labels(): e.g. the truth of what a judge judged; None = unlabelled
+    baseline: float | None = None  # ReMax: the greedy reply's reward to the same prompt
+    dummy: bool = False  # a zero-weight row that keeps ranks in lockstep (learner.prepare_adapter)
+    advantage: float | None = None  # its mean advantage, set by the learner (trajectory files)
+    merged_turns: int = 1  # turns merge_turns joined into this one
+    env_reward: float | None = None  # data.reward=calculator: the env's own reward the weighted one replaced
+    reward_components: dict | None = None  # data.reward=calculator: the weighted reward's parts
+    info: dict = field(default_factory=dict)  # free-form extras; nothing in troupe reads them
 
 
 @dataclass
@@ -75,7 +84,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
 
     baseline_roles (ReMax): at every sampled turn the env is copied (env.fork() if it has one, else
     copy.deepcopy) and the copy is played on with these (greedy) specs from that turn on; the
-    reward the copy's env gives its turn is the sampled turn's baseline, `step.info["baseline"]`.
+    reward the copy's env gives its turn is the sampled turn's baseline, `step.baseline`.
     The copies ride in the same engine calls as the sampled episodes.
     """
     import copy
@@ -145,7 +154,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
             ep = episodes[eid]
             role = pending[eid].role
             ep.steps.append(Step(eid, ep.task_id, role, len(ep.steps), req.prompt_ids, res.completion_ids,
-                                 res.logprobs, finish_reason=res.finish_reason, info={"text": res.text}))
+                                 res.logprobs, finish_reason=res.finish_reason, text=res.text))
             try:
                 nxt = ep.env.step(res.text)
             except Exception as e:
@@ -170,7 +179,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
             labels = ep.env.turn_labels() if not ep.error and hasattr(ep.env, "turn_labels") else []
             for st, lab in zip(ep.steps, labels):
                 if lab is not None:
-                    st.info["label"] = lab  # the trainer leaves out groups whose labels all agree
+                    st.label = lab  # the trainer leaves out groups whose labels all agree
         except Exception as e:
             fail(ep, e)
         if ep.error:
@@ -179,7 +188,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
             st.reward = r
         if ep.fork_of is not None:  # report the greedy reply's reward to the turn it replays
             eid, k = ep.fork_of
-            episodes[eid].steps[k].info["baseline"] = ep.steps[k].reward
+            episodes[eid].steps[k].baseline = ep.steps[k].reward
     main = episodes[:n_main]
     return [s for ep in main for s in ep.steps], main
 
@@ -193,7 +202,7 @@ def merge_turns(steps: list[Step]) -> list[Step]:
     other roles' turns, template tokens) join the completion with loss mask 0 and logprob 0; the
     merged step keeps the later turn's reward (and ReMax baseline). Turns that do not extend (a
     template that rewrites history, role prompts that differ turn by turn, a reply that
-    re-tokenises differently) stay separate steps: `info["merged_turns"]` counts what was merged.
+    re-tokenises differently) stay separate steps: `merged_turns` counts what was merged.
     """
     out: list[Step] = []
     last: dict[tuple[int, str], Step] = {}  # (episode, role) -> that role's latest merged step
@@ -202,15 +211,18 @@ def merge_turns(steps: list[Step]) -> list[Step]:
         full = cur.prompt_ids + cur.completion_ids if cur else None
         if cur is not None and len(s.prompt_ids) >= len(full) and s.prompt_ids[:len(full)] == full:
             gap = s.prompt_ids[len(full):]
-            cur.info = {**cur.info, **{k: v for k, v in s.info.items() if k != "text"},
-                        "loss_mask": cur.info.get("loss_mask", [1] * len(cur.completion_ids))
-                        + [0] * len(gap) + s.info.get("loss_mask", [1] * len(s.completion_ids)),
-                        "merged_turns": cur.info.get("merged_turns", 1) + 1}
+            cur.loss_mask = ((cur.loss_mask or [1] * len(cur.completion_ids)) + [0] * len(gap)
+                             + (s.loss_mask or [1] * len(s.completion_ids)))
+            cur.merged_turns += 1
+            for k in ("label", "baseline", "env_reward", "reward_components"):  # the last turn's, as its reward
+                if getattr(s, k) is not None:
+                    setattr(cur, k, getattr(s, k))
+            cur.info = {**cur.info, **s.info}
             cur.completion_ids = cur.completion_ids + gap + s.completion_ids
             cur.logprobs = cur.logprobs + [0.0] * len(gap) + s.logprobs
             cur.reward, cur.finish_reason = s.reward, s.finish_reason
             continue
-        new = dataclasses.replace(s, info=dict(s.info))
+        new = dataclasses.replace(s, info=dict(s.info), loss_mask=None if s.loss_mask is None else list(s.loss_mask))
         last[(s.episode_id, s.role)] = new
         out.append(new)
     return out

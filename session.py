@@ -198,7 +198,7 @@ def eval_metrics(run, steps: list[Step], eps, prefix: str) -> dict:
     the same (first 16) turns for every adapter."""
     metrics = summarize(run.cfg, steps, eps, prefix)
     sample = steps[:16] or [Step(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
-                                 [0.0], info={"dummy": True})]
+                                 [0.0], dummy=True)]
     rb = RoleBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
     div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)
     metrics.update({f"{prefix}/adapter_kl/{k}": v for k, v in div.items()})

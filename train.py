@@ -79,7 +79,7 @@ def collect(run, train_tasks, step_seed):
         mine = ids[rank()::world()]
         s, e = episodes(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
                         role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
-        if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in info)
+        if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in Step.env_reward)
             rescore_episodes(RewardCalculator.from_config(cfg), e)
         steps, eps = steps + s, eps + e
         if not cfg.algo.dynamic_sampling or rounds == cfg.algo.dynamic_sampling_max_rounds:

@@ -40,11 +40,12 @@ def episode_record(ep, tok, split: str, step: int) -> dict:
         "split": split, "step": step, "task_id": ep.task_id, "episode_id": ep.episode_id,
         "task": ep.task, "truncated": ep.truncated, "error": ep.error, "metrics": ep.metrics,
         "turns": [{"turn": s.turn, "role": s.role, "prompt": tok.decode(s.prompt_ids),
-                   "reply": s.info.get("text", tok.decode(s.completion_ids, skip_special_tokens=True)),
+                   "reply": s.text or tok.decode(s.completion_ids, skip_special_tokens=True),
                    "prompt_tokens": len(s.prompt_ids), "reply_tokens": len(s.completion_ids),
-                   "finish_reason": s.finish_reason, "reward": s.reward, "advantage": s.info.get("advantage"),
-                   "baseline": s.info.get("baseline"),
-                   **{k: s.info[k] for k in ("env_reward", "reward_components") if k in s.info}} for s in ep.steps],
+                   "finish_reason": s.finish_reason, "reward": s.reward, "advantage": s.advantage,
+                   "baseline": s.baseline,
+                   **{k: getattr(s, k) for k in ("env_reward", "reward_components") if getattr(s, k) is not None}}
+                  for s in ep.steps],
     }
 
 

@@ -326,16 +326,16 @@ def video_components(role: str, reply: str, task: dict, min_steps: int) -> dict:
 
 def rescore_episodes(calc: RewardCalculator, episodes) -> None:
     """Online use: replace the reward of every Step of these rollout.Episodes by the calculator's
-    weighted reward (the components go to step.info["reward_components"], the env's reward to
-    step.info["env_reward"]; rescoring again starts from that, not from the weighted reward). Call
+    weighted reward (the components go to step.reward_components, the env's reward to
+    step.env_reward; rescoring again starts from that, not from the weighted reward). Call
     it right after rollout.run_episodes."""
     for ep in episodes:
         rec = {"task": ep.task, "metrics": ep.metrics, "error": ep.error, "truncated": ep.truncated,
-               "turns": [{"role": s.role, "reply": s.info.get("text", ""), "reply_tokens": len(s.completion_ids),
-                          "finish_reason": s.finish_reason, "reward": s.info.get("env_reward", s.reward)}
+               "turns": [{"role": s.role, "reply": s.text, "reply_tokens": len(s.completion_ids),
+                          "finish_reason": s.finish_reason, "reward": s.reward if s.env_reward is None else s.env_reward}
                          for s in ep.steps]}
         for s, sc in zip(ep.steps, calc.score_episode(rec)):
-            s.info["env_reward"], s.info["reward_components"] = sc.recorded, sc.components
+            s.env_reward, s.reward_components = sc.recorded, sc.components
             s.reward = sc.weighted
 
 

@@ -212,9 +212,8 @@ def _judge_batch(verdict_of, mixed_only=True):
                                        "Verdict: " + ("Correct" if verdict_of(t, c, right) else "Incorrect")])
             for k, (role, r, lab) in enumerate(zip(roles, rew, env.turn_labels())):
                 if role == "evaluator_critique":
-                    info = {"label": lab} if lab is not None else {}
-                    info["says_correct"] = verdict_of(t, c, right)
-                    steps.append(Step(t * 4 + c, t, role, k, [1], [2], [0.0], reward=r, info=info))
+                    steps.append(Step(t * 4 + c, t, role, k, [1], [2], [0.0], reward=r, label=lab,
+                                      info={"says_correct": verdict_of(t, c, right)}))
     return steps
 
 
@@ -333,7 +332,7 @@ def test_team_env_under_driver_with_tiny_model(tiny):
         assert all(a != b for a, b in zip(seq, seq[1:]))  # roles alternate generator / evaluator
         assert len(seq) in (2, 4) and not e.truncated
     assert all(s.reward in (-1.0, 0.0, 0.5, 1.0) for s in steps)  # verdicts +-1, relative refiner credit
-    assert all(isinstance(s.info["label"], bool) for s in steps if s.role == "evaluator_critique")
+    assert all(isinstance(s.label, bool) for s in steps if s.role == "evaluator_critique")
     a = aggregate(eps)
     assert 0 <= a["evaluator_acc"] <= 1 and all(0 <= e.metrics["final_correct"] <= 1 for e in eps)
 
@@ -343,7 +342,7 @@ def test_balanced_labels_give_an_approving_judge_zero_net_push_on_a_9_to_1_batch
     paid +1 nine times and -1 once; weighted, each label weighs 5 and the push on approving is 0."""
     import torch
     steps = [Step(i, i, "evaluator_critique", 1, [1], [2], [0.0], reward=1.0 if i < 9 else -1.0,
-                  info={"label": i < 9}) for i in range(10)] + [Step(10, 10, "evaluator_critique", 1, [1], [2], [0.0])]
+                  label=i < 9) for i in range(10)] + [Step(10, 10, "evaluator_critique", 1, [1], [2], [0.0])]
     w, m = learner.label_weights(steps)
     assert w.tolist() == pytest.approx([10 / 18] * 9 + [5.0, 1.0])  # the unlabelled turn keeps weight 1
     assert float((w[:10] * torch.tensor([s.reward for s in steps[:10]])).sum()) == pytest.approx(0.0, abs=1e-6)

@@ -65,7 +65,7 @@ def test_kl_in_reward_changes_every_estimator(tiny, estimator):
     _, tok = tiny
     rb = role_batch(tok)
     for s in rb.steps:
-        s.info["baseline"] = 0.5
+        s.baseline = 0.5
     cfg = Config(algo=AlgoConfig(adv_estimator=estimator, kl_coef=1.0, kl_in_reward=True))
     kl_tok = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(1)) * rb.mask
     values = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(2)) * rb.mask
@@ -283,12 +283,14 @@ def test_dynamic_sampling_drops_only_groups_whose_advantages_are_zero(estimator)
     a remax group rewarded 1, 1, 1, 1 against a greedy 0 has advantage 1."""
     steps = _steps({0: [1.0] * 4, 1: [0.0, 1.0, 1.0, 0.0], 2: [0.0] * 4, 3: [0.7]})
     for s in steps:
-        s.info["baseline"] = 0.0
+        s.baseline = 0.0
     mask = torch.ones(len(steps), 3)
     scores = torch.tensor([s.reward for s in steps])
     token_rewards = torch.zeros_like(mask)
     token_rewards[:, -1] = scores
-    adv, _ = ppo.ADVANTAGES[estimator](token_rewards, mask, group_ids=[s.task_id for s in steps],
+    fn = ppo.ADVANTAGES[estimator]
+    fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator: a fresh instance
+    adv, _ = fn(token_rewards, mask, group_ids=[s.task_id for s in steps],
                                        values=torch.rand(len(steps), 3), baseline=torch.zeros(len(steps)))
     if estimator == "reinforce++_baseline":  # r - group mean, before the batch whitening shifts every row alike
         adv = (scores - ppo.group_stats(scores, [s.task_id for s in steps])[0]).unsqueeze(-1) * mask
@@ -370,8 +372,8 @@ def test_remax_baseline_is_the_greedy_reply_at_each_turn(tiny):
     from rollout import Request
     for s in steps:
         want = eng.generate([Request(s.prompt_ids, s.role, greedy[s.role].sampling)])[0].text
-        assert s.info["baseline"] == toy.target_fraction(want), (s.episode_id, s.turn)
-    assert any(s.info["baseline"] != s.reward for s in steps)
+        assert s.baseline == toy.target_fraction(want), (s.episode_id, s.turn)
+    assert any(s.baseline != s.reward for s in steps)
 
 
 def test_env_that_raises_costs_one_episode(tiny):
@@ -415,8 +417,8 @@ def test_merge_turns_across_roles_masks_the_other_roles():
     assert [(s.role, s.turn) for s in out] == [("a", 0), ("b", 1), ("b", 3)]
     a = out[0]
     assert a.completion_ids == [3, 4, 9, 5, 9, 6, 7]
-    assert a.info["loss_mask"] == [1, 1, 0, 0, 0, 1, 1]  # b's turn and the template tokens carry no loss
-    assert a.logprobs == [-1.0, -1.0, 0.0, 0.0, 0.0, -0.5, -0.5] and a.reward == 0.3 and a.info["merged_turns"] == 2
+    assert a.loss_mask == [1, 1, 0, 0, 0, 1, 1]  # b's turn and the template tokens carry no loss
+    assert a.logprobs == [-1.0, -1.0, 0.0, 0.0, 0.0, -0.5, -0.5] and a.reward == 0.3 and a.merged_turns == 2
 
 
 def test_a_step_that_trains_on_nothing_is_loud_then_fatal(tmp_path, capsys):

@@ -423,7 +423,7 @@ def test_driver_batches_all_roles_per_round(setup):
     assert [len(e.steps) for e in eps] == [1, 1, 3, 3, 4, 4]
     assert [e.truncated for e in eps] == [False, False, False, False, True, True]  # 5 turns > max_turns
     for s in steps:
-        assert s.reward == len(s.info["text"])
+        assert s.reward == len(s.text)
         assert len(s.completion_ids) == len(s.logprobs) <= (4 if s.role == "asker" else 3)
         assert s.role == ("asker" if s.turn % 2 == 0 else "answerer")
     # chains of one task differ (distinct seeds per episode), and the run is reproducible

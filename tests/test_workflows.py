@@ -114,10 +114,10 @@ def test_merged_trajectory_masks_observations_token_by_token(tiny):
     gap = p2[len(p1) + len(c1):]
     assert m.prompt_ids == p1 and m.completion_ids == c1 + gap + c2
     want = [1] * len(c1) + [0] * len(gap) + [1] * len(c2)
-    assert m.info["loss_mask"] == want
+    assert m.loss_mask == want
     # token by token: position i holds (token, weight) exactly as built by hand
     by_hand = [(t, 1) for t in c1] + [(t, 0) for t in gap] + [(t, 1) for t in c2]
-    assert list(zip(m.completion_ids, m.info["loss_mask"])) == by_hand
+    assert list(zip(m.completion_ids, m.loss_mask)) == by_hand
     assert tok.decode(gap) == "\n<|im_start|>user\nObservation:\n42<|im_end|>\n<|im_start|>assistant\n"
     assert m.logprobs == [-0.5] * len(c1) + [0.0] * len(gap) + [-0.25] * len(c2)
     rb = learner.RoleBatch(merged, [1.0, 1.0], tok.pad_token_id, norm_len=16)
