@@ -1,13 +1,13 @@
 """The learner: from a step's turns to each adapter's update. Everything between the rollout and
 the optimizer lives here, on top of the math in ppo.py:
 
-  RoleBatch        one adapter's turns as right-padded tensors (mask = 1 on tokens it generated)
+  AdapterBatch        one adapter's turns as right-padded tensors (mask = 1 on tokens it generated)
   score            old / reference logprobs under an adapter (None = the base), in micro-batches
   advantages       token rewards (outcome on the last token, minus the KL when it is in the reward)
                    -> ppo.ADVANTAGES[the adapter's estimator]
   informative, mixed_label_groups, dapo_batch
                    which groups train: DAPO's filter and trim, and env-labelled uniform groups
-  prepare_adapter  score -> advantages -> (critic) for one adapter: its Part
+  prepare_adapter  score -> advantages -> (critic) for one adapter: its AdapterUpdate
   policy_update    ppo_epochs x mini-batches x micro-batches over one or more Parts (fused: one
                    forward/backward per micro-batch for every adapter's rows), each adapter's own
                    grad clip and AdamW step
@@ -69,7 +69,7 @@ def check_names(cfg: Config):
 # turning Steps into padded tensors; everything lives in "target space": column t predicts token t+1
 
 
-class RoleBatch:
+class AdapterBatch:
     """All turns of one adapter in this step, right-padded. A dummy turn (Step.dummy) has mask 0."""
 
     def __init__(self, steps: list[Step], temps: list[float], pad_id: int, norm_len: int):
@@ -109,7 +109,10 @@ class RoleBatch:
         return ids, attn, L - 1
 
 
-def forward_logits(model, pieces: list[tuple[RoleBatch, list[int]]], device):
+RoleBatch = AdapterBatch  # the old name (tests, forks)
+
+
+def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
     """ONE forward over rows of one or more RoleBatches, padded together; each row wears the adapter
     already set (lora.set_adapter / set_row_adapters). Logits are computed only from the first
     generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
@@ -125,7 +128,7 @@ def forward_logits(model, pieces: list[tuple[RoleBatch, list[int]]], device):
 
 
 @torch.no_grad()
-def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
+def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False):
     """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
     full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
     out = torch.zeros_like(rb.sample_logp)
@@ -143,7 +146,7 @@ def score(model, rb: RoleBatch, adapter, cfg, device, full_kl_to_ref=False):
 
 
 @torch.no_grad()
-def adapter_divergence(model, rb: RoleBatch, adapters: list, device, micro_batch_size: int = 4,
+def adapter_divergence(model, rb: AdapterBatch, adapters: list, device, micro_batch_size: int = 4,
                        chunk_tokens: int = 256) -> dict[str, float]:
     """How far the adapters have moved apart: for every pair (a, b) of `adapters` (None = the base),
     the symmetrised KL 1/2 [KL(pi_a || pi_b) + KL(pi_b || pi_a)] of their next-token distributions on
@@ -186,7 +189,7 @@ def window(t: torch.Tensor, rows, start: int, T: int) -> torch.Tensor:
     return F.pad(x, (0, T - start - x.shape[1])) if x.shape[1] < T - start else x
 
 
-def by_length(rb: RoleBatch, rows) -> list[int]:
+def by_length(rb: AdapterBatch, rows) -> list[int]:
     """Rows longest first: consecutive micro-batches then hold rows of similar length (less padding)."""
     return sorted(rows, key=lambda i: -int(rb.rows_len[i]))
 
@@ -207,7 +210,7 @@ class Critic:
         self.params = lora.adapter_parameters(model, "critic") + list(self.head.parameters())
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg.algo.critic_lr)
 
-    def forward(self, model, rb: RoleBatch, rows):
+    def forward(self, model, rb: AdapterBatch, rows):
         ids, attn, T = rb.micro(rows)
         lora.set_adapter(model, "critic")
         out = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), output_hidden_states=True,
@@ -215,7 +218,7 @@ class Critic:
         return self.head(out.hidden_states[-1][:, :-1].float()).squeeze(-1), T  # (b, T)
 
     @torch.no_grad()
-    def values(self, model, rb: RoleBatch):
+    def values(self, model, rb: AdapterBatch):
         model.eval()
         values = torch.zeros_like(rb.mask)
         for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), self.cfg.algo.micro_batch_size):
@@ -224,7 +227,7 @@ class Critic:
                 values[rows, :T] = v.cpu()
         return values
 
-    def update(self, model, rb: RoleBatch, returns, old_values):
+    def update(self, model, rb: AdapterBatch, returns, old_values):
         """ppo_epochs of clipped value regression on all rows (one optimizer step per epoch);
         returns the mean value loss and the explained variance of the values the advantages used."""
         a = self.cfg.algo
@@ -265,7 +268,7 @@ class Critic:
 # ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
 
 
-def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: str | None = None, state=None):
+def advantages(cfg: Config, rb: AdapterBatch, kl_tok, values, kl_coef, estimator: str | None = None, state=None):
     """Token rewards (outcome score on the last token, minus the KL when it is in the reward) ->
     the chosen estimator's (advantages, returns); `estimator`: this adapter's (default algo's);
     `state`: this adapter's instance when the estimator is a ppo.StatefulEstimator."""
@@ -284,16 +287,19 @@ def advantages(cfg: Config, rb: RoleBatch, kl_tok, values, kl_coef, estimator: s
 
 
 @dataclass(eq=False)  # compared and hashed by identity: a dict key in the update
-class Part:
+class AdapterUpdate:
     """One adapter's share of a step, ready for the policy update."""
     adapter: str
-    rb: RoleBatch
+    rb: AdapterBatch
     adv: torch.Tensor  # (N, T) advantages
     old_logp: torch.Tensor  # (N, T) logprobs of the policy that sampled (or recomputed)
     ref_logp: torch.Tensor | None  # (N, T) under the reference (adapters off), when KL is in the loss
     opt: torch.optim.Optimizer
     sched: object
     gen: torch.Generator  # its mini-batch permutations
+
+
+Part = AdapterUpdate  # the old name (tests, forks)
 
 
 @dataclass
@@ -307,7 +313,7 @@ class UpdateStats:
     skipped: int = 0
 
 
-def adapter_loss(part: Part, rows, logits, targets, start, T, weight, on_policy, denom, cfg, kl_coef, ref_logits,
+def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, on_policy, denom, cfg, kl_coef, ref_logits,
                  device):
     """One adapter's loss on its rows of a micro-batch: the clipped policy term, minus the entropy bonus,
     plus the KL term when the KL is in the loss. Returns (loss, its token-weighted sums, the max ratio).
@@ -334,7 +340,7 @@ def adapter_loss(part: Part, rows, logits, targets, start, T, weight, on_policy,
     return loss, sums, (pg_stats["ratio_max"] if n else 0.0)
 
 
-def step_or_skip(part: Part, params, nonfinite: bool, stats: UpdateStats, grad_clip: float):
+def step_or_skip(part: AdapterUpdate, params, nonfinite: bool, stats: UpdateStats, grad_clip: float):
     """Clip and step one adapter's optimizer, or skip the step (grads dropped, weights untouched) when
     its loss or gradient is not finite; `nonfinite` is agreed over ranks, so every rank skips together."""
     norm = clip_grad(params, grad_clip)
@@ -360,7 +366,7 @@ def reduce_stats(stats: UpdateStats, n_steps: int) -> dict:
     return out
 
 
-def policy_update(model, parts: list[Part], cfg, device, kl_coef) -> dict[str, dict]:
+def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> dict[str, dict]:
     """ppo_epochs x mini-batches x micro-batches for one or more adapters at once. Each part keeps its
     own permutation, mini-batches, loss denominators, grad clip and optimizer step; only the forward
     and backward of a micro-batch are shared, each row wearing its own adapter. The adapters are
@@ -429,8 +435,8 @@ def reference_logits(model, pieces, parts, device):
 # one adapter's share of a step: score -> advantages -> (critic); then the policy update
 
 
-def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> tuple[Part | None, dict]:
-    """Everything one adapter does in a step before its policy update; returns its Part (None when
+def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
+    """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
     it is not updated: frozen, or the critic is warming up) and its metrics (keys without the name)."""
     cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
     roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
@@ -438,7 +444,7 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
         pad = run.tok.pad_token_id
         steps = [Step(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
     temp = {r.name: r.temperature for r in roles}
-    rb = RoleBatch(steps, [temp[s.role] for s in steps], run.tok.pad_token_id, max(r.max_tokens for r in roles))
+    rb = AdapterBatch(steps, [temp[s.role] for s in steps], run.tok.pad_token_id, max(r.max_tokens for r in roles))
     out = {}
     model.eval()
     old_logp = rb.sample_logp if run.old_from_sampling else score(model, rb, adapter, cfg, device)
@@ -477,7 +483,7 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
-    return Part(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
+    return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
 
 
 def update(run, steps: list[Step], step: int, step_seed: int) -> dict:

@@ -3,7 +3,7 @@
 run_episodes(engine, tokenizer, make_env, tasks, roles, num_chains, max_turns): tasks x num_chains
 episodes; each round every pending model turn, whatever its role, goes into ONE engine.generate
 call (engines.py: TorchEngine, VLLMEngine); replies go back through env.step. The env interface
-it drives is in envs/__init__.py (reset / step / turn_rewards / metrics; Turn(role, messages)).
+it drives is in envs/__init__.py (reset / step / turn_rewards / metrics; Prompt(role, messages)).
 A Step is one model turn (what the role saw, said and earned); merge_turns joins a role's turns of
 one episode into one training sequence when each prompt extends the last.
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from engines import SUPPORTED, Request, Result, SamplingParams, TorchEngine, VLLMEngine  # noqa: F401 (re-exported)
-from envs import Turn  # noqa: F401  (re-exported: the driver's unit of work)
+from envs import Prompt, Turn  # noqa: F401  (re-exported: what an env hands the driver; Turn = its old name)
 
 
 # --------------------------------------------------------------------------------------------

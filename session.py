@@ -20,7 +20,7 @@ import ppo
 import trajectories
 from collectives import gather_objects, rank
 from config import Config, ConfigError
-from learner import Critic, RoleBatch, adapter_divergence
+from learner import Critic, AdapterBatch, adapter_divergence
 from model import load_model
 from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
 from rundir import load_adapters, load_checkpoint
@@ -199,7 +199,7 @@ def eval_metrics(run, steps: list[Step], eps, prefix: str) -> dict:
     metrics = summarize(run.cfg, steps, eps, prefix)
     sample = steps[:16] or [Step(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
                                  [0.0], dummy=True)]
-    rb = RoleBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
+    rb = AdapterBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
     div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)
     metrics.update({f"{prefix}/adapter_kl/{k}": v for k, v in div.items()})
     return metrics

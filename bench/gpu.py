@@ -64,7 +64,7 @@ TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 class IdTokenizer:
-    """What TorchEngine and RoleBatch read from a tokenizer; the text is the ids (nothing here reads it)."""
+    """What TorchEngine and AdapterBatch read from a tokenizer; the text is the ids (nothing here reads it)."""
     eos_token_id, pad_token_id = 0, 0
 
     def decode(self, ids, skip_special_tokens=True):
@@ -165,7 +165,7 @@ def static_equals_eager(device, capture) -> bool:
 
 def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats):
     """Seconds per fused policy_update (3 adapters) and its model FLOPs."""
-    from learner import RoleBatch
+    from learner import AdapterBatch
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     roles = tuple(RoleConfig(n, max_tokens=reply_len) for n in ADAPTERS)
     cfg = Config(roles=roles, lora=LoRAConfig(rank=16, alpha=32, dropout=0.0, targets=TARGETS),
@@ -183,9 +183,9 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
                 P, C = prompt_len - (i * 7) % (prompt_len // 4), reply_len - (i * 13) % (reply_len // 2)
                 ids = torch.randint(1, V, (P + C,), generator=g).tolist()
                 steps.append(Step(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
-            rb = RoleBatch(steps, [1.0] * len(steps), 0, reply_len)
+            rb = AdapterBatch(steps, [1.0] * len(steps), 0, reply_len)
             adv = torch.randn(rb.mask.shape, generator=g) * rb.mask  # (N, T)
-            out.append(learner.Part(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
+            out.append(learner.AdapterUpdate(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
                                   torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0),
                                   torch.Generator().manual_seed(k)))
         return out

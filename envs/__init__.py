@@ -10,8 +10,8 @@ The env class (one instance per episode, built with data.env_kwargs as keyword a
                                           config's roles before any model loads)
   __init__(**env_kwargs)                  required. Validate every kwarg here, one ValueError naming it:
                                           workflows.check_roles builds one env before the model loads
-  reset(task) -> Turn | None              required. Whose turn and what it sees
-  step(reply_text) -> Turn | None         required. The next turn, or None when the episode is done.
+  reset(task) -> Prompt | None            required. Whose turn and what it sees
+  step(reply_text) -> Prompt | None       required. The next turn's prompt, or None when the episode is done.
                                           The reply is hostile text: parse it in linear time, never raise
   turn_rewards() -> list[float]           required, after done: one reward per model turn, in order
   metrics() -> dict[str, float]           required, after done: episode-level numbers; "team_reward" is
@@ -41,10 +41,14 @@ from dataclasses import dataclass
 
 
 @dataclass
-class Turn:
-    """Whose turn it is (a role name) and the chat messages that role sees."""
+class Prompt:
+    """Whose turn it is (a role name) and the chat messages that role sees: what an env hands the
+    driver. (rollout.Step is what the driver records of the turn: tokens, logprobs, reward.)"""
     role: str
     messages: list[dict]
+
+
+Turn = Prompt  # the old name: `from envs import Turn` keeps working
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from agents.code_team import build_messages
 from rewards.code import extract_code, run_tests
-from envs import Turn, need_int, need_number
+from envs import Prompt, need_int, need_number
 
 ROLES = ("generator", "refiner")
 
@@ -37,7 +37,7 @@ class CodeTeamEnv:
 
     def _turn(self, role):
         self.role = role
-        return Turn(role, build_messages(role, self.task["prompt"], self.history))
+        return Prompt(role, build_messages(role, self.task["prompt"], self.history))
 
     def step(self, reply):
         if self.role == "refiner":

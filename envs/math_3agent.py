@@ -6,8 +6,8 @@
             ... until the evaluator says Correct or max_refinement_iterations refinements were made.
 
 The env interface (what rollout.run_episodes drives; every workflow implements the same four):
-    reset(task) -> Turn            task = {"question": str, "answer": str}; the first turn
-    step(reply_text) -> Turn|None  record the reply; the next turn, or None when the episode ends
+    reset(task) -> Prompt            task = {"question": str, "answer": str}; the first turn
+    step(reply_text) -> Prompt|None  record the reply; the next turn, or None when the episode ends
     turn_rewards() -> list[float]  after the end: the reward of each model turn, in order
     metrics() -> dict              after the end: episode-level counts (aggregate with `aggregate`)
 
@@ -53,7 +53,7 @@ from collections import defaultdict
 
 from agents.math_team import build_messages, parse_verdict
 from rewards.math import extract_answer, math_reward
-from envs import Turn, need_bool, need_int, need_number
+from envs import Prompt, need_bool, need_int, need_number
 
 ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
 
@@ -82,7 +82,7 @@ class MathTeamEnv:
         self.evaluator_reward, self.mixed_only, self.refiner_reward = evaluator_reward, evaluator_mixed_groups_only, refiner_reward
         self.fix_bonus, self.break_penalty, self.probes = fix_bonus, break_penalty, probes
 
-    def reset(self, task: dict) -> Turn:
+    def reset(self, task: dict) -> Prompt:
         self.problem, self.answer = task["question"], str(task["answer"])
         self.history: list[tuple[str, str]] = []  # (role, text), everything said so far
         self.rewards: list[float] = []
@@ -97,10 +97,10 @@ class MathTeamEnv:
 
     def _turn(self, role):
         self.role = role
-        return Turn(role, build_messages(self.judge_prompt if role == "evaluator_critique" else role, self.problem,
+        return Prompt(role, build_messages(self.judge_prompt if role == "evaluator_critique" else role, self.problem,
                                          self.history))
 
-    def step(self, reply: str) -> Turn | None:
+    def step(self, reply: str) -> Prompt | None:
         if self.done:
             raise RuntimeError("step() after the episode ended")
         if self.probe_queue is not None:  # a probe's verdict: the judge's reward, nothing else changes
@@ -148,12 +148,12 @@ class MathTeamEnv:
         random.Random(zlib.crc32(first.encode("utf-8", "replace"))).shuffle(pair)
         return pair
 
-    def _next_probe(self) -> Turn | None:
+    def _next_probe(self) -> Prompt | None:
         if not self.probe_queue:
             self.done = True
             return None
         self.role = "evaluator_critique"
-        return Turn("evaluator_critique", build_messages(self.judge_prompt, self.problem,
+        return Prompt("evaluator_critique", build_messages(self.judge_prompt, self.problem,
                                                          [("generator_initial", self.probe_queue[0][0])]))
 
     def final_answer(self) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from agents.math_team import build_messages
 from rewards.math import extract_answer, math_reward
-from envs import Turn, need_bool
+from envs import Prompt, need_bool
 
 ROLES = ("solver",)
 
@@ -22,17 +22,17 @@ class MathSingleEnv:
     def __init__(self, self_refine: bool = False):
         self.self_refine = need_bool("self_refine", self_refine)
 
-    def reset(self, task: dict) -> Turn:
+    def reset(self, task: dict) -> Prompt:
         self.problem, self.answer = task["question"], str(task["answer"])
         self.replies: list[str] = []
         self.correct: list[bool] = []
-        return Turn("solver", build_messages("solver", self.problem, []))
+        return Prompt("solver", build_messages("solver", self.problem, []))
 
     def step(self, reply: str):
         self.replies.append(reply)
         self.correct.append(math_reward(reply, self.answer) == 1.0)
         if self.self_refine and len(self.replies) == 1:  # one revision of its own solution
-            return Turn("solver", build_messages("solver_revision", self.problem, [("solver", reply)]))
+            return Prompt("solver", build_messages("solver_revision", self.problem, [("solver", reply)]))
         return None
 
     def final_answer(self) -> str | None:

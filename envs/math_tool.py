@@ -18,7 +18,7 @@ from agents.math_team import parse_verdict
 from envs.tools import run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
-from envs import Turn, need_int, need_number
+from envs import Prompt, need_int, need_number
 
 ROLES = ("analyzer", "executor", "verifier")
 
@@ -38,7 +38,7 @@ class MathToolEnv:
 
     def _turn(self, role):
         self.role = role
-        return Turn(role, build_messages(role, self.problem, self.history))
+        return Prompt(role, build_messages(role, self.problem, self.history))
 
     def step(self, reply):
         role = self.role

@@ -1,7 +1,7 @@
 """A single agent with tools over several turns (chat, ReAct or code-acting; agents/tool_agent.py),
 its tools and its reward picked by name.
 
-    reset(task) -> Turn("agent", [system, user question])
+    reset(task) -> Prompt("agent", [system, user question])
     step(reply): a final answer (\\boxed{}, 'Answer:' or the answer tool) ends the episode; a tool call
                  (ReAct) or a ```python block (code style) runs and its output comes back as an
                  Observation; a malformed call comes back as an error observation; a reply with
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from agents.tool_agent import observation_message, read_final, system_prompt
-from envs import Turn, need_file, need_int
+from envs import Prompt, need_file, need_int
 from data.search_data import search_tool
 from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
 from rewards.code import extract_code, run_tests
@@ -92,7 +92,7 @@ class ToolAgentEnv:
         self.codes, self._reward = [], None  # code the agent ran or answered with, in order
         self.messages = [{"role": "system", "content": system_prompt(self.style, self.tools, self.reward_name)},
                          {"role": "user", "content": str(task["question"])}]
-        return Turn("agent", list(self.messages))
+        return Prompt("agent", list(self.messages))
 
     def step(self, reply: str):
         self.turns += 1
@@ -126,7 +126,7 @@ class ToolAgentEnv:
             return None
         self.calls += 1
         self.messages.append(observation_message(obs))
-        return Turn("agent", list(self.messages))
+        return Prompt("agent", list(self.messages))
 
     def solution(self) -> str:
         """Code reward: the last code that defines the entry point, else the last code under the

@@ -39,7 +39,7 @@ from functools import lru_cache
 from agents.research_team import (clean_doc_id, observation_message, parse_plan, parse_report, planner_messages,
                                   researcher_messages, writer_messages)
 from data.research_data import load_research
-from envs import Turn, need_file
+from envs import Prompt, need_file
 from data.search_data import search_tool
 from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
 from rewards.qa import exact_match, f1
@@ -108,7 +108,7 @@ class ResearchEnv:
         self.plan, self.planned, self.subs, self.turns = [], False, [], []
         self.answer, self.citations, self.wrote = None, [], False
         self.role = "planner"
-        return Turn("planner", planner_messages(self.q))
+        return Prompt("planner", planner_messages(self.q))
 
     def _notes(self):
         return [(s["question"], s["note"], s["read"]) for s in self.subs if s["done"]]
@@ -118,14 +118,14 @@ class ResearchEnv:
         self.subs.append({"question": self.plan[i], "messages": msgs, "retrieved": [], "read": [], "note": None,
                           "rounds": 0, "errors": 0, "done": False})
         self.role = "researcher"
-        return Turn("researcher", list(msgs))
+        return Prompt("researcher", list(msgs))
 
     def _next(self):
         """After a sub-question ends: the next one, or the writer."""
         if len(self.subs) < len(self.plan):
             return self._start_sub(len(self.subs))
         self.role = "writer"
-        return Turn("writer", writer_messages(self.q, self._notes()))
+        return Prompt("writer", writer_messages(self.q, self._notes()))
 
     def step(self, reply):
         reply = reply if isinstance(reply, str) else ""
@@ -159,7 +159,7 @@ class ResearchEnv:
             sub["done"] = True
             return self._next()
         sub["messages"].append(observation_message(obs))
-        return Turn("researcher", list(sub["messages"]))
+        return Prompt("researcher", list(sub["messages"]))
 
     def _run(self, call: ToolCall, sub) -> str:
         if call.name == "search":

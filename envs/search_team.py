@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from agents.search_team import build_messages, parse_answer, parse_query
 from data.search_data import search_tool
-from envs import Turn, need_file, need_int
+from envs import Prompt, need_file, need_int
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
 
@@ -35,7 +35,7 @@ class SearchTeamEnv:
 
     def _turn(self, role):
         self.role = role
-        return Turn(role, build_messages(role, self.q, self.history))
+        return Prompt(role, build_messages(role, self.q, self.history))
 
     def step(self, reply):
         self.turns.append(self.role)

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, apply_patch, clean_path,  # noqa: F401
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
 from agents.swe_team import build_messages, extract_diff, parse_edits, parse_verdict
-from envs import Turn, need_int, need_number
+from envs import Prompt, need_int, need_number
 from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
@@ -581,7 +581,7 @@ class SWETeamEnv:
             cap = self.max_analyzer_calls if role == "analyzer" else self.max_validator_calls
             last = 0 < cap <= self.calls[role]
             tools = tool_prompt(self._tools(role)) if self.calls[role] < cap else ""
-        return Turn(role, build_messages(role, self.issue, shown, context, tools, last))
+        return Prompt(role, build_messages(role, self.issue, shown, context, tools, last))
 
     def _files_for_writer(self) -> str:
         code = [p for p in sorted(self.work) if not is_test_path(p)]

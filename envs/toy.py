@@ -8,7 +8,7 @@ random model).
 """
 from __future__ import annotations
 
-from envs import Turn
+from envs import Prompt
 
 ROLES = ("speaker",)
 TARGET = "7"  # the character the speaker is paid for
@@ -29,9 +29,9 @@ def target_fraction(text: str) -> float:
 class ToyEnv:
     roles = ROLES
 
-    def reset(self, task: dict) -> Turn:
+    def reset(self, task: dict) -> Prompt:
         self.reward = None
-        return Turn("speaker", [{"role": "user", "content": task["question"]}])
+        return Prompt("speaker", [{"role": "user", "content": task["question"]}])
 
     def step(self, reply: str) -> None:
         self.reward = target_fraction(reply)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from agents.video_team import LETTERS, agent_messages, organizer_messages, parse_choice, parse_clip_ids, parse_triples
 from data.video_data import load_video
-from envs import Turn
+from envs import Prompt
 from rewards.video import citation_counts, graph_counts, prf
 
 ROLES = ("captioner", "grapher", "organizer")
@@ -86,7 +86,7 @@ class VideoQAEnv:
 
     def _agent_turn(self, role):
         self.role = role
-        return Turn(role, agent_messages(role, self.q, self.choices, self.clips, self.max_caption_chars))
+        return Prompt(role, agent_messages(role, self.q, self.choices, self.clips, self.max_caption_chars))
 
     def step(self, reply):
         if self.done:
@@ -106,7 +106,7 @@ class VideoQAEnv:
                 self.final, self.skipped, self.done = self.votes["captioner"], True, True
                 return None
             self.role = "organizer"
-            return Turn("organizer", organizer_messages(self.q, self.choices, self.history, self.max_report_chars))
+            return Prompt("organizer", organizer_messages(self.q, self.choices, self.history, self.max_report_chars))
         self.organizer_choice = self.final = parse_choice(reply, self.choices)
         self.history.append(("organizer", reply))
         self.done = True
