@@ -86,7 +86,7 @@ def sampled_scores(cfg, eps, threshold: float) -> dict:
     """mean@k and pass@k per role and for the team, from k episodes per task."""
     by_task = defaultdict(lambda: defaultdict(list))  # task -> who -> [score per episode]
     for e in eps:
-        last = {s.role: s.reward for s in e.steps}  # each role's final say in this episode
+        last = {s.role: s.reward for s in e.samples}  # each role's final say in this episode
         for role, r in last.items():
             by_task[e.task_id][role].append(r)
         by_task[e.task_id]["team"].append(float(e.metrics.get("team_reward", 0.0)))
@@ -163,9 +163,9 @@ def main(argv=None) -> dict:
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}
     ids = list(range(collectives.rank(), len(tasks), collectives.world()))
     mine = [tasks[i] for i in ids]
-    steps, eps = session.episodes(run.engine, run.tok, cfg, mine, ids, specs, 1)
+    samples, eps = session.episodes(run.engine, run.tok, cfg, mine, ids, specs, 1)
     results = {"checkpoint": str(ckpt) if ckpt else None, "base": args.base, "step": run.step, "tasks": len(tasks),
-               "data": cfg.data.val_files, **session.eval_metrics(run, steps, eps, "greedy")}
+               "data": cfg.data.val_files, **session.eval_metrics(run, samples, eps, "greedy")}
     session.save_trajectories(run, eps, out / "greedy.jsonl", "eval_greedy", 1.0)
     k = max(args.n_samples, args.maj_k)
     if k:
@@ -197,7 +197,7 @@ def main(argv=None) -> dict:
 
 def majority_rows(tasks, eps, k: int, maj_k: int) -> list[dict]:
     """One row per task (over every rank): the majority vote of its first maj_k sampled episodes."""
-    mine = [(e.task_id, e.episode_id % k, e.env.final_answer(), float(e.metrics.get("team_reward", 0.0)), len(e.steps))
+    mine = [(e.task_id, e.episode_id % k, e.env.final_answer(), float(e.metrics.get("team_reward", 0.0)), len(e.samples))
             for e in eps]
     by_task = defaultdict(list)
     for t, c, ans, sc, n in sorted(x for part in collectives.gather_objects(mine) for x in part):

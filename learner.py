@@ -43,7 +43,7 @@ from collectives import (
     world,
 )
 from config import Config, ConfigError
-from rollout import Step
+from rollout import Sample
 
 
 def check_names(cfg: Config):
@@ -70,20 +70,20 @@ def check_names(cfg: Config):
 
 
 class AdapterBatch:
-    """All turns of one adapter in this step, right-padded. A dummy turn (Step.dummy) has mask 0."""
+    """All turns of one adapter in this step, right-padded. A dummy turn (Sample.dummy) has mask 0."""
 
-    def __init__(self, steps: list[Step], temps: list[float], pad_id: int, norm_len: int):
-        self.steps, self.norm_len, self.pad_id = steps, norm_len, pad_id  # norm_len: Dr. GRPO's constant
-        L = max(len(s.prompt_ids) + len(s.completion_ids) for s in steps)
-        N = len(steps)
+    def __init__(self, samples: list[Sample], temps: list[float], pad_id: int, norm_len: int):
+        self.samples, self.norm_len, self.pad_id = samples, norm_len, pad_id  # norm_len: Dr. GRPO's constant
+        L = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        N = len(samples)
         self.ids = torch.full((N, L), pad_id, dtype=torch.long)
         self.attn = torch.zeros(N, L, dtype=torch.long)
         self.mask = torch.zeros(N, L - 1)  # 1 on targets the role generated
         self.sample_logp = torch.zeros(N, L - 1)
-        self.scores = torch.tensor([s.reward for s in steps])  # (N,)
+        self.scores = torch.tensor([s.reward for s in samples])  # (N,)
         self.last = torch.zeros(N, dtype=torch.long)  # target column of each row's last token
         self.first = torch.zeros(N, dtype=torch.long)  # target column of each row's first generated token
-        for i, s in enumerate(steps):
+        for i, s in enumerate(samples):
             P, C = len(s.prompt_ids), len(s.completion_ids)
             if (s.logprobs and len(s.logprobs) != C) or P == 0:
                 raise ValueError(f"step of episode {s.episode_id} turn {s.turn} ({s.role}): {P} prompt tokens, "
@@ -110,6 +110,7 @@ class AdapterBatch:
 
 
 RoleBatch = AdapterBatch  # the old name (tests, forks)
+AdapterBatch.steps = property(lambda self: self.samples)  # the old name of `samples`
 
 
 def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
@@ -132,7 +133,7 @@ def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False):
     """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
     full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
     out = torch.zeros_like(rb.sample_logp)
-    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), cfg.algo.micro_batch_size):
+    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), cfg.algo.micro_batch_size):
         lora.set_adapter(model, adapter)
         logits, tgt, start, T = forward_logits(model, [(rb, rows)], device)
         if full_kl_to_ref:
@@ -159,7 +160,7 @@ def adapter_divergence(model, rb: AdapterBatch, adapters: list, device, micro_ba
     W = W.full_tensor() if hasattr(W, "full_tensor") else W  # FSDP: gathered once, every rank joins
     sums = {(a, b): 0.0 for i, a in enumerate(adapters) for b in adapters[i + 1:]}
     n_tok = 0.0
-    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), micro_batch_size):
+    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), micro_batch_size):
         ids, attn, T = rb.micro(rows)
         sel = window(rb.mask, rows, 0, T).bool().to(device)  # (b, T): target columns the role generated
         temp = rb.temps[rows].to(device)[:, None].expand(-1, T)[sel]  # (n,)
@@ -221,7 +222,7 @@ class Critic:
     def values(self, model, rb: AdapterBatch):
         model.eval()
         values = torch.zeros_like(rb.mask)
-        for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), self.cfg.algo.micro_batch_size):
+        for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), self.cfg.algo.micro_batch_size):
             v, T = self.forward(model, rb, rows)
             if w:
                 values[rows, :T] = v.cpu()
@@ -235,7 +236,7 @@ class Critic:
         vf_loss = 0.0  # each chunk's share of the global token-mean loss, summed
         for _ in range(a.ppo_epochs):
             denom = max(all_sum(float(rb.mask.sum())), 1.0)
-            for rows, w in lockstep_chunks(by_length(rb, range(len(rb.steps))), a.micro_batch_size):
+            for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), a.micro_batch_size):
                 v, T = self.forward(model, rb, rows)
                 loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
                                          rb.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
@@ -274,12 +275,12 @@ def advantages(cfg: Config, rb: AdapterBatch, kl_tok, values, kl_coef, estimator
     `state`: this adapter's instance when the estimator is a ppo.StatefulEstimator."""
     a = cfg.algo
     token_rewards = torch.zeros_like(rb.mask)  # (N, T)
-    token_rewards[torch.arange(len(rb.steps)), rb.last] = rb.scores
+    token_rewards[torch.arange(len(rb.samples)), rb.last] = rb.scores
     if kl_tok is not None and a.kl_in_reward:
         token_rewards = token_rewards - kl_coef * kl_tok * rb.mask
     gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.dummy else ("dummy", i)
-            for i, s in enumerate(rb.steps)]
-    baseline = torch.tensor([float(s.baseline or 0.0) for s in rb.steps])  # ReMax's greedy reward
+            for i, s in enumerate(rb.samples)]
+    baseline = torch.tensor([float(s.baseline or 0.0) for s in rb.samples])  # ReMax's greedy reward
     fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
     fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
     return fn(token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
@@ -378,7 +379,7 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
     model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
     lora.set_adapter(model, parts[0].adapter if len(parts) == 1 else None)
     params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
-    n_rows = {p.adapter: len(p.rb.steps) for p in parts}
+    n_rows = {p.adapter: len(p.rb.samples) for p in parts}
     n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(n_rows[p.adapter]) for p in parts]))}
     stats = {p.adapter: UpdateStats(lr=p.opt.param_groups[0]["lr"]) for p in parts}
     for epoch in range(a.ppo_epochs):
@@ -435,16 +436,16 @@ def reference_logits(model, pieces, parts, device):
 # one adapter's share of a step: score -> advantages -> (critic); then the policy update
 
 
-def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
+def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
     """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
     it is not updated: frozen, or the critic is warming up) and its metrics (keys without the name)."""
     cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
     roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
-    if not steps:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
+    if not samples:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
         pad = run.tok.pad_token_id
-        steps = [Step(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
+        samples = [Sample(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
     temp = {r.name: r.temperature for r in roles}
-    rb = AdapterBatch(steps, [temp[s.role] for s in steps], run.tok.pad_token_id, max(r.max_tokens for r in roles))
+    rb = AdapterBatch(samples, [temp[s.role] for s in samples], run.tok.pad_token_id, max(r.max_tokens for r in roles))
     out = {}
     model.eval()
     old_logp = rb.sample_logp if run.old_from_sampling else score(model, rb, adapter, cfg, device)
@@ -466,10 +467,10 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     critic = run.critic if estimator == "gae" else None
     values = critic.values(model, rb) if critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
-    for s, a_mean in zip(steps, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
+    for s, a_mean in zip(samples, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
         s.advantage = float(a_mean)  # for the trajectory files
     if roles[0].balance_labels:  # each label (e.g. right / wrong solutions judged) weighs the same in total
-        w, bm = label_weights(steps)
+        w, bm = label_weights(samples)
         adv = adv * w[:, None]
         out.update(bm)
     if a.rollout_is_on(cfg.rollout.engine) and not run.old_from_sampling:  # engine != trainer: reweight
@@ -486,13 +487,13 @@ def prepare_adapter(run, adapter: str, steps: list[Step], step: int, step_seed: 
     return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
 
 
-def update(run, steps: list[Step], step: int, step_seed: int) -> dict:
+def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:
     """One training step's learning on the kept turns: per adapter, score -> advantages -> (critic);
     then the policy update, every adapter at once (algo.fused_update) or one after another; the LR
     schedule; the adaptive KL controller. Returns the step's train/* metrics."""
     cfg, a, metrics = run.cfg, run.cfg.algo, {}
     by_adapter = defaultdict(list)
-    for s in steps:
+    for s in samples:
         by_adapter[cfg.adapter_of(next(r for r in cfg.roles if r.name == s.role))].append(s)
     busy = [x for x, n in zip(cfg.adapters, all_sum([float(len(by_adapter[x])) for x in cfg.adapters])) if n]
     bar = tqdm(total=2 * len(busy), desc=f"step {step} update", leave=False,
@@ -525,11 +526,11 @@ def update(run, steps: list[Step], step: int, step_seed: int) -> dict:
 # which groups train
 
 
-def group_key(cfg: Config, s: Step):
+def group_key(cfg: Config, s: Sample):
     return s.task_id, s.role, s.turn if cfg.algo.group_by_turn else 0
 
 
-def informative(cfg: Config, steps: list[Step]) -> list[Step]:
+def informative(cfg: Config, samples: list[Sample]) -> list[Sample]:
     """DAPO's filter: drop the groups whose advantages are zero by construction, i.e. groups of more
     than one turn whose rewards all agree, for the roles whose estimator centres per group (grpo,
     rloo, reinforce++_baseline). A group of one stays (its grpo/rloo advantage is its reward, as
@@ -537,20 +538,20 @@ def informative(cfg: Config, steps: list[Step]) -> list[Step]:
     reinforce++, gae: there a flat group still has advantages)."""
     est = {r.name: cfg.estimator_of(r) for r in cfg.roles}
     groups = defaultdict(list)
-    for s in steps:
+    for s in samples:
         groups[group_key(cfg, s)].append(s.reward)
     flat = {k for k, r in groups.items()
             if est.get(k[1], cfg.algo.adv_estimator) in ppo.GROUPED and len(r) > 1 and max(r) == min(r)}
-    return [s for s in steps if group_key(cfg, s) not in flat]
+    return [s for s in samples if group_key(cfg, s) not in flat]
 
 
-def label_weights(steps: list[Step]) -> tuple[torch.Tensor, dict]:
+def label_weights(samples: list[Sample]) -> tuple[torch.Tensor, dict]:
     """Per turn, the weight that gives each label (env.turn_labels) equal total weight over the step's
     turns on every rank: n_labelled / (n_labels * n_of_its_label); unlabelled turns weigh 1. With
     labels right x9 / wrong x1 a judge rewarded +1 / -1 that approves everything gets 9 * 10/18 * (+1)
     + 1 * 10/2 * (-1) = 0: no net push. Also the per-label counts and mean rewards, as metrics."""
     mine = defaultdict(lambda: [0.0, 0.0])  # label -> [turns, reward sum]
-    for s in steps:
+    for s in samples:
         if s.label is not None:
             mine[str(s.label).lower()][0] += 1
             mine[str(s.label).lower()][1] += s.reward
@@ -558,47 +559,47 @@ def label_weights(steps: list[Step]) -> tuple[torch.Tensor, dict]:
     tot = all_sum([mine[k][i] for k in keys for i in (0, 1)])
     count, reward = {k: tot[2 * j] for j, k in enumerate(keys)}, {k: tot[2 * j + 1] for j, k in enumerate(keys)}
     n = sum(count.values())
-    w = torch.tensor([n / (len(keys) * count[str(s.label).lower()]) if s.label is not None else 1.0 for s in steps])
+    w = torch.tensor([n / (len(keys) * count[str(s.label).lower()]) if s.label is not None else 1.0 for s in samples])
     metrics = {f"labelled_{k}": count[k] for k in keys} | {f"reward_{k}": reward[k] / max(count[k], 1.0) for k in keys}
     return w, metrics
 
 
-def mixed_label_groups(cfg: Config, steps: list[Step]) -> list[Step]:
+def mixed_label_groups(cfg: Config, samples: list[Sample]) -> list[Sample]:
     """Leave out the groups of several labelled turns whose labels all agree (env.turn_labels: e.g. a
     judge's verdicts on solutions that were all right, where it can only learn the task's difficulty),
     for the roles whose estimator centres per group (ppo.GROUPED), like DAPO's filter: under the
     others (remax, reinforce++, gae, ema_baseline) such a group still carries advantage and stays."""
     est = {r.name: cfg.estimator_of(r) for r in cfg.roles}
     labels = defaultdict(set)
-    for s in steps:
+    for s in samples:
         if s.label is not None:
             labels[group_key(cfg, s)].add(s.label)
     n = defaultdict(int)
-    for s in steps:
+    for s in samples:
         n[group_key(cfg, s)] += 1
     uniform = {k for k, v in labels.items() if len(v) == 1 and n[k] > 1 and est.get(k[1]) in ppo.GROUPED}
-    return [s for s in steps if group_key(cfg, s) not in uniform]
+    return [s for s in samples if group_key(cfg, s) not in uniform]
 
 
-def dapo_batch(cfg: Config, steps: list[Step]) -> list[Step]:
+def dapo_batch(cfg: Config, samples: list[Sample]) -> list[Sample]:
     """The filter, then DAPO's trim: the informative groups of the first data.batch_size tasks (in
     stream order, over all ranks) that kept any, so refill rounds never grow the batch."""
-    kept = informative(cfg, steps)
+    kept = informative(cfg, samples)
     tasks = sorted({t for part in gather_objects(sorted({s.task_id for s in kept})) for t in part})
     first = set(tasks[:cfg.data.batch_size])
     return [s for s in kept if s.task_id in first]
 
 
-def select(cfg: Config, steps: list[Step]) -> tuple[list[Step], dict]:
+def select(cfg: Config, samples: list[Sample]) -> tuple[list[Sample], dict]:
     """The turns that train this step (DAPO's filter and trim when on, then the env-labelled uniform
     groups out) and what was left out, as train/* metrics."""
-    kept, metrics = (dapo_batch(cfg, steps) if cfg.algo.dynamic_sampling else steps), {}
+    kept, metrics = (dapo_batch(cfg, samples) if cfg.algo.dynamic_sampling else samples), {}
     if any(s.label is not None for s in kept):  # the env labelled turns: uniform groups leave the update
         n_lab, before = all_sum([float(sum(s.label is not None for s in kept)), float(len(kept))])
         kept = mixed_label_groups(cfg, kept)
         metrics["train/labelled_turns_dropped"] = (before - all_sum(float(len(kept)))) / max(n_lab, 1.0)
     if cfg.algo.dynamic_sampling:
-        n_kept, n_all = all_sum([float(len(kept)), float(len(steps))])
+        n_kept, n_all = all_sum([float(len(kept)), float(len(samples))])
         metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0),
                         "train/kept_tasks": float(len({t for p in gather_objects({s.task_id for s in kept}) for t in p}))})
     return kept, metrics

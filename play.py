@@ -48,9 +48,9 @@ def main(argv=None):
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}
     _, eps = session.episodes(run.engine, run.tok, cfg, [{"question": args.question, "answer": args.answer}], [0], specs, 1)
     ep = eps[0]
-    for s in ep.steps:
+    for s in ep.samples:
         print(f"--- {s.role} (turn {s.turn}, {len(s.completion_ids)} tokens, {s.finish_reason})\n{s.text}\n")
-    print("rewards: " + ", ".join(f"{s.role} {s.reward:.2f}" for s in ep.steps)
+    print("rewards: " + ", ".join(f"{s.role} {s.reward:.2f}" for s in ep.samples)
           + (" | truncated" if ep.truncated else "") + (f" | env error: {ep.error}" if ep.error else ""))
     return ep
 

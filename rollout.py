@@ -4,7 +4,7 @@ run_episodes(engine, tokenizer, make_env, tasks, roles, num_chains, max_turns): 
 episodes; each round every pending model turn, whatever its role, goes into ONE engine.generate
 call (engines.py: TorchEngine, VLLMEngine); replies go back through env.step. The env interface
 it drives is in envs/__init__.py (reset / step / turn_rewards / metrics; Prompt(role, messages)).
-A Step is one model turn (what the role saw, said and earned); merge_turns joins a role's turns of
+A Sample is one model turn (what the role saw, said and earned); merge_turns joins a role's turns of
 one episode into one training sequence when each prompt extends the last.
 
 The engine names (TorchEngine, VLLMEngine, Request, Result, SamplingParams) are re-exported here,
@@ -32,8 +32,9 @@ class RoleSpec:
 
 
 @dataclass
-class Step:
-    """One model turn: what the role saw, what it said, and what it earned."""
+class Sample:
+    """One model turn as the trainer sees it: what the role saw, what it said, what it earned. (A
+    training step is `step`; what an env hands the driver is an envs.Prompt.)"""
     episode_id: int
     task_id: int
     role: str
@@ -60,18 +61,25 @@ class Episode:
     episode_id: int
     task_id: int
     env: object
-    steps: list[Step] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     truncated: bool = False
     error: str | None = None  # the env raised: the episode ended there and earns 0
     task: dict | None = None
     fork_of: tuple[int, int] | None = None  # ReMax baseline fork: (episode id, turn) it replays greedily
 
+    @property
+    def steps(self) -> list[Sample]:  # the old name of `samples`
+        return self.samples
+
+
+Step = Sample  # the old name: `from rollout import Step` keeps working
+
 
 def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
                  max_turns: int = 8, max_model_len: int | None = None, progress: bool = False,
                  seed_ids: list[int] | None = None, baseline_roles: dict[str, RoleSpec] | None = None):
-    """Roll out len(tasks) x num_chains episodes; returns (steps, episodes).
+    """Roll out len(tasks) x num_chains episodes; returns (samples, episodes).
 
     Each round: every live episode's pending turn becomes one request (its role's adapter and
     sampling), all in ONE engine.generate call; replies go back through env.step. An episode
@@ -127,18 +135,18 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
                 raise KeyError(f"env asked for role {turn.role!r}; configured roles are {sorted(roles)}")
             spec = (baseline_roles if ep.fork_of else roles)[turn.role]
             p = _chat_ids(tokenizer, turn.messages)
-            if len(ep.steps) >= max_turns or (max_model_len is not None and
+            if len(ep.samples) >= max_turns or (max_model_len is not None and
                                               len(p) + spec.sampling.max_new_tokens > max_model_len):
                 ep.truncated = True
                 del pending[eid]
                 continue
             sp = spec.sampling
             if sp.seed is not None:  # distinct but reproducible stream per episode and turn
-                sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(ep.steps)) % 2**63)
+                sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(ep.samples)) % 2**63)
             if baseline_roles is not None and ep.fork_of is None:  # ReMax: a greedy twin from this turn on
                 twin = Episode(len(episodes), ep.task_id, ep.env.fork() if hasattr(ep.env, "fork")
-                               else copy.deepcopy(ep.env), steps=[dataclasses.replace(x) for x in ep.steps],
-                               fork_of=(eid, len(ep.steps)))
+                               else copy.deepcopy(ep.env), samples=[dataclasses.replace(x) for x in ep.samples],
+                               fork_of=(eid, len(ep.samples)))
                 seed_of[twin.episode_id] = seed_of[eid]
                 episodes.append(twin)
                 pending[twin.episode_id] = turn
@@ -153,7 +161,7 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
         for eid, req, res in zip(ids, reqs, results):
             ep = episodes[eid]
             role = pending[eid].role
-            ep.steps.append(Step(eid, ep.task_id, role, len(ep.steps), req.prompt_ids, res.completion_ids,
+            ep.samples.append(Sample(eid, ep.task_id, role, len(ep.samples), req.prompt_ids, res.completion_ids,
                                  res.logprobs, finish_reason=res.finish_reason, text=res.text))
             try:
                 nxt = ep.env.step(res.text)
@@ -172,28 +180,28 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     for ep in episodes:
         try:
             rewards = [] if ep.error else [float(r) for r in ep.env.turn_rewards()]
-            if not ep.error and len(rewards) != len(ep.steps):
+            if not ep.error and len(rewards) != len(ep.samples):
                 raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
                                  f"{len(ep.steps)} turns (episode {ep.episode_id})")
             ep.metrics = {} if ep.error else dict(ep.env.metrics())
             labels = ep.env.turn_labels() if not ep.error and hasattr(ep.env, "turn_labels") else []
-            for st, lab in zip(ep.steps, labels):
+            for st, lab in zip(ep.samples, labels):
                 if lab is not None:
                     st.label = lab  # the trainer leaves out groups whose labels all agree
         except Exception as e:
             fail(ep, e)
         if ep.error:
-            rewards, ep.metrics = [0.0] * len(ep.steps), {"env_error": 1.0}
-        for st, r in zip(ep.steps, rewards):
+            rewards, ep.metrics = [0.0] * len(ep.samples), {"env_error": 1.0}
+        for st, r in zip(ep.samples, rewards):
             st.reward = r
         if ep.fork_of is not None:  # report the greedy reply's reward to the turn it replays
             eid, k = ep.fork_of
-            episodes[eid].steps[k].baseline = ep.steps[k].reward
+            episodes[eid].samples[k].baseline = ep.samples[k].reward
     main = episodes[:n_main]
-    return [s for ep in main for s in ep.steps], main
+    return [s for ep in main for s in ep.samples], main
 
 
-def merge_turns(steps: list[Step]) -> list[Step]:
+def merge_turns(samples: list[Sample]) -> list[Sample]:
     """Merge the turns of one role in one episode into a single training sequence, when possible.
 
     A turn is merged into the same role's previous turn of the same episode (other roles may have
@@ -204,9 +212,9 @@ def merge_turns(steps: list[Step]) -> list[Step]:
     template that rewrites history, role prompts that differ turn by turn, a reply that
     re-tokenises differently) stay separate steps: `merged_turns` counts what was merged.
     """
-    out: list[Step] = []
-    last: dict[tuple[int, str], Step] = {}  # (episode, role) -> that role's latest merged step
-    for s in steps:
+    out: list[Sample] = []
+    last: dict[tuple[int, str], Sample] = {}  # (episode, role) -> that role's latest merged step
+    for s in samples:
         cur = last.get((s.episode_id, s.role))
         full = cur.prompt_ids + cur.completion_ids if cur else None
         if cur is not None and len(s.prompt_ids) >= len(full) and s.prompt_ids[:len(full)] == full:

@@ -22,7 +22,7 @@ from collectives import gather_objects, rank
 from config import Config, ConfigError
 from learner import Critic, AdapterBatch, adapter_divergence
 from model import load_model
-from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
+from rollout import Episode, RoleSpec, SamplingParams, Sample, TorchEngine, run_episodes
 from rundir import load_adapters, load_checkpoint
 from workflows import workflow
 
@@ -157,21 +157,21 @@ def role_specs(cfg: Config, step_seed: int | None, greedy=False) -> dict[str, Ro
 def episodes(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress=False, baseline_roles=None):
     """run_episodes on this rank's tasks, with global task ids (groups and seeds do not depend on
     how tasks were split over ranks)."""
-    steps, eps = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
+    samples, eps = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
                               max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
                               progress=progress and rank() == 0, seed_ids=task_ids, baseline_roles=baseline_roles)
     for e in eps:
         e.task_id = task_ids[e.task_id]
-        for s in e.steps:
+        for s in e.samples:
             s.task_id = e.task_id
-    return steps, eps
+    return samples, eps
 
 
-def summarize(cfg: Config, steps: list[Step], eps, prefix: str) -> dict:
+def summarize(cfg: Config, samples: list[Sample], eps, prefix: str) -> dict:
     """Per-role reward (mean, std, min, max) and response length, the mean of every episode metric,
     and the workflow's own aggregate; reduced over ranks."""
     out = {}
-    every = [x for part in gather_objects([(e.metrics, [(s.role, s.reward, len(s.completion_ids)) for s in e.steps],
+    every = [x for part in gather_objects([(e.metrics, [(s.role, s.reward, len(s.completion_ids)) for s in e.samples],
                                             e.truncated) for e in eps]) for x in part]
     for r in cfg.roles:
         rew = np.array([w for _, st, _ in every for role, w, _ in st if role == r.name])
@@ -187,17 +187,17 @@ def summarize(cfg: Config, steps: list[Step], eps, prefix: str) -> dict:
         out[f"{prefix}/truncated"] = float(np.mean([t for _, _, t in every]))
     env_module = workflow(cfg)[1]
     if hasattr(env_module, "aggregate"):  # what is the workflow's own (e.g. an evaluator's precision)
-        light = [Episode(0, 0, None, [Step(0, 0, role, 0, [], [0] * n, [], reward=w) for role, w, n in st], m)
+        light = [Episode(0, 0, None, [Sample(0, 0, role, 0, [], [0] * n, [], reward=w) for role, w, n in st], m)
                  for m, st, _ in every]
         out.update({f"{prefix}/{k}": v for k, v in env_module.aggregate(light).items()})
     return out
 
 
-def eval_metrics(run, steps: list[Step], eps, prefix: str) -> dict:
+def eval_metrics(run, samples: list[Sample], eps, prefix: str) -> dict:
     """summarize(), plus how far the adapters have moved apart (and from the base): adapter_kl/a~b on
     the same (first 16) turns for every adapter."""
-    metrics = summarize(run.cfg, steps, eps, prefix)
-    sample = steps[:16] or [Step(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
+    metrics = summarize(run.cfg, samples, eps, prefix)
+    sample = samples[:16] or [Sample(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
                                  [0.0], dummy=True)]
     rb = AdapterBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
     div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)

@@ -39,7 +39,7 @@ import trajectories
 from collectives import all_sum, print0, rank, world
 from config import Config, ConfigError, load_config_file, pop_config_arg, pop_env_kwargs, to_dict
 from rewards.calculator import RewardCalculator, rescore_episodes
-from rollout import Step, merge_turns
+from rollout import Sample, merge_turns
 from rundir import (
     Logger,
     config_changes,
@@ -67,7 +67,7 @@ def collect(run, train_tasks, step_seed):
     """This step's episodes: batch_size new tasks from the seeded stream, plus, under dynamic
     sampling with refill, more batches while fewer than batch_size tasks kept an informative group."""
     cfg, B = run.cfg, run.cfg.data.batch_size
-    steps, eps, rounds = [], [], 0
+    samples, eps, rounds = [], [], 0
     baseline = role_specs(cfg, None, greedy=True) if "remax" in cfg.estimators else None
     while True:
         ids = []  # (global task id = position in the stream, task index): a seeded permutation per epoch
@@ -79,13 +79,13 @@ def collect(run, train_tasks, step_seed):
         mine = ids[rank()::world()]
         s, e = episodes(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
                         role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
-        if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in Step.env_reward)
+        if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in Sample.env_reward)
             rescore_episodes(RewardCalculator.from_config(cfg), e)
-        steps, eps = steps + s, eps + e
+        samples, eps = samples + s, eps + e
         if not cfg.algo.dynamic_sampling or rounds == cfg.algo.dynamic_sampling_max_rounds:
-            return steps, eps, rounds
-        if all_sum(float(len({x.task_id for x in learner.informative(cfg, steps)}))) >= B:
-            return steps, eps, rounds
+            return samples, eps, rounds
+        if all_sum(float(len({x.task_id for x in learner.informative(cfg, samples)}))) >= B:
+            return samples, eps, rounds
         rounds += 1
 
 
@@ -93,7 +93,7 @@ def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
     """Greedy episodes on the validation tasks; when `out` is given, writes them all, prints one and
     puts the first few in the logger's wandb table (the same tasks at every eval)."""
     mine = list(range(rank(), len(val_tasks), world()))
-    steps, eps = episodes(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
+    samples, eps = episodes(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
                           role_specs(run.cfg, None, greedy=True), 1, progress=run.cfg.rollout.progress)
     if out is not None:
         records = save_trajectories(run, eps, out / "trajectories" / f"val_step_{run.step:06d}.jsonl", "val", 1.0)
@@ -101,14 +101,14 @@ def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
             print0(trajectories.show(records[0]))
             if logger is not None:
                 logger.episodes(run.step, records)
-    return eval_metrics(run, steps, eps, "val")
+    return eval_metrics(run, samples, eps, "val")
 
 
-def empty_reason(cfg: Config, steps: list[Step], eps) -> str | None:
+def empty_reason(cfg: Config, samples: list[Sample], eps) -> str | None:
     """Why this step trains on nothing, or None."""
     trainable = {r.name for r in cfg.roles if r.trainable}
-    n_tok, n_trunc, n_eps = all_sum([float(sum(len(s.completion_ids) for s in steps if s.role in trainable)),
-                                     float(sum(e.truncated and not e.steps for e in eps)), float(len(eps))])
+    n_tok, n_trunc, n_eps = all_sum([float(sum(len(s.completion_ids) for s in samples if s.role in trainable)),
+                                     float(sum(e.truncated and not e.samples for e in eps)), float(len(eps))])
     if n_tok > 0:
         return None
     if n_eps and n_trunc == n_eps:
@@ -176,20 +176,20 @@ def experience(run, train_tasks, step: int, step_seed: int):
     kept turns, metrics, why nothing trains or None)."""
     cfg = run.cfg
     t0 = time.perf_counter()
-    steps, eps, extra_rounds = collect(run, train_tasks, step_seed)
-    n_tokens = all_sum(float(sum(len(s.completion_ids) for s in steps)))
+    samples, eps, extra_rounds = collect(run, train_tasks, step_seed)
+    n_tokens = all_sum(float(sum(len(s.completion_ids) for s in samples)))
     t_roll = time.perf_counter() - t0
-    metrics = summarize(cfg, steps, eps, "train")
+    metrics = summarize(cfg, samples, eps, "train")
     metrics.update({"train/gen_tokens": n_tokens,  # every role's generated tokens this step (the token budget arms compare)
                     "time/rollout": t_roll, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9)})
     if cfg.rollout.merge_turns:
-        steps = merge_turns(steps)
-    kept, sm = learner.select(cfg, steps)
+        samples = merge_turns(samples)
+    kept, sm = learner.select(cfg, samples)
     metrics.update(sm | ({"train/extra_rollouts": float(extra_rounds)} if cfg.algo.dynamic_sampling else {}))
     silent = [r.name for r in cfg.roles if r.trainable and not metrics.get(f"train/response_len/{r.name}")]
     if silent:
         print0(f"[step {step}] note: role(s) {silent} produced no tokens this step")
-    return eps, kept, metrics, empty_reason(cfg, steps, eps)
+    return eps, kept, metrics, empty_reason(cfg, samples, eps)
 
 
 def main(cfg: Config):

@@ -45,7 +45,7 @@ def episode_record(ep, tok, split: str, step: int) -> dict:
                    "finish_reason": s.finish_reason, "reward": s.reward, "advantage": s.advantage,
                    "baseline": s.baseline,
                    **{k: getattr(s, k) for k in ("env_reward", "reward_components") if getattr(s, k) is not None}}
-                  for s in ep.steps],
+                  for s in ep.samples],
     }
 
 
@@ -271,8 +271,8 @@ def _svg_curves(rows: list[dict], prefix: str, roles: list[str], w=500, h=240) -
     dashes = ["", "7,3", "2,2", "9,3,2,3", "4,4", "1,3"]
     series = [(r, f"{prefix}/reward/{r}", colors[i % len(colors)], dashes[i % len(dashes)]) for i, r in enumerate(roles)]
     series.append(("team", f"{prefix}/team_reward", "#000", "5,4"))
-    steps = [x["step"] for x in rows if any(k in x for _, k, _, _ in series)]
-    lo, hi = (min(steps), max(steps)) if steps else (0, 1)
+    samples = [x["step"] for x in rows if any(k in x for _, k, _, _ in series)]
+    lo, hi = (min(samples), max(samples)) if samples else (0, 1)
     vals = [float(x[k]) for x in rows for _, k, _, _ in series if isinstance(x.get(k), (int, float)) and math.isfinite(x[k])]
     vlo, vhi = min([0.0] + vals), max([1.0] + vals)
     L, R, T, B = 40, 150, 24, 30

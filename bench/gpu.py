@@ -34,7 +34,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [ROOT] + [x for x in sys.path if os.path.abspath(x or ".") != os.path.join(ROOT, "bench")]  # not bench/lora.py
 import lora  # noqa: E402
-from rollout import Request, SamplingParams, Step, TorchEngine  # noqa: E402
+from rollout import Request, SamplingParams, Sample, TorchEngine  # noqa: E402
 import learner
 
 # the real shapes (the models' config.json on the hub); weights are random
@@ -178,12 +178,12 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
     def parts():
         out = []
         for k, n in enumerate(ADAPTERS):
-            steps = []
+            samples = []
             for i in range(rows_per_adapter):
                 P, C = prompt_len - (i * 7) % (prompt_len // 4), reply_len - (i * 13) % (reply_len // 2)
                 ids = torch.randint(1, V, (P + C,), generator=g).tolist()
-                steps.append(Step(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
-            rb = AdapterBatch(steps, [1.0] * len(steps), 0, reply_len)
+                samples.append(Sample(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
+            rb = AdapterBatch(samples, [1.0] * len(samples), 0, reply_len)
             adv = torch.randn(rb.mask.shape, generator=g) * rb.mask  # (N, T)
             out.append(learner.AdapterUpdate(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
                                   torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0),
@@ -209,7 +209,7 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
                if isinstance(mod, torch.nn.Linear) and ".layers." in name)  # base linears (LoRA's inner ones too)
     flops = 0.0
     for p in ps:
-        for s in p.rb.steps:
+        for s in p.rb.samples:
             T, C = len(s.prompt_ids) + len(s.completion_ids), len(s.completion_ids)
             flops += 4 * body * T + 4 * c.vocab_size * c.hidden_size * C
             flops += 3 * 2 * c.num_hidden_layers * c.num_attention_heads * hd * T * T  # causal QK^T + AV, fwd + bwd

@@ -75,7 +75,7 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
     import train
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     from model import load_model
-    from rollout import Step
+    from rollout import Sample
     torch.manual_seed(0)
     roles = (RoleConfig("generator_initial", max_tokens=48, temperature=0.5),
              RoleConfig("evaluator_critique", max_tokens=32, temperature=0.7),
@@ -91,11 +91,11 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
         rows = [("generator_initial", *x[1:]) for x in demo_rows()]
     V = model.config.vocab_size
 
-    def steps():
+    def samples():
         out = []
         for i, (role, P, C, reward, task) in enumerate(rows):
             ids = torch.randint(10, V - 10, (P + C,), generator=g).tolist()
-            out.append(Step(i, task, role, 0, ids[:P], ids[P:], [-1.5] * C, reward=reward))
+            out.append(Sample(i, task, role, 0, ids[:P], ids[P:], [-1.5] * C, reward=reward))
         return out
 
     class Run:  # the fields train.py's update reads
@@ -107,7 +107,7 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
     run.scheds = {n: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for n, o in run.opts.items()}
     times = []
     for k in range(repeats + 1):
-        st = steps()
+        st = samples()
         t0 = time.perf_counter()
         if hasattr(train, "update_adapter"):  # before
             for n in names:

@@ -333,8 +333,8 @@ def rescore_episodes(calc: RewardCalculator, episodes) -> None:
         rec = {"task": ep.task, "metrics": ep.metrics, "error": ep.error, "truncated": ep.truncated,
                "turns": [{"role": s.role, "reply": s.text, "reply_tokens": len(s.completion_ids),
                           "finish_reason": s.finish_reason, "reward": s.reward if s.env_reward is None else s.env_reward}
-                         for s in ep.steps]}
-        for s, sc in zip(ep.steps, calc.score_episode(rec)):
+                         for s in ep.samples]}
+        for s, sc in zip(ep.samples, calc.score_episode(rec)):
             s.env_reward, s.reward_components = sc.recorded, sc.components
             s.reward = sc.weighted
 
