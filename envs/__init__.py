@@ -43,7 +43,7 @@ from dataclasses import dataclass
 @dataclass
 class Prompt:
     """Whose turn it is (a role name) and the chat messages that role sees: what an env hands the
-    driver. (rollout.Step is what the driver records of the turn: tokens, logprobs, reward.)"""
+    driver. (rollout.Sample is what the driver records of the turn: tokens, logprobs, reward.)"""
     role: str
     messages: list[dict]
 

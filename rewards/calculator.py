@@ -59,7 +59,7 @@ A "step" is a line or sentence (split at newlines and after . ! ? ;) holding a l
 The workflow is read from the roles of each record (math_3agent / math_single / video / generic) unless
 `workflow=` names one. Weights, budgets and max_refinements come from a train config with
 `RewardCalculator.from_config(cfg)` (it reads `cfg.data.reward_weights` when that field exists).
-Online use: `rescore_episodes(calc, episodes)` replaces each rollout Step's reward by the weighted
+Online use: `rescore_episodes(calc, episodes)` replaces each rollout Sample's reward by the weighted
 one (what a `reward = "calculator"` config choice in train.py calls after the rollout).
 
 Every parser used here never raises and runs in linear time on hostile replies.
@@ -325,7 +325,7 @@ def video_components(role: str, reply: str, task: dict, min_steps: int) -> dict:
 
 
 def rescore_episodes(calc: RewardCalculator, episodes) -> None:
-    """Online use: replace the reward of every Step of these rollout.Episodes by the calculator's
+    """Online use: replace the reward of every Sample of these rollout.Episodes by the calculator's
     weighted reward (the components go to step.reward_components, the env's reward to
     step.env_reward; rescoring again starts from that, not from the weighted reward). Call
     it right after rollout.run_episodes."""
