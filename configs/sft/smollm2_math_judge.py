@@ -1,17 +1,15 @@
-"""SFT of arm (e)'s judge (configs/smollm2_math_judge.py): the math teacher's balanced critiques, each
-opening with the check line the judge's evaluator_check prompt asks for (agents.math_team.check_line),
-for 200 training tasks; the base team's own samples first, as in configs/sft/smollm2_math_evaluator.py:
+"""SFT of arm (e)'s judge (configs/smollm2_math_judge.py): configs/sft/smollm2_math_evaluator.py's recipe
+(the math teacher's balanced critiques for 200 training tasks, the base team's own samples first) with
+that arm's train config, so every critique opens with the check line its evaluator_check prompt asks
+for (agents.math_team.check_line):
     python eval.py --config configs/smollm2_math_roles.py --base --data data/arith12_train.jsonl --limit 48 \\
         --n-samples 2 --out runs/smollm2_sft/train_samples
     python sft.py --config configs/sft/smollm2_math_judge.py      # -> runs/smollm2_sft_check/evaluator_critique
 Training tasks only: the validation set is never read."""
-from sft import SFTConfig
+import dataclasses
+from pathlib import Path
 
-config = SFTConfig(
-    train_config="configs/smollm2_math_judge.py",
-    data=("runs/smollm2_sft/train_samples/*.jsonl",),
-    roles=("evaluator_critique",),
-    teacher="math", teacher_tasks=200, min_reward=0.7,
-    lr=2e-4, epochs=2, micro_batch_size=4, grad_accum=2, val_frac=0.1,
-    out="runs/smollm2_sft_check",
-)
+from sft import load_sft_config
+
+config = dataclasses.replace(load_sft_config(str(Path(__file__).with_name("smollm2_math_evaluator.py"))),
+                             train_config="configs/smollm2_math_judge.py", out="runs/smollm2_sft_check")
