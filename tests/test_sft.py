@@ -380,3 +380,22 @@ def test_a_bad_option_on_the_command_line_is_one_line(tmp_path):
                        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 1 and r.stderr.strip() == "error: sft option lr: must be a number in (0, 1.0], got inf"
     assert not (tmp_path / "o").exists()
+
+
+def test_the_math_teacher_writes_the_check_line_when_the_train_config_asks_for_it(_tiny_base, tmp_path):
+    """env_kwargs evaluator_prompt="check" in the train config: sft.py's teacher critiques open with the
+    check line and their prompts are the evaluator_check prompt (what the judge sees at RL time)."""
+    from agents.math_team import check_line
+    from config import load_config_file
+    tc = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    tc = dataclasses.replace(tc, data=dataclasses.replace(tc.data, env_kwargs={"evaluator_prompt": "check"}))
+    cfg = sft.SFTConfig(roles=("evaluator_critique",), teacher="math", teacher_tasks=3, epochs=1, micro_batch_size=2,
+                        out=str(tmp_path / "out"), progress=False)
+    sft.run_sft(cfg, tc, model=copy.deepcopy(_tiny_base[0]), tok=_tiny_base[1])
+    rows = [json.loads(x) for x in (tmp_path / "out" / "examples" / "evaluator_critique.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["reply"].startswith("Check: ") for r in rows)
+    assert all("First check the answer yourself" in r["prompt"] for r in rows)
+    truths = {t["question"]: t["answer"] for t in __import__("workflows").load_data(tc)[0]}
+    for r in rows:
+        q = next(q for q in truths if f"Problem: {q}\n" in r["prompt"])
+        assert r["reply"].startswith(check_line(truths[q]))
