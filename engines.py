@@ -16,7 +16,9 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
     index): a row's sample depends only on its own logits and seed, never on its batch), stop ids
     are checked on device, and the host syncs every `sync_every` steps (decoding text only for
     rows that have stop strings);
-  - logits only for the last position, sampling in fp32 (the CDF in fp64).
+  - logits only for the last position, sampling in fp32 (the CDF in fp64);
+  - a prefix cache (PrefixCache): a finished row's KV is kept, and a later request under the same
+    adapter whose prompt extends it (a ReAct step, a role's next round) prefills only the new tokens.
 compile=True (CUDA): a static-shape decode step captured in a CUDA graph (see TorchEngine).
 Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
 decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
@@ -308,10 +310,10 @@ class TorchEngine:
     (there a sync costs nothing and late compaction would cost compute).
     prefix_cache_tokens (eager path only; 0 = off): a finished row's KV is kept (PrefixCache, an LRU
     of at most this many tokens), and a later request under the same adapter whose prompt extends a
-    kept sequence restores that KV and prefills only the rest. The prefill window of a batch is its
-    longest uncached suffix (Q columns): a row with a shorter suffix recomputes the few cached tokens
-    inside the window, so one rectangle forward serves ragged prefixes. Same tokens and logprobs as
-    without the cache (to float rounding). The cache is cleared by sync() (the trainer calls it after
+    kept sequence restores that KV and prefills only the rest. Rows are prefilled in groups of similar
+    uncached suffix (_windows), each group in one forward over the window of its longest suffix (a row
+    with a shorter one recomputes the few cached tokens inside it), so ragged prefixes and misses share
+    a batch. Same tokens and logprobs as without the cache (to float rounding). The cache is cleared by sync() (the trainer calls it after
     each update) and whenever a parameter's version counter or storage changed since the last call
     (an optimizer step or copy_ in place); an update through `.data` bypasses the version counter,
     so call sync() after one. `prefilled_tokens` / `cached_tokens` count prompt tokens forwarded /
