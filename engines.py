@@ -16,7 +16,9 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
     index): a row's sample depends only on its own logits and seed, never on its batch), stop ids
     are checked on device, and the host syncs every `sync_every` steps (decoding text only for
     rows that have stop strings);
-  - logits only for the last position, sampling in fp32 (the CDF in fp64).
+  - logits only for the last position, sampling in fp32 (the CDF in fp64);
+  - a prefix cache (PrefixCache): a finished row's KV is kept, and a later request under the same
+    adapter whose prompt extends it (a ReAct step, a role's next round) prefills only the new tokens.
 compile=True (CUDA): a static-shape decode step captured in a CUDA graph (see TorchEngine).
 Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
 decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
@@ -29,6 +31,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -166,6 +169,94 @@ SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 
 
 @dataclass
+class _Entry:
+    """One cached sequence: its token ids and their KV (layers, 2, Hkv, n, D), positions 0..n-1."""
+    id: int
+    adapter: str | None
+    ids: list[int]
+    kv: torch.Tensor
+    keys: list
+
+
+class PrefixCache:
+    """The KV of finished rows, kept for later requests that extend them (issue 36): a researcher's
+    next round, a ReAct step after a tool call, a refiner's second turn under the same adapter.
+
+    An entry is one finished row under one adapter (None = base): its prompt + completion less the
+    last sampled token (whose KV was never computed), with their KV at positions 0..n-1 (RoPE counts
+    from the start of the real prompt, so an entry can be restored at any cache column).
+    lookup() finds the longest prefix of a prompt that some entry of the same adapter shares: entries
+    are indexed by a chained hash of each of their full blocks of BLOCK tokens, a walk over the
+    prompt's blocks finds the longest block-aligned match, and the tokens past it are compared one
+    by one. The matched prefix is compared token by token, so a hash collision costs a miss, never a
+    wrong KV. Memory: an LRU over entries holding at most `max_tokens` tokens in all (0 = off).
+    The entries are only valid for the weights they were computed with: the engine clears them when
+    the weights change.
+    """
+    BLOCK = 16
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens, self.tokens, self._next = max_tokens, 0, 0
+        self.entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
+        self.index: dict[tuple, dict[int, _Entry]] = {}  # (adapter, chained block hash) -> entries with that prefix
+
+    def clear(self):
+        self.entries.clear()
+        self.index.clear()
+        self.tokens = 0
+
+    def _keys(self, adapter, ids, n_blocks):
+        """The index keys of the first n_blocks full blocks of ids, lazily (a lookup stops at a miss)."""
+        h, B = 0, self.BLOCK
+        for k in range(n_blocks):
+            h = hash((h, tuple(ids[k * B:(k + 1) * B])))
+            yield adapter, h
+
+    def lookup(self, adapter, ids: list[int], limit: int) -> tuple[_Entry | None, int]:
+        """The longest prefix of ids[:limit] that an entry of `adapter` holds -> (entry, length), or (None, 0)."""
+        found, n = None, 0
+        for key in self._keys(adapter, ids, limit // self.BLOCK):
+            if key not in self.index:
+                break
+            found, n = self.index[key], n + self.BLOCK
+        if found is None:
+            return None, 0
+        e = next(reversed(found.values()))  # the newest entry with this prefix
+        if e.ids[:n] != ids[:n]:  # a hash collision
+            return None, 0
+        m = min(len(e.ids), limit)
+        while n < m and e.ids[n] == ids[n]:  # fewer than BLOCK tokens past the last matched block
+            n += 1
+        self.entries.move_to_end(e.id)
+        return e, n
+
+    def put(self, adapter, ids: list[int], kv, replaces: _Entry | None = None):
+        """Keep ids and their KV (layers, 2, Hkv, len(ids), D); `replaces` (the entry the row started
+        from) goes if ids extend it, as it can serve nothing the new entry cannot."""
+        if replaces is not None and replaces.id in self.entries and ids[:len(replaces.ids)] == replaces.ids:
+            self._drop(replaces)
+        if not self.BLOCK <= len(ids) <= self.max_tokens:  # shorter than a block: never found
+            return
+        while self.tokens + len(ids) > self.max_tokens:
+            self._drop(next(iter(self.entries.values())))  # least recently used
+        e = _Entry(self._next, adapter, list(ids), kv, list(self._keys(adapter, ids, len(ids) // self.BLOCK)))
+        self._next += 1
+        self.entries[e.id] = e
+        self.tokens += len(ids)
+        for key in e.keys:
+            self.index.setdefault(key, {})[e.id] = e
+
+    def _drop(self, e: _Entry):
+        del self.entries[e.id]
+        self.tokens -= len(e.ids)
+        for key in e.keys:
+            d = self.index[key]
+            del d[e.id]
+            if not d:
+                del self.index[key]
+
+
+@dataclass
 class _Rows:
     """The device state of one batch, one entry per batch slot (dim 0 of every tensor)."""
     tok: torch.Tensor  # (B,) the last sampled token (the next forward's input)
@@ -217,10 +308,20 @@ class TorchEngine:
     many decode steps; a row that finished in between runs on until then and its extra tokens are
     dropped, so results do not depend on it. None = 8 on CUDA (each sync stalls the GPU), 1 on CPU
     (there a sync costs nothing and late compaction would cost compute).
+    prefix_cache_tokens (eager path only; 0 = off): a finished row's KV is kept (PrefixCache, an LRU
+    of at most this many tokens), and a later request under the same adapter whose prompt extends a
+    kept sequence restores that KV and prefills only the rest. Rows are prefilled in groups of similar
+    uncached suffix (_windows), each group in one forward over the window of its longest suffix (a row
+    with a shorter one recomputes the few cached tokens inside it), so ragged prefixes and misses share
+    a batch. Same tokens and logprobs as without the cache (to float rounding). The cache is cleared by sync() (the trainer calls it after
+    each update) and whenever a parameter's version counter or storage changed since the last call
+    (an optimizer step or copy_ in place); an update through `.data` bypasses the version counter,
+    so call sync() after one. `prefilled_tokens` / `cached_tokens` count prompt tokens forwarded /
+    restored, over the engine's life. The static path (compile=True) does not use the cache.
     """
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
-                 sync_every: int | None = None, *, _capture: bool = True):
+                 sync_every: int | None = None, prefix_cache_tokens: int = 65536, *, _capture: bool = True):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -232,12 +333,17 @@ class TorchEngine:
             sync_every = 8 if dev.type == "cuda" else 1
         if sync_every < 1:
             raise ValueError(f"TorchEngine: sync_every must be >= 1, got {sync_every}")
+        if prefix_cache_tokens < 0:
+            raise ValueError(f"TorchEngine: prefix_cache_tokens must be >= 0 (0 = off), got {prefix_cache_tokens}")
         self.model, self.tok = model, tokenizer
         self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
         self._capture = _capture
         self._compact_div = 8  # compact when >= 1/this of the batch has finished
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
         self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
+        self.prefix = PrefixCache(prefix_cache_tokens)
+        self._weights_seen = None  # (data_ptr, version) of every parameter when the cache was filled
+        self.prefilled_tokens = self.cached_tokens = 0  # prompt tokens forwarded / restored from the cache
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         self._rope = apply_rotary_pos_emb
 
@@ -248,8 +354,18 @@ class TorchEngine:
         self.gen.set_state(d["gen"])
 
     def sync(self, *_, **__):
-        """Nothing to do: the engine runs the trainer's model object itself."""
+        """The engine runs the trainer's model object itself, so no weights to copy; the prefix cache
+        was computed with the old weights and is dropped."""
+        self.prefix.clear()
         return 0.0
+
+    def _check_weights(self):
+        """Clear the prefix cache when any parameter changed in place (its version counter moves) or
+        was replaced (FSDP gathering, a reloaded model) since the last call: a cheap key of the weights."""
+        seen = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if seen != self._weights_seen:
+            self.prefix.clear()
+            self._weights_seen = seen
 
     @torch.no_grad()
     def generate(self, requests: list[Request], progress=None) -> list[Result]:
@@ -262,6 +378,7 @@ class TorchEngine:
         for m in fsdp:
             m.unshard()
         lora.clear_cache(self.model)  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        self._check_weights()
         was_training = self.model.training
         self.model.eval()
         try:
@@ -370,8 +487,8 @@ class TorchEngine:
         else:
             decode, step = None, torch.zeros((), dtype=torch.long, device=dev)
             b = self._alloc(B, L, N, init)
-        pos = (torch.arange(P)[None, :] - pad[:, None]).clamp(min=0).to(dev)  # (B, P)
-        logits = self._forward(ids.to(dev), pos, 0, b.kv, b.key_ok)  # prefill
+        caching, pads = not static and self.prefix.max_tokens > 0, pad.tolist()
+        logits, hits = self._prefill(reqs[:n_real], ids, pad, b, caching)
         self._sample_into(b, logits, step, filtered)  # token 0
         step += 1
         alive = list(range(B))  # request index of each batch slot (eager: compacted)
@@ -380,7 +497,9 @@ class TorchEngine:
         s, n_left = 1, N  # s = tokens sampled so far
         while True:
             if s % self.sync_every == 0 or s >= n_left:  # ---- host sync: which rows are done? ----
-                left = self._finish_rows(b, alive, results, searched, sps, s)
+                left, done = self._finish_rows(b, alive, results, searched, sps, s)
+                if caching and done:
+                    self._keep(b, done, alive, reqs, results, hits, pads, P)
                 if tick is not None:
                     tick(s)
                 if not left:
@@ -425,9 +544,9 @@ class TorchEngine:
             stop_ids=torch.tensor([x + [-1] * (S - len(x)) for x in stops], dtype=torch.long),
             end=torch.tensor([s.max_new_tokens for s in sps]), by_id=torch.zeros(B, dtype=torch.bool)), S
 
-    def _finish_rows(self, b: _Rows, alive, results, searched, sps, s: int) -> list[int]:
+    def _finish_rows(self, b: _Rows, alive, results, searched, sps, s: int) -> tuple[list[int], list[int]]:
         """The host sync after s sampled tokens: finish the rows that hit a stop id, a stop string or
-        their length (their Result into `results`); returns the slots still open."""
+        their length (their Result into `results`); returns (the slots still open, the slots finished now)."""
         end, by_id = b.end.tolist(), b.by_id.tolist()
         reason = {}  # slot -> stop string
         open_ = [j for j, i in enumerate(alive) if results[i] is None]
@@ -447,7 +566,90 @@ class TorchEngine:
                 n = end[j]
                 why = ("stop", reason[j]) if j in reason else ("stop", t[n - 1]) if by_id[j] else ("length", None)
                 results[alive[j]] = Result(t[:n], lp[:n], *why)
-        return [j for j in open_ if end[j] > s]
+        return [j for j in open_ if end[j] > s], done
+
+    def _prefill(self, reqs, ids, pad, b: _Rows, caching: bool):
+        """The prompts' forward -> (logits at each row's last prompt token (B, V), each row's cache hit
+        (entry, length)). ids (B, P) are left-padded; rows past len(reqs) are the static path's dummies.
+        With the prefix cache each row restores its cached KV, and rows are prefilled in groups of
+        similar uncached suffix: a group's forward covers the window [P - q, P), q its longest suffix,
+        so a row recomputes at most q - its own suffix cached tokens, and one miss does not make the
+        whole batch prefill its full prompts. Without hits: one group, the whole prompt width."""
+        B, P = ids.shape
+        hits = [self.prefix.lookup(r.adapter, r.prompt_ids, len(r.prompt_ids) - 1) if caching else (None, 0) for r in reqs]
+        need = [len(r.prompt_ids) - n for r, (_, n) in zip(reqs, hits)] + [1] * (B - len(reqs))  # uncached suffixes
+        pads, dev = pad.tolist(), self.model.device
+        pos = (torch.arange(P)[None, :] - pad[:, None]).clamp(min=0)  # (B, P)
+        groups, logits = self._windows(need) if caching else [(list(range(B)), P)], None
+        for rows, q in groups:
+            col = P - q
+            self._restore(b, [(i, *hits[i]) for i in rows if i < len(reqs)], pads, col)
+            self.prefilled_tokens += sum(min(q, len(reqs[i].prompt_ids)) for i in rows if i < len(reqs))
+            self.cached_tokens += sum(max(0, col - pads[i]) for i in rows if i < len(reqs))
+            out = self._forward_rows(rows, B, ids[rows, col:].to(dev), pos[rows, col:].to(dev), col, b)  # (len(rows), V)
+            if len(groups) == 1:
+                logits = out
+            else:
+                logits = out.new_empty(B, out.shape[1]) if logits is None else logits  # (B, V)
+                logits[torch.tensor(rows, device=dev)] = out
+        return logits, hits
+
+    @staticmethod
+    def _windows(need: list[int]) -> list[tuple[list[int], int]]:
+        """Rows grouped by uncached suffix -> [(rows, the group's window q)]: longest first, a row opens a
+        new group when its suffix is at most half the current window (it would waste over half its
+        forward on tokens it has cached). One group when every row needs about the same."""
+        groups = []
+        for i in sorted(range(len(need)), key=lambda i: -need[i]):
+            if not groups or 2 * need[i] <= groups[-1][1]:
+                groups.append(([], need[i]))
+            groups[-1][0].append(i)
+        return [(sorted(rows), q) for rows, q in groups]
+
+    def _forward_rows(self, rows: list[int], B: int, x, pos, col: int, b: _Rows):
+        """_forward for the batch slots `rows` only (all B: in place): their cache columns [0, P) and
+        routing masks are gathered, the forward writes the window [col, P), which goes back."""
+        if len(rows) == B:
+            return self._forward(x, pos, col, b.kv, b.key_ok)
+        P = col + x.shape[1]
+        k = torch.tensor(rows, device=x.device)
+        mods = list(lora.lora_modules(self.model).values())
+        mask = mods[0].row_mask if mods else None
+        kv = [(K[:, :, :P].index_select(0, k), V[:, :, :P].index_select(0, k)) for K, V in b.kv]  # (n, Hkv, P, D)
+        for m in mods if mask is not None else ():
+            m.row_mask = mask[k]  # (n, 1, R)
+        try:
+            out = self._forward(x, pos, col, kv, b.key_ok[k])
+        finally:
+            for m in mods if mask is not None else ():
+                m.row_mask = mask
+        for (K, V), (Kg, Vg) in zip(b.kv, kv):
+            K[:, :, col:P].index_copy_(0, k, Kg[:, :, col:])
+            V[:, :, col:P].index_copy_(0, k, Vg[:, :, col:])
+        return out
+
+    # the prefix cache (eager path) -----------------------------------------------------------
+    def _restore(self, b: _Rows, hits, pad: list[int], col: int):
+        """Copy cached KV left of the prefill window into the cache columns [pad, col) of each row in
+        hits, (slot, entry, cached length). Those tokens are all cached: the window holds the row's
+        whole uncached suffix."""
+        for i, e, n in hits:
+            m = col - pad[i]  # the row's tokens left of the window (<= n)
+            if e is None or m <= 0:
+                continue
+            for li, (K, V) in enumerate(b.kv):
+                K[i, :, pad[i]:col] = e.kv[li, 0, :, :m]  # (Hkv, m, D)
+                V[i, :, pad[i]:col] = e.kv[li, 1, :, :m]
+
+    def _keep(self, b: _Rows, done: list[int], alive, reqs, results, hits, pad: list[int], P: int):
+        """Put the finished slots `done` into the prefix cache: prompt + completion less its last token
+        (never fed), whose KV sits at the cache columns [pad, P + n - 1) of the slot."""
+        for j in done:
+            i = alive[j]
+            comp = results[i].completion_ids[:-1]
+            end = P + len(comp)
+            kv = torch.stack([torch.stack((K[j, :, pad[i]:end], V[j, :, pad[i]:end])) for K, V in b.kv])  # (layers, 2, Hkv, n, D)
+            self.prefix.put(reqs[i].adapter, reqs[i].prompt_ids + comp, kv, replaces=hits[i][0])
 
     def _alloc(self, B, L, N, init) -> _Rows:
         m, dev = self.model, self.model.device
