@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, RoleConfig, load_config_file, pop_env_kwargs
+from config import ConfigError, load_config_file, pop_env_kwargs
 from workflows import check_roles
 
 ROOT = Path(__file__).resolve().parent.parent

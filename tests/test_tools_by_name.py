@@ -11,7 +11,7 @@ from config import ConfigError, load_config_file
 from envs import react
 from envs.react import REWARDS, ToolAgentEnv
 from envs.tools import TOOL_NAMES, get_tools, tool_names
-from workflows import check_names, check_roles, load_data, workflow
+from workflows import check_roles, load_data, workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZANNE = {"question": "In which country is the city of Zanne?", "answer": "Garhullo", "support": ["city0_0"]}
