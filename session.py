@@ -132,7 +132,7 @@ def build(cfg: Config, ckpt: Path | None):
     if run.critic:
         run.critic.make_optimizer(model)
     if cfg.rollout.engine == "vllm":
-        from engines import VLLMEngine
+        from vllm_engine import VLLMEngine
         run.engine = VLLMEngine(model, tok, adapters=cfg.adapters, max_model_len=cfg.rollout.max_model_len,
                                 seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
     else:

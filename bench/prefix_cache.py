@@ -83,7 +83,7 @@ def bench(spec, engines, B, rounds, n_new, repeats):
     eng = {k: v for k, v in eng.items() if k in engines}
     vlog = None
     if "vllm" in engines:
-        from engines import VLLMEngine
+        from vllm_engine import VLLMEngine
         eng["vllm"] = VLLMEngine(m, tok, adapters=["agent"], max_model_len=2048, max_num_seqs=B)
         vlog = vllm_prefilled(eng["vllm"])
     prompts = conversation(TorchEngine(m, tok, prefix_cache_tokens=0), tok, B, rounds, sp, "agent")

@@ -147,7 +147,7 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
     old = reference_engine()(m, tok, max_batch_size=max(batches)) if "old" in engines else None
     ve = None
     if "vllm" in engines or "vllm-reload" in engines:
-        from engines import VLLMEngine
+        from vllm_engine import VLLMEngine
         ve = VLLMEngine(m, tok, adapters=ROLES, max_model_len=512, max_num_seqs=max(batches))
     print(f"[{spec}] torch threads {torch.get_num_threads()}, TorchEngine sync_every {te.sync_every}", flush=True)
 

@@ -8,7 +8,7 @@ LAYERS = [
     ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "envs.sandbox"]),
     ("scoring, parsing, tools", ["rewards", "agents", "envs.tools", "rundir"]),
     ("workflows and data", ["envs", "data", "workflows"]),
-    ("engines and the episode driver", ["engines", "rollout"]),
+    ("engines and the episode driver", ["engines", "vllm_engine", "rollout"]),
     ("the learner", ["learner"]),
     ("a run's live objects", ["session"]),
     ("entry points", ["train", "eval", "sft", "play", "export", "compare"]),

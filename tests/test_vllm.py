@@ -110,7 +110,7 @@ def test_generate_never_reloads_an_adapter_only_sync_does(engines, monkeypatch):
 
 
 def test_launch_args_place_each_rank_on_its_own_gpu():
-    from engines import vllm_launch_args
+    from vllm_engine import vllm_launch_args
     assert vllm_launch_args(1, "cuda", None) == {"enforce_eager": False}  # CUDA graphs on GPU
     assert vllm_launch_args(4, "cuda", None) == {"enforce_eager": False, "distributed_executor_backend": "external_launcher"}
     assert vllm_launch_args(2, "cpu", None) == {"enforce_eager": True, "distributed_executor_backend": "external_launcher"}
@@ -167,7 +167,7 @@ def test_the_base_is_read_where_the_trainer_loaded_it_not_copied(tmp_path, _tiny
     under Docker); /dev/shm is used only when it has room."""
     import os
 
-    import engines
+    import vllm_engine
     from model import load_model
     _tiny_base[0].save_pretrained(tmp_path / "base")
     _tiny_base[1].save_pretrained(tmp_path / "base")
@@ -181,4 +181,4 @@ def test_the_base_is_read_where_the_trainer_loaded_it_not_copied(tmp_path, _tiny
         assert _ids(v.generate(reqs)) == _ids(TorchEngine(m, tok).generate(reqs))
     finally:
         del v
-    assert engines.ram_dir(1 << 60) is None  # no room: the ordinary temp dir
+    assert vllm_engine.ram_dir(1 << 60) is None  # no room: the ordinary temp dir
