@@ -179,27 +179,34 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     if bar is not None:
         bar.close()
     for ep in episodes:
-        try:
-            rewards = [] if ep.error else [float(r) for r in ep.env.turn_rewards()]
-            if not ep.error and len(rewards) != len(ep.samples):
-                raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
-                                 f"{len(ep.steps)} turns (episode {ep.episode_id})")
-            ep.metrics = {} if ep.error else dict(ep.env.metrics())
-            labels = ep.env.turn_labels() if not ep.error and hasattr(ep.env, "turn_labels") else []
-            for st, lab in zip(ep.samples, labels):
-                if lab is not None:
-                    st.label = lab  # the trainer leaves out groups whose labels all agree
-        except Exception as e:
-            fail(ep, e)
-        if ep.error:
-            rewards, ep.metrics = [0.0] * len(ep.samples), {"env_error": 1.0}
-        for st, r in zip(ep.samples, rewards):
-            st.reward = r
+        _finish(ep)
         if ep.fork_of is not None:  # report the greedy reply's reward to the turn it replays
             eid, k = ep.fork_of
             episodes[eid].samples[k].baseline = ep.samples[k].reward
     main = episodes[:n_main]
     return [s for ep in main for s in ep.samples], main
+
+
+def _finish(ep: Episode):
+    """After its last turn: each turn's reward, the episode's metrics and the turns' labels from the env.
+    An env that raises here (or raised before) gives reward 0 on every turn and sets Episode.error."""
+    rewards = []
+    try:
+        rewards = [] if ep.error else [float(r) for r in ep.env.turn_rewards()]
+        if not ep.error and len(rewards) != len(ep.samples):
+            raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
+                             f"{len(ep.samples)} turns (episode {ep.episode_id})")
+        ep.metrics = {} if ep.error else dict(ep.env.metrics())
+        labels = ep.env.turn_labels() if not ep.error and hasattr(ep.env, "turn_labels") else []
+        for st, lab in zip(ep.samples, labels):
+            if lab is not None:
+                st.label = lab  # the trainer leaves out groups whose labels all agree
+    except Exception as e:
+        ep.error = f"{type(e).__name__}: {e}"[:500]
+    if ep.error:
+        rewards, ep.metrics = [0.0] * len(ep.samples), {"env_error": 1.0}
+    for st, r in zip(ep.samples, rewards):
+        st.reward = r
 
 
 def merge_turns(samples: list[Sample]) -> list[Sample]:
