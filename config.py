@@ -256,7 +256,9 @@ class AlgoConfig:
     """truncated importance sampling between the engine and the trainer (verl's TIS, TRL's vLLM IS
     correction): weight each token's policy loss by min(exp(old_logp - sampling_logp), rollout_is_cap)
     where old logprobs are recomputed. auto = on with the vLLM engine (bf16, its own LoRA kernels),
-    off with TorchEngine (same network: the weight is ~1). Logged: rollout_is_mean, rollout_is_capped_frac"""
+    off with TorchEngine (same network: the weight is ~1); on makes auto recompute the old logprobs (with
+    never it is a config error). Logged: rollout_is_mean, rollout_is_capped_frac. With gspo the weight makes
+    a row's advantages vary along it (GSPO assumes them constant per sequence)"""
     rollout_is_cap: float = 2.0
     """the cap C of the rollout IS weight (verl's TIS recipe uses 2)"""
 
@@ -291,6 +293,9 @@ class AlgoConfig:
         lo, hi = self.clip
         if not (0 < lo < 1 and hi > 0):
             _bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
+        if self.rollout_is == "on" and self.recompute_old_logprobs == "never":
+            _bad("algo.rollout_is", "weights the loss by exp(old - sampled logprobs), which is 1 when the old logprobs "
+                 "ARE the sampled ones: set algo.recompute_old_logprobs to auto or always")
         if not (math.isfinite(self.rollout_is_cap) and self.rollout_is_cap >= 1):
             _bad("algo.rollout_is_cap", f"must be a finite number >= 1, got {self.rollout_is_cap}")
         if self.dual_clip is not None and not (math.isfinite(self.dual_clip) and self.dual_clip > 1):

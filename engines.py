@@ -355,6 +355,11 @@ class TorchEngine:
         self.prefix.clear()
         return 0.0
 
+    def release(self):
+        """Free what the engine holds between rollouts (the prefix cache's KV) before the trainer's
+        forward and backward need the memory; the next rollout starts with an empty cache."""
+        self.prefix.clear()
+
     def _check_weights(self):
         """Clear the prefix cache when any parameter changed in place (its version counter moves) or
         was replaced (FSDP gathering, a reloaded model) since the last call: a cheap key of the weights."""

@@ -39,6 +39,7 @@ from collectives import (
     clip_grad,
     gather_objects,
     lockstep_chunks,
+    print0,
     rank,
     world,
 )
@@ -467,17 +468,22 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     critic = run.critic if estimator == "gae" else None
     values = critic.values(model, rb) if critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
-    for s, a_mean in zip(samples, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
-        s.advantage = float(a_mean)  # for the trajectory files
     if roles[0].balance_labels:  # each label (e.g. right / wrong solutions judged) weighs the same in total
         w, bm = label_weights(samples)
         adv = adv * w[:, None]
         out.update(bm)
+        if not bm and step not in _WARNED_UNLABELLED:  # an option with no effect must say so
+            _WARNED_UNLABELLED.add(step)
+            print0(f"[step {step}] WARNING: roles.balance_labels is on for adapter {adapter!r} but the env labelled "
+                   "none of its turns (env.turn_labels; the math team labels only with evaluator_mixed_groups_only): "
+                   "nothing is balanced")
     if a.rollout_is_on(cfg.rollout.engine) and not run.old_from_sampling:  # engine != trainer: reweight
         w, im = ppo.rollout_is_weights(old_logp, rb.sample_logp, rb.mask, a.rollout_is_cap)
         adv = adv * w
         n = all_sum(float(rb.mask.sum()))
         out.update({k: all_sum(v * float(rb.mask.sum())) / max(n, 1.0) for k, v in im.items()})  # token means over ranks
+    for s, a_mean in zip(samples, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
+        s.advantage = float(a_mean)  # for the trajectory files: what the update uses, weights included
     if critic:
         out.update(critic.update(model, rb, returns, values))
     lora.set_adapter(model, None)
@@ -545,6 +551,9 @@ def informative(cfg: Config, samples: list[Sample]) -> list[Sample]:
     return [s for s in samples if group_key(cfg, s) not in flat]
 
 
+_WARNED_UNLABELLED: set = set()  # steps already warned that balance_labels found no label
+
+
 def label_weights(samples: list[Sample]) -> tuple[torch.Tensor, dict]:
     """Per turn, the weight that gives each label (env.turn_labels) equal total weight over the step's
     turns on every rank: n_labelled / (n_labels * n_of_its_label); unlabelled turns weigh 1. With
@@ -594,8 +603,8 @@ def select(cfg: Config, samples: list[Sample]) -> tuple[list[Sample], dict]:
     """The turns that train this step (DAPO's filter and trim when on, then the env-labelled uniform
     groups out) and what was left out, as train/* metrics."""
     kept, metrics = (dapo_batch(cfg, samples) if cfg.algo.dynamic_sampling else samples), {}
-    if any(s.label is not None for s in kept):  # the env labelled turns: uniform groups leave the update
-        n_lab, before = all_sum([float(sum(s.label is not None for s in kept)), float(len(kept))])
+    n_lab, before = all_sum([float(sum(s.label is not None for s in kept)), float(len(kept))])
+    if n_lab:  # the env labelled turns (on some rank: every rank takes this branch): uniform groups leave
         kept = mixed_label_groups(cfg, kept)
         metrics["train/labelled_turns_dropped"] = (before - all_sum(float(len(kept)))) / max(n_lab, 1.0)
     if cfg.algo.dynamic_sampling:

@@ -41,7 +41,8 @@ class Run:
         self.kl_ctrl = (ppo.AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_adaptive
                         else ppo.FixedKLController(a.kl_coef))
         self.old_from_sampling = a.recompute_old_logprobs == "never" or (
-            a.recompute_old_logprobs == "auto" and cfg.rollout.engine == "torch" and cfg.model.dtype in ("float32", "fp32")
+            a.recompute_old_logprobs == "auto" and a.rollout_is != "on" and cfg.rollout.engine == "torch"
+            and cfg.model.dtype in ("float32", "fp32")
             and cfg.rollout.top_p == 1.0 and cfg.rollout.top_k == 0 and not cfg.model.gradient_checkpointing)
 
     def describe(self) -> str:

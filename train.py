@@ -101,6 +101,7 @@ def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
             print0(trajectories.show(records[0]))
             if logger is not None:
                 logger.episodes(run.step, records)
+    run.engine.release()
     return eval_metrics(run, samples, eps, "val")
 
 
@@ -177,6 +178,7 @@ def experience(run, train_tasks, step: int, step_seed: int):
     cfg = run.cfg
     t0 = time.perf_counter()
     samples, eps, extra_rounds = collect(run, train_tasks, step_seed)
+    run.engine.release()  # the rollout's prefix cache would hold its KV through the update
     n_tokens = all_sum(float(sum(len(s.completion_ids) for s in samples)))
     t_roll = time.perf_counter() - t0
     metrics = summarize(cfg, samples, eps, "train")

@@ -142,6 +142,9 @@ class VLLMEngine:
 
         return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=reload)
 
+    def release(self):
+        """The engine interface's hook to free memory between rollouts: vLLM keeps its own KV pool."""
+
     def sync(self) -> float:
         """Push every adapter's current weights into the running engine. Returns seconds taken."""
         t = time.perf_counter()

@@ -657,3 +657,67 @@ def test_train_windows_train_exactly_their_roles_and_resume_mid_window_bit_exact
                       "9", "12"]).roles[1].train_windows == ((3, 4), (9, 12))
     with pytest.raises(ValueError, match=r"roles\[1\].train_windows"):
         dataclasses.replace(cfg, roles=(g, dataclasses.replace(e, train_windows=((5, 2),)), r)).validate()
+
+
+def _select_on_two_ranks(r, port, out):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=r, world_size=2)
+    try:
+        mine = [Step(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
+                for i in range(4)] if r == 0 else [Step(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
+        kept, m = learner.select(Config(roles=(dataclasses.replace(Config().roles[1], name="judge"),)), mine)
+        out.put((r, len(kept), m, learner.all_sum(1.0)))  # a collective after: both ranks still in step
+    finally:
+        dist.destroy_process_group()
+
+
+def test_select_takes_the_same_collectives_on_every_rank_when_only_one_has_labels():
+    """Rank 0 holds labelled turns, rank 1 none: both must run select's all_sum (rank 1 once took the
+    dynamic-sampling branch instead and the ranks summed each other's numbers, then hung)."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_select_on_two_ranks, args=(r, port, q)) for r in range(2)]
+    for p in ps:
+        p.start()
+    try:
+        got = dict((x[0], x[1:]) for x in (q.get(timeout=120) for _ in ps))
+    finally:
+        for p in ps:
+            p.join(10)
+            if p.is_alive():  # a rank stuck in a collective
+                p.kill()
+    assert got[0][1] == got[1][1] == {"train/labelled_turns_dropped": 0.0} and got[0][2] == got[1][2] == 2.0
+    assert (got[0][0], got[1][0]) == (4, 1)
+
+
+def test_rollout_is_on_recomputes_old_logprobs_and_never_is_refused(tmp_path):
+    cfg = toy_cfg(tmp_path, algo=dict(rollout_is="on"), trainer=dict(total_steps=1))  # torch engine, fp32: auto
+    train.main(cfg)
+    r = rows(tmp_path / "run" / "metrics.jsonl")[0]
+    assert r["train/rollout_is_mean/speaker"] == pytest.approx(1.0, abs=1e-3) and "train/logprob_gap/speaker" in r
+    with pytest.raises(ValueError, match="algo.rollout_is"):
+        Config(algo=AlgoConfig(rollout_is="on", recompute_old_logprobs="never")).validate()
+
+
+def test_the_update_runs_without_the_rollouts_prefix_cache_and_balance_labels_says_when_it_has_nothing(
+        tmp_path, monkeypatch, capsys):
+    """The rollout's prefix cache is released before the update (its KV would sit in memory through the
+    backward); balance_labels on turns the env never labelled warns instead of doing nothing quietly."""
+    seen = []
+    real = learner.update
+    monkeypatch.setattr(learner, "update", lambda run, *a: seen.append(run.engine.prefix.tokens) or real(run, *a))
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    cfg = dataclasses.replace(cfg, roles=tuple(dataclasses.replace(r, balance_labels=True) for r in cfg.roles),
+                              data=dataclasses.replace(cfg.data, env_kwargs={"evaluator_mixed_groups_only": False}),
+                              trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / "run"), total_steps=1,
+                                                          save_freq=0, test_freq=0, val_before_train=False, resume="none"))
+    train.main(cfg)
+    assert seen == [0]
+    assert "roles.balance_labels is on for adapter 'evaluator_critique' but the env labelled none" in capsys.readouterr().out
