@@ -46,3 +46,38 @@ def play(env, task, replies):
         turn = env.step(r)
     assert turn is None, "did not end"
     return roles, env.turn_rewards(), env.metrics(), seen
+
+
+def _rank_main(fn, r, port, backend, out):
+    import os
+
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=r, world_size=2)
+    try:
+        out.put((r, fn(r)))
+    finally:
+        dist.destroy_process_group()
+
+
+def on_two_ranks(fn, backend: str = "gloo", timeout: float = 120) -> dict:
+    """{rank: fn(rank)} from 2 spawned processes in one process group (fn: a module-level function,
+    its result picklable). A rank stuck in a collective is killed and the test fails, not hangs."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_rank_main, args=(fn, r, port, backend, q)) for r in range(2)]
+    for p in ps:
+        p.start()
+    try:
+        return dict(q.get(timeout=timeout) for _ in ps)
+    finally:
+        for p in ps:
+            p.join(10)
+            if p.is_alive():
+                p.kill()

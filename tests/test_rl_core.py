@@ -659,40 +659,18 @@ def test_train_windows_train_exactly_their_roles_and_resume_mid_window_bit_exact
         dataclasses.replace(cfg, roles=(g, dataclasses.replace(e, train_windows=((5, 2),)), r)).validate()
 
 
-def _select_on_two_ranks(r, port, out):
-    import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=r, world_size=2)
-    try:
-        mine = [Step(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
-                for i in range(4)] if r == 0 else [Step(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
-        kept, m = learner.select(Config(roles=(dataclasses.replace(Config().roles[1], name="judge"),)), mine)
-        out.put((r, len(kept), m, learner.all_sum(1.0)))  # a collective after: both ranks still in step
-    finally:
-        dist.destroy_process_group()
+def _select_on_one_rank(r):
+    mine = [Step(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
+            for i in range(4)] if r == 0 else [Step(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
+    kept, m = learner.select(Config(roles=(dataclasses.replace(Config().roles[1], name="judge"),)), mine)
+    return len(kept), m, learner.all_sum(1.0)  # a collective after: both ranks still in step
 
 
 def test_select_takes_the_same_collectives_on_every_rank_when_only_one_has_labels():
     """Rank 0 holds labelled turns, rank 1 none: both must run select's all_sum (rank 1 once took the
     dynamic-sampling branch instead and the ranks summed each other's numbers, then hung)."""
-    import socket
-
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    ps = [ctx.Process(target=_select_on_two_ranks, args=(r, port, q)) for r in range(2)]
-    for p in ps:
-        p.start()
-    try:
-        got = dict((x[0], x[1:]) for x in (q.get(timeout=120) for _ in ps))
-    finally:
-        for p in ps:
-            p.join(10)
-            if p.is_alive():  # a rank stuck in a collective
-                p.kill()
+    from helpers import on_two_ranks
+    got = on_two_ranks(_select_on_one_rank)
     assert got[0][1] == got[1][1] == {"train/labelled_turns_dropped": 0.0} and got[0][2] == got[1][2] == 2.0
     assert (got[0][0], got[1][0]) == (4, 1)
 
