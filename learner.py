@@ -472,8 +472,8 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         w, bm = label_weights(samples)
         adv = adv * w[:, None]
         out.update(bm)
-        if not bm and step not in _WARNED_UNLABELLED:  # an option with no effect must say so
-            _WARNED_UNLABELLED.add(step)
+        if not bm and ("unlabelled", adapter) not in run.warned:  # an option with no effect says so, once
+            run.warned.add(("unlabelled", adapter))
             print0(f"[step {step}] WARNING: roles.balance_labels is on for adapter {adapter!r} but the env labelled "
                    "none of its turns (env.turn_labels; the math team labels only with evaluator_mixed_groups_only): "
                    "nothing is balanced")
@@ -549,9 +549,6 @@ def informative(cfg: Config, samples: list[Sample]) -> list[Sample]:
     flat = {k for k, r in groups.items()
             if est.get(k[1], cfg.algo.adv_estimator) in ppo.GROUPED and len(r) > 1 and max(r) == min(r)}
     return [s for s in samples if group_key(cfg, s) not in flat]
-
-
-_WARNED_UNLABELLED: set = set()  # steps already warned that balance_labels found no label
 
 
 def label_weights(samples: list[Sample]) -> tuple[torch.Tensor, dict]:

@@ -34,6 +34,7 @@ class Run:
         self.cfg, self.model, self.tok, self.device = cfg, model, tok, device
         self.step, self.cursor, self.wandb_id = 0, 0, None  # cursor: next position in the task stream
         self.opts, self.scheds, self.critic, self.engine = {}, {}, None, None
+        self.warned: set = set()  # one-time warnings already printed
         # estimators with state (ppo.StatefulEstimator): one instance per adapter, checkpointed
         est = {x: cfg.estimator_of(cfg.role_of_adapter(x)) for x in cfg.adapters}
         self.estimator_state = {x: ppo.ADVANTAGES[e]() for x, e in est.items() if isinstance(ppo.ADVANTAGES.get(e), type)}
