@@ -220,6 +220,17 @@ class AlgoConfig:
     """sequences (turns) per optimizer step, per role"""
     micro_batch_size: int = 8
     """sequences per forward/backward (gradient accumulation inside a mini-batch)"""
+    pack_turns: bool = True
+    """turns of one adapter that extend one another (a later turn's prompt starts with an earlier turn's
+    prompt + reply: a tool agent's next step, a researcher's next round, another role on a shared adapter
+    whose prompt continues that conversation) share one row in the update's forwards (old and reference
+    logprobs, the policy loss): each token is read once. Each turn keeps its own reward, advantage and
+    mask (advantages are computed per turn before packing, so remax's per-turn baseline is unchanged),
+    and the loss over one mini-batch equals the unpacked one. Used only where that holds: policy_loss
+    ppo with loss_agg token-mean (a seq-mean or GSPO's sequence ratio would treat a conversation as one
+    sequence); the critic (gae) reads the unpacked turns. Mini-batches are drawn over rows, so a
+    conversation's turns stay together; their number still counts turns (mini_batch_size). Unlike
+    rollout.merge_turns, nothing about the RL changes"""
     fused_update: bool = True
     """one forward/backward per micro-batch for every adapter's rows (each row wearing its own
     adapter), then each adapter's own optimizer step: the same weights as updating the adapters
@@ -274,6 +285,11 @@ class AlgoConfig:
     @property
     def agg(self) -> str:
         return self.loss_agg or ("seq-mean-token-mean" if self.policy_loss == "gspo" else "token-mean")
+
+    @property
+    def packs_turns(self) -> bool:
+        """pack_turns, where packing leaves the loss exact (its docstring)."""
+        return self.pack_turns and self.policy_loss == "ppo" and self.agg == "token-mean"
 
 
 

@@ -98,6 +98,7 @@ class AdapterBatch:
             self.last[i], self.first[i] = P + C - 2, P - 1
         self.temps = torch.tensor(temps)
         self.rows_len = self.attn.sum(1)
+        self.n_turns = N  # turns its rows hold (Packed: more than rows)
 
     def micro(self, rows, L: int | None = None):
         """(ids, attn, number of target columns) for a list of row indices, trimmed (or padded) to L,
@@ -111,6 +112,53 @@ class AdapterBatch:
 
 
 RoleBatch = AdapterBatch  # the old name (tests, forks)
+
+
+class Packed:
+    """An AdapterBatch's turns that extend one another, one row per conversation (algo.pack_turns).
+
+    Turn i extends row r when i's prompt starts with the tokens of r's latest turn (its prompt + reply)
+    and both belong to the same episode and sample at the same temperature. The row then holds i's
+    tokens, which begin with every earlier turn of the row, so each turn keeps its own target columns
+    (the same indices: a prefix is a prefix) and per-token tensors move between the two layouts by
+    copying a turn's completion columns (pack / unpack). `batch` is the packed AdapterBatch."""
+
+    def __init__(self, rb: AdapterBatch):
+        full = [s.prompt_ids + s.completion_ids for s in rb.samples]
+        self.rb, self.row, tails, open_rows = rb, [0] * len(full), [], defaultdict(list)
+        for i in sorted(range(len(full)), key=lambda i: len(full[i])):  # a turn is longer than what it extends
+            s, j = rb.samples[i], None
+            if not s.dummy:
+                fits = [r for r in open_rows[s.episode_id] if float(rb.temps[tails[r]]) == float(rb.temps[i])
+                        and len(full[tails[r]]) <= len(s.prompt_ids) and full[i][:len(full[tails[r]])] == full[tails[r]]]
+                j = max(fits, key=lambda r: len(full[tails[r]]), default=None)
+            if j is None:
+                j = len(tails)
+                tails.append(i)
+                if not s.dummy:
+                    open_rows[s.episode_id].append(j)
+            tails[j], self.row[i] = i, j
+        self.rows = torch.tensor(self.row)
+        b = self.batch = AdapterBatch.__new__(AdapterBatch)
+        b.samples, b.norm_len, b.pad_id, b.n_turns = [rb.samples[t] for t in tails], rb.norm_len, rb.pad_id, rb.n_turns
+        b.ids, b.attn, b.temps, b.rows_len = rb.ids[tails], rb.attn[tails], rb.temps[tails], rb.rows_len[tails]
+        b.scores, b.last = rb.scores[tails], rb.last[tails]
+        b.first = torch.tensor([min(int(rb.first[i]) for i in range(len(full)) if self.row[i] == j) for j in range(len(tails))])
+        b.mask, b.sample_logp = self.pack(rb.mask), self.pack(rb.sample_logp)
+
+    def pack(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """(turns, T) -> (rows, T): each turn's completion columns into its row."""
+        if t is None:
+            return None
+        out = t.new_zeros(len(self.batch.samples), t.shape[1])
+        for i, (j, a, b) in enumerate(zip(self.row, self.rb.first.tolist(), self.rb.last.tolist())):
+            out[j, a:b + 1] = t[i, a:b + 1]
+        return out
+
+    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+        """(rows, T) -> (turns, T): each turn reads its own completion columns of its row, zero elsewhere."""
+        cols = torch.arange(t.shape[1])[None, :]
+        return t[self.rows] * ((cols >= self.rb.first[:, None]) & (cols <= self.rb.last[:, None]))
 AdapterBatch.steps = property(lambda self: self.samples)  # the old name of `samples`
 
 
@@ -381,7 +429,9 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
     lora.set_adapter(model, parts[0].adapter if len(parts) == 1 else None)
     params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
     n_rows = {p.adapter: len(p.rb.samples) for p in parts}
-    n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(n_rows[p.adapter]) for p in parts]))}
+    tot = all_sum([float(x) for p in parts for x in (n_rows[p.adapter], p.rb.n_turns)])  # rows, turns of each part
+    n_mb = {p.adapter: max(1, min(math.ceil(tot[2 * i + 1] / a.mini_batch_size), int(tot[2 * i])))
+            for i, p in enumerate(parts)}  # mini-batches count turns (algo.mini_batch_size), at most one per row
     stats = {p.adapter: UpdateStats(lr=p.opt.param_groups[0]["lr"]) for p in parts}
     for epoch in range(a.ppo_epochs):
         perm = {p.adapter: torch.randperm(n_rows[p.adapter], generator=p.gen).tolist() for p in parts}
@@ -448,17 +498,25 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     temp = {r.name: r.temperature for r in roles}
     rb = AdapterBatch(samples, [temp[s.role] for s in samples], run.tok.pad_token_id, max(r.max_tokens for r in roles))
     out = {}
+    pk = Packed(rb) if a.packs_turns else None
+    if pk is not None and len(pk.batch.samples) == len(samples):
+        pk = None  # no turn extends another
+    sb = pk.batch if pk else rb  # what the forwards read
+    unpack = pk.unpack if pk else (lambda t: t)
+    pack = pk.pack if pk else (lambda t: t)
+    if a.packs_turns:  # rows the update's forwards read: the turns, fewer where turns were packed
+        out["update_rows"] = all_sum(float(len(sb.samples)))
     model.eval()
-    old_logp = rb.sample_logp if run.old_from_sampling else score(model, rb, adapter, cfg, device)
+    old_logp = rb.sample_logp if run.old_from_sampling else unpack(score(model, sb, adapter, cfg, device))
     if not run.old_from_sampling:
         gap, n = all_sum([float((old_logp - rb.sample_logp).abs().mul(rb.mask).sum()), float(rb.mask.sum())])
         out["logprob_gap"] = gap / max(n, 1.0)  # engine vs trainer, mean |delta logp| per token
     ref_logp = kl_tok = None
     if a.kl_coef > 0:
         if a.kl_kind == "full":
-            kl_tok = score(model, rb, adapter, cfg, device, full_kl_to_ref=True)
+            kl_tok = unpack(score(model, sb, adapter, cfg, device, full_kl_to_ref=True))
         else:
-            ref_logp = score(model, rb, None, cfg, device)
+            ref_logp = unpack(score(model, sb, None, cfg, device))
             kl_tok = ppo.kl_penalty(old_logp, ref_logp, a.kl_kind)
         kl_sum, n = all_sum([float((kl_tok * rb.mask).sum()), float(rb.mask.sum())])
         out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
@@ -490,7 +548,8 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
-    return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen), out
+    return AdapterUpdate(adapter, sb, pack(adv), pack(old_logp), pack(ref_logp), run.opts[adapter], run.scheds[adapter],
+                         gen), out
 
 
 def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:

@@ -699,3 +699,75 @@ def test_the_update_runs_without_the_rollouts_prefix_cache_and_balance_labels_sa
     train.main(cfg)
     assert seen == [0]
     assert "roles.balance_labels is on for adapter 'evaluator_critique' but the env labelled none" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# algo.pack_turns: turns that extend one another share a row, and the update is the same
+
+
+def _conversations():
+    """Three episodes of three turns, each turn's prompt = the last turn's prompt + reply + an observation;
+    then a second reply to episode 0's first prompt (a branch: its own row) and a turn at another
+    temperature (its own row)."""
+    g = torch.Generator().manual_seed(0)
+    rnd = lambda n: torch.randint(5, 200, (n,), generator=g).tolist()  # noqa: E731
+    steps = []
+    for ep in range(3):
+        prompt = rnd(6 + ep)
+        for t in range(3):
+            c = rnd(3 + t + ep)
+            steps.append(Step(ep, ep % 2, "speaker", t, list(prompt), c, [-1.5] * len(c), reward=float((ep + t) % 2)))
+            prompt = prompt + c + rnd(2)
+    steps.append(Step(0, 0, "speaker", 3, list(steps[0].prompt_ids), rnd(4), [-1.5] * 4, reward=1.0))
+    return steps
+
+
+@pytest.mark.parametrize("algo", [dict(kl_coef=0.1, kl_kind="low_var_kl"),
+                                  dict(kl_coef=0.1, kl_in_reward=True, adv_estimator="reinforce++"),
+                                  dict(kl_coef=0.1, kl_kind="full", adv_estimator="rloo")])
+def test_packed_update_equals_the_unpacked_one(tmp_path, algo):
+    """Old logprobs recomputed, the reference's, the advantages, two epochs of the loss: with the turns
+    packed (10 turns -> 4 rows) every turn's advantage, the losses and the gradient (SGD, lr 1: the weights
+    move by exactly the gradient) equal the unpacked update's."""
+    import copy
+
+    import session
+    results = []
+    for pack in (False, True):
+        cfg = toy_cfg(tmp_path, lora=dict(dropout=0.0), algo=dict(pack_turns=pack, recompute_old_logprobs="always",
+                                                                  ppo_epochs=2, **algo))
+        run, _ = session.build(cfg, None)
+        with torch.no_grad():
+            for i, p in enumerate(lora.adapter_parameters(run.model, "speaker")):
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
+        steps = copy.deepcopy(_conversations())
+        part, out = learner.prepare_adapter(run, "speaker", steps, 1, 0)
+        params = lora.adapter_parameters(run.model, "speaker")
+        part = dataclasses.replace(part, opt=torch.optim.SGD(params, lr=1.0))
+        stats = learner.policy_update(run.model, [part], cfg, torch.device("cpu"), run.kl_ctrl.value)["speaker"]
+        results.append((out, stats, [s.advantage for s in steps], torch.cat([p.detach().flatten() for p in params])))
+    (o0, s0, a0, w0), (o1, s1, a1, w1) = results
+    assert "update_rows" not in o0 and o1["update_rows"] == 4
+    assert a1 == pytest.approx(a0, abs=1e-6) and any(a != 0 for a in a0)
+    for k in ("pg_loss", "entropy", "approx_kl", "clipfrac", "ratio_max") + (("kl_loss",) if "kl_loss" in s0 else ()):
+        assert s1[k] == pytest.approx(s0[k], rel=1e-5, abs=1e-6), k
+    assert s0["approx_kl"] > 0  # the second epoch read the old logprobs: the packed ones were right
+    torch.testing.assert_close(w1, w0, rtol=1e-5, atol=1e-6)
+
+
+def test_packing_is_used_only_where_it_is_exact(tiny):
+    _, tok = tiny
+    assert AlgoConfig().packs_turns and not AlgoConfig(pack_turns=False).packs_turns
+    assert not AlgoConfig(policy_loss="gspo").packs_turns  # a sequence-level ratio over a whole conversation
+    assert not AlgoConfig(loss_agg="seq-mean-token-mean").packs_turns
+    steps = _conversations()
+    rb = learner.AdapterBatch(steps, [1.0] * 8 + [0.7, 1.0], tok.pad_token_id, 16)  # episode 2's last turn: 0.7
+    pk = learner.Packed(rb)
+    rows = {frozenset(i for i in range(10) if pk.row[i] == j) for j in pk.row}
+    assert rows == {frozenset({0, 1, 2}), frozenset({3, 4, 5}), frozenset({6, 7}), frozenset({8}), frozenset({9})}
+    assert pk.batch.n_turns == 10 and len(pk.batch.samples) == 5
+    # the last row of each conversation holds every turn's tokens; each turn's columns are its own
+    torch.testing.assert_close(pk.unpack(pk.batch.mask), rb.mask)
+    torch.testing.assert_close(pk.unpack(pk.batch.sample_logp), rb.sample_logp)
+    assert float(pk.batch.mask.sum()) == float(rb.mask.sum())
+    assert (int(pk.batch.rows_len.sum()), int(rb.rows_len.sum())) == (109, 175)  # tokens the forwards read
