@@ -177,6 +177,7 @@ def experience(run, train_tasks, step: int, step_seed: int):
     kept turns, metrics, why nothing trains or None)."""
     cfg = run.cfg
     t0 = time.perf_counter()
+    prefilled = getattr(run.engine, "prefilled_tokens", None)  # TorchEngine counts the prompt tokens it forwards
     samples, eps, extra_rounds = collect(run, train_tasks, step_seed)
     run.engine.release()  # the rollout's prefix cache would hold its KV through the update
     n_tokens = all_sum(float(sum(len(s.completion_ids) for s in samples)))
@@ -184,6 +185,8 @@ def experience(run, train_tasks, step: int, step_seed: int):
     metrics = summarize(cfg, samples, eps, "train")
     metrics.update({"train/gen_tokens": n_tokens,  # every role's generated tokens this step (the token budget arms compare)
                     "time/rollout": t_roll, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9)})
+    if prefilled is not None:  # prompt tokens prefilled this step (the rest came from the prefix cache)
+        metrics["perf/prefill_tokens"] = all_sum(float(run.engine.prefilled_tokens - prefilled))
     if cfg.rollout.merge_turns:
         samples = merge_turns(samples)
     kept, sm = learner.select(cfg, samples)
