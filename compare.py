@@ -16,6 +16,8 @@ run, at eval step N (default: each run's last):
     train   wall seconds of the training steps up to N (metrics.jsonl's time/step; evals excluded)
 An arm may also be an eval.py output directory (results.json + greedy.jsonl, or majority.jsonl for
 --maj-k: each task's majority-vote answer), e.g. a single agent given the team's number of generations.
+An arm RUN@N is that run at its eval of step N whatever --step: `compare.py runs/X@0 runs/X` pairs a run's
+end with its own start (recipes.py: RL against the SFT it started from).
 Paired statistics, for the first arm against every other on the tasks both answered (matched by the
 whole task record: question, answer, and for video tasks the video, its clips and the choices; a task
 a val set holds twice pairs its first copy with the other arm's first copy, and so on). Arms whose task
@@ -348,13 +350,20 @@ def output_path(out: str, runs: list[str], flag: str) -> Path:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
-    ap.add_argument("runs", nargs="+", help="train.py run directories")
+    ap.add_argument("runs", nargs="+", help="train.py run directories (RUN@N: that run's eval at step N) or eval.py "
+                    "output directories")
     ap.add_argument("--step", type=int, default=None, help="the eval step to tabulate (default: each run's last)")
     ap.add_argument("--plot", default=None, help="write the validation curves to this PNG")
     ap.add_argument("--json", default=None, help="also write the rows (curves included) to this JSON file")
     a = ap.parse_args(argv)
     outs = {flag: output_path(v, a.runs, flag) for flag, v in (("--plot", a.plot), ("--json", a.json)) if v}
-    rows = [summarise(Path(r), a.step) for r in a.runs]
+    rows = []
+    for r in a.runs:  # RUN@N: that run at its eval of step N (a run against its own start: RUN@0 RUN)
+        m = re.fullmatch(r"(.+)@(\d+)", r)
+        if m and not os.path.lexists(r):
+            rows.append({**summarise(Path(m.group(1)), int(m.group(2))), "run": r})
+        else:
+            rows.append(summarise(Path(r), a.step))
     print(table(rows))
     if len(rows) > 1:
         print()

@@ -220,3 +220,15 @@ def test_bad_arms_and_outputs_are_one_line_and_clobber_nothing(run, tmp_path):
     r = subprocess.run([sys.executable, "compare.py", str(f)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and r.stderr.strip().splitlines() == [f"error: {f}: not a directory (give a train.py run "
                                                                    "directory or an eval.py output directory)"], r.stderr
+
+
+def test_an_arm_at_a_step_pairs_a_run_with_its_own_start(run, capsys):
+    """RUN@N is that run's eval at step N (recipes.py pairs RL's end with the SFT start it came from)."""
+    start, end = compare.main([f"{run}@0", str(run)])
+    assert (start["step"], start["team"], end["step"], end["team"]) == (0, 1.0, 2, 0.4)
+    p = compare.paired(start["per_task"], end["per_task"])
+    assert (p["n"], p["diff"], p["b"], p["c"]) == (5, pytest.approx(-0.6), 3, 0)
+    out = capsys.readouterr().out
+    assert f"{run.name}@0" in out and "-0.600" in out
+    with pytest.raises(SystemExit, match="no eval at step 1"):
+        compare.main([f"{run}@1", str(run)])
