@@ -343,16 +343,16 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
 
 def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_tasks: int,
                      min_reward: float) -> tuple[list[Example], dict]:
-    """Examples from a scripted perfect team: the workflow module's `scripted_replies(task)` (replies in
-    turn order) played through a fresh env per task; each turn the env asked for gives (the
+    """Examples from a scripted perfect team: the env's `scripted_replies(task)` method, else the workflow
+    module's function (replies in turn order), played through a fresh env per task; each turn the env asked for gives (the
     chat-formatted prompt that role saw -> the scripted reply) when its env reward >= min_reward.
     Returns (examples, counts: per role kept, and below min_reward)."""
-    play = getattr(module, "scripted_replies", None)
-    if play is None:
+    if not hasattr(module, "scripted_replies") and not hasattr(make_env(), "scripted_replies"):
         raise ValueError(f"teacher=scripted: the workflow module {module.__name__} defines no scripted_replies(task)")
     out, counts = [], defaultdict(int)
     for task in (tasks[:n_tasks] if n_tasks else tasks):
-        env = make_env()
+        env = make_env()  # the env's own method when it has one: it knows its env_kwargs (corpus, budgets, style)
+        play = getattr(env, "scripted_replies", None) or module.scripted_replies
         turn, seen = env.reset(task), []
         for reply in play(task):
             if turn is None:

@@ -9,6 +9,6 @@ config = Config(
     algo=AlgoConfig(adv_estimator="grpo", lr=2e-4, mini_batch_size=64, micro_batch_size=8),
     rollout=RolloutConfig(num_chains=4, max_turns=6, max_model_len=1024),
     data=DataConfig(env="search", train_files="data/search_train.jsonl", val_files="data/search_val.jsonl",
-                    batch_size=4, val_size=30, max_refinement_iterations=2),
+                    batch_size=4, val_size=30, max_refinement_iterations=3),  # cycles: a 2-hop question takes 3 searches
     trainer=TrainerConfig(total_steps=20, save_freq=5, test_freq=5, output_dir="runs/search"),
 )

@@ -24,6 +24,8 @@ The env class (one instance per episode, built with data.env_kwargs as keyword a
                                           episode's answer, for majority voting
   fork() -> env                           optional (default: copy.deepcopy). A copy at the current turn,
                                           for ReMax's greedy baseline episode
+  scripted_replies(task) -> list[str]     optional: as the module's function below, for THIS env's kwargs
+                                          (its corpus, budgets, style); sft.py prefers it
 
 The env module (the file), all optional:
   load_tasks(spec: str) -> list[dict]     the workflow's data loader (default: data.math_data.load_math)

@@ -34,6 +34,7 @@ data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weigh
 from __future__ import annotations
 
 import copy
+import re
 from functools import lru_cache
 
 from agents.research_team import (clean_doc_id, observation_message, parse_plan, parse_report, planner_messages,
@@ -87,6 +88,10 @@ class ResearchEnv:
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
         self.tool, self.by_id = _corpus(self.corpus, self.k)
+
+    def scripted_replies(self, task) -> list[str]:
+        """A perfect team's replies for this env's corpus, search_k and budgets (module scripted_replies)."""
+        return scripted_replies(task, self.corpus, self.k, self.max_subs, self.max_rounds)
 
     def fork(self):
         """A copy for ReMax's greedy twin that shares the (read-only) search index and documents."""
@@ -243,3 +248,69 @@ def aggregate(episodes) -> dict:
 def load_tasks(spec: str) -> list[dict]:
     """Our rows ({"question", "answer", "support", "hops"}) or HotpotQA's; data/research_data.py."""
     return load_research(spec)
+
+
+# ---------------------------------------------------------------------------------- the scripted teacher
+
+# the question forms of data/research_data.py -> the planner's sub-questions, one per supporting document
+_THAT_CITY, _THAT_COUNTRY = "In which country is that city?", "What is the capital of that country?"
+_PLANS = [(re.compile(r"In which country was the founder of (.+) born\?"),
+           ["Who founded {}?", "Where was that person born?", _THAT_CITY]),
+          (re.compile(r"What is the capital of the country where the founder of (.+) was born\?"),
+           ["Who founded {}?", "Where was that person born?", _THAT_CITY, _THAT_COUNTRY]),
+          (re.compile(r"In which country are the headquarters of the company that makes (.+)\?"),
+           ["Which company makes {}?", "Where are the headquarters of that company?", _THAT_CITY]),
+          (re.compile(r"What is the capital of the country where the company that makes (.+) has its headquarters\?"),
+           ["Which company makes {}?", "Where are the headquarters of that company?", _THAT_CITY, _THAT_COUNTRY])]
+
+
+def _fact(doc: dict, target: str) -> str | None:
+    """The sentence of the document that names `target` (the chain's next entity, or the answer), as a
+    note that stands alone ("Its capital is X." -> "<title>'s capital is X."), with the document's id."""
+    for s in re.split(r"(?<=\.)\s+", doc["text"]):
+        if target.lower() in s.lower():
+            if s.startswith("Its "):
+                s = f"{doc['title']}'s {s[4:]}"
+            elif doc["title"].lower() not in s.lower():
+                s = f"{doc['title']}: {s}"
+            return f"{s} [{doc['id']}]"
+    return None
+
+
+def scripted_replies(task, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
+                     max_rounds: int = 3) -> list[str]:
+    """A perfect team's replies, in turn order, for the made-up world's 3-/4-hop questions
+    (data/research_data.py): the planner splits the question into one sub-question per hop (from the
+    question alone: its form and its first entity); each researcher searches the entity its
+    sub-question is about (named in the question or in the note before it), reads the supporting
+    document that search lists, and notes the sentence that names the next hop's entity (the last
+    one: the answer) with the document's id; the writer answers from the last note and cites every
+    document read. [] for a task with no such play: a question of another form (HotpotQA's), more hops
+    than max_sub_questions, fewer than 3 actions per sub-question (search, read, note), or a
+    supporting document its search does not list. The keywords are the env's (defaults: the env's and
+    configs/research.py's); `ResearchEnv.scripted_replies(task)` plays with that env's own."""
+    q, support = str(task["question"]).strip(), [str(s) for s in task.get("support") or []]
+    plan = None
+    for rx, subs in _PLANS:
+        m = rx.fullmatch(q)
+        if m and len(subs) == len(support):
+            plan = [s.format(m.group(1)) for s in subs]
+    if plan is None or len(plan) > max_sub_questions or max_rounds < 3:
+        return []
+    if task.get("docs"):  # the env searches a task's own documents
+        tool = SearchTool(list(task["docs"]), k=search_k)
+        by_id = {d["id"]: d for d in tool.docs}
+    else:
+        tool, by_id = _corpus(corpus, search_k)
+    if any(s not in by_id for s in support):
+        return []
+    docs = [by_id[s] for s in support]
+    if docs[0]["title"] not in plan[0]:
+        return []
+    out = ["\n".join(f"{i}. {s}" for i, s in enumerate(plan, 1))]
+    for i, d in enumerate(docs):
+        note = _fact(d, docs[i + 1]["title"] if i + 1 < len(docs) else str(task["answer"]))
+        if note is None or d["id"] not in {x["id"] for x in tool.search(d["title"])}:
+            return []
+        out += [f"Action: search[{d['title']}]", f"Action: read_doc[{d['id']}]", f"Action: note[{note}]"]
+    return out + [f"Answer: {task['answer']}\nCitations: " + " ".join(f"[{s}]" for s in support)]
