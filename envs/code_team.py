@@ -7,12 +7,20 @@
                max_refinement_iterations refinements were made
 Rewards: each generator / refiner turn gets the fraction of tests its code passes (0 when the
 code does not run, with the sandbox's reason in the summary). Team reward = final all-pass.
+
+scripted_replies(task): the perfect team, for sft.py's scripted teacher: the generator writes the
+task's canonical_solution (HumanEval's, or data/code_data's synthetic family's) as a complete
+function in a ```python block; the tests pass and the episode ends there, so a perfect team's
+refiner never speaks (the teacher writes no refiner examples).
 """
 from __future__ import annotations
 
+import ast
+import re
+
 from agents.code_team import build_messages
-from rewards.code import extract_code, run_tests
 from envs import Prompt, need_int, need_number
+from rewards.code import extract_code, run_tests
 
 ROLES = ("generator", "refiner")
 
@@ -22,6 +30,50 @@ def complete_code(reply: str, task: dict) -> str:
     if f"def {task['entry_point']}" not in code:  # a body only: put it under the prompt's signature
         code = task["prompt"] + code
     return code
+
+
+def reference_solution(task: dict) -> str:
+    """The task's canonical_solution as complete code: a canonical_solution that defines the entry
+    point is used as it is; a body (HumanEval's) goes under the prompt (its imports and helpers kept)
+    with the entry point's docstring left out: the reply is the code, not a copy of the task."""
+    sol, entry = task.get("canonical_solution"), str(task["entry_point"])
+    if not isinstance(sol, str) or not sol.strip():
+        raise ValueError(f"scripted_replies: task {task.get('task_id', '?')} has no canonical_solution")
+    if re.search(rf"^def {re.escape(entry)}\b", sol, re.MULTILINE):
+        return sol
+    prompt = str(task["prompt"])
+    short = _without_docstring(prompt, entry)
+    if short != prompt:
+        try:
+            ast.parse(short + sol)
+        except (SyntaxError, ValueError):
+            short = prompt
+    return short + sol
+
+
+def _without_docstring(prompt: str, entry: str) -> str:
+    """The prompt without the lines of the entry point's docstring (unchanged when they hold anything
+    else, or the prompt does not parse)."""
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError, RecursionError):
+        return prompt
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry),
+              None)
+    doc = fn.body[0] if fn is not None and fn.body else None
+    if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+        return prompt
+    lines = prompt.split("\n")
+    first, last = doc.lineno - 1, doc.end_lineno - 1  # offsets count UTF-8 bytes
+    if lines[first].encode()[:doc.col_offset].strip() or lines[last].encode()[doc.end_col_offset:].strip():
+        return prompt  # the docstring shares a line with other code
+    return "\n".join(lines[:first] + lines[last + 1:])
+
+
+def scripted_replies(task: dict) -> list[str]:
+    """The perfect team's replies: the generator's canonical solution, which passes every test, so
+    the env asks for no refiner turn."""
+    return [f"```python\n{reference_solution(task).lstrip(chr(10)).rstrip()}\n```"]
 
 
 class CodeTeamEnv:
