@@ -1,0 +1,19 @@
+"""CPU recipe (recipes.py code): the code team (generator -> sandboxed tests -> refiner) on SmolLM2-135M,
+on the synthetic family of short functions (data/code_data.py synthetic:train / synthetic:val; HumanEval
+stays configs/code.py's, for GPUs). SFT on the teacher's reference solutions for 64 training tasks, then
+12 GRPO steps of 4 tasks x 4 chains; val: 200 held-out functions (none of them in train), greedy, at step
+0 (the SFT start) and step 12. The teacher writes right solutions only, so the refiner has no SFT example
+and starts from the base model."""
+import dataclasses
+from pathlib import Path
+
+from config import load_config_file
+
+base = load_config_file(str(Path(__file__).resolve().parent.parent / "code.py"))
+R = dataclasses.replace
+config = R(base, roles=tuple(R(r, max_tokens=128) for r in base.roles),
+           rollout=R(base.rollout, max_model_len=1024),
+           data=R(base.data, train_files="synthetic:train", val_files="synthetic:val", val_size=200),
+           trainer=R(base.trainer, total_steps=12, test_freq=12, save_freq=4, val_before_train=True,
+                     output_dir="runs/recipes/code/rl"))
+SFT = {"teacher_tasks": 64, "lr": 2e-4, "epochs": 2, "micro_batch_size": 4, "grad_accum": 2}

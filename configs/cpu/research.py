@@ -1,0 +1,15 @@
+"""CPU recipe (recipes.py research): the deep-research team (planner -> researchers -> writer) on
+SmolLM2-135M over the made-up world's 3-/4-hop questions (data/research_*.jsonl). SFT on the scripted
+team's turns for 20 of the 60 training questions, then 8 GRPO steps of 4 questions x 4 chains; val: all
+20 held-out questions (the set has no more), greedy, at step 0 (the SFT start) and step 8."""
+import dataclasses
+from pathlib import Path
+
+from config import load_config_file
+
+base = load_config_file(str(Path(__file__).resolve().parent.parent / "research.py"))
+R = dataclasses.replace
+config = R(base, data=R(base.data, val_size=20),
+           trainer=R(base.trainer, total_steps=8, test_freq=8, save_freq=4, val_before_train=True,
+                     output_dir="runs/recipes/research/rl"))
+SFT = {"teacher_tasks": 20, "lr": 2e-4, "epochs": 2, "micro_batch_size": 4, "grad_accum": 2}

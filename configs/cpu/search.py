@@ -1,0 +1,15 @@
+"""CPU recipe (recipes.py search): the search team (query writer -> BM25 -> answerer, 3 cycles) on
+SmolLM2-135M, on the made-up world of data/search_*.jsonl. SFT on the scripted team's turns for 24 of the
+78 training questions, then 12 GRPO steps of 4 questions x 4 chains; val: all 30 held-out questions (the
+set has no more), greedy, at step 0 (the SFT start) and step 12."""
+import dataclasses
+from pathlib import Path
+
+from config import load_config_file
+
+base = load_config_file(str(Path(__file__).resolve().parent.parent / "search.py"))
+R = dataclasses.replace
+config = R(base, data=R(base.data, val_size=30),
+           trainer=R(base.trainer, total_steps=12, test_freq=12, save_freq=4, val_before_train=True,
+                     output_dir="runs/recipes/search/rl"))
+SFT = {"teacher_tasks": 24, "lr": 2e-4, "epochs": 2, "micro_batch_size": 4, "grad_accum": 2}

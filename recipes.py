@@ -1,0 +1,189 @@
+"""One command per workflow: a scripted teacher -> SFT -> RL -> eval -> paired comparison, on CPU.
+
+    python recipes.py --list                 # the recipes (configs/cpu/*.py)
+    python recipes.py math_tool --plan       # its stages and their commands; runs nothing
+    python recipes.py math_tool              # everything into runs/recipes/math_tool/ (resumable: run it again)
+    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 4 val tasks: the plumbing, quickly
+
+A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data, its val set, steps, val at
+step 0 and at the end) and `SFT` (sft.py options for the teacher's SFT, e.g. teacher_tasks, lr, epochs).
+The stages, each a fresh process (one at a time; the machine's cores are theirs), each skipped when its
+output is complete, so a killed run resumes where it stopped (train.py itself resumes from its last
+checkpoint):
+  1. sft      sft.py --teacher scripted: the workflow module's scripted_replies(task) (a perfect team) played
+              on the first SFT['teacher_tasks'] training tasks, every role's turns -> <out>/sft/<adapter>/
+  2. base     eval.py --base: the base model on the val set, greedy                    -> <out>/base/
+  3. rl       train.py with every role's adapter from the SFT; its val at step 0 is the SFT start,
+              its last val the end                                                    -> <out>/rl/
+  4. compare  compare.py <out>/rl@0 <out>/rl <out>/base (paired on the same val tasks) -> <out>/summary.json
+              (before = the SFT start, after = RL's end, their paired difference and s.e., the base,
+              minutes per stage) and <out>/curves.png (val team reward, each role's train reward by step)
+<out>/recipe_config.py is the train config every stage reads (the recipe's, --tiny's overrides applied).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+RECIPES = ROOT / "configs" / "cpu"
+STAGES = ("sft", "base", "rl", "compare")
+TINY = {"model": "tiny", "total_steps": 2, "val_size": 4, "batch_size": 2, "num_chains": 2, "teacher_tasks": 4}
+
+
+def recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES.glob("*.py") if not p.name.startswith("_"))
+
+
+def load_recipe(name: str):
+    path = RECIPES / f"{name}.py"
+    if not path.is_file():
+        sys.exit(f"recipes.py: no recipe {name!r} (configs/cpu/{name}.py); the recipes: {', '.join(recipes())}")
+    spec = importlib.util.spec_from_file_location(f"troupe_recipe_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return path, mod.config, dict(getattr(mod, "SFT", {}))
+
+
+def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
+    """<out>/recipe_config.py: the recipe's config, its RL run writing to <out>/rl (and --tiny's overrides)."""
+    lines = ["# written by recipes.py: the train config of every stage of this recipe run", "import dataclasses", "",
+             "from config import load_config_file", "", f"config = load_config_file({str(recipe)!r})",
+             "R = dataclasses.replace",
+             f"config = R(config, trainer=R(config.trainer, output_dir={str(out / 'rl')!r}, val_before_train=True))"]
+    if tiny:
+        t = TINY
+        lines += [f"config = R(config, model=R(config.model, spec={t['model']!r}),",
+                  f"          rollout=R(config.rollout, num_chains={t['num_chains']}, progress=False),",
+                  f"          data=R(config.data, batch_size={t['batch_size']}, val_size={t['val_size']}),",
+                  f"          trainer=R(config.trainer, total_steps={t['total_steps']}, test_freq={t['total_steps']},"
+                  " save_freq=1))"]
+    text = "\n".join(lines) + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, list[str] | None]]:
+    conf = str(out / "recipe_config.py")
+    sft = {**sft, **({"teacher_tasks": TINY["teacher_tasks"], "epochs": 1} if tiny else {})}
+    sft_cmd = [sys.executable, "sft.py", "--train-config", conf, "--teacher", "scripted", "--out", str(out / "sft"),
+               "--no-progress"]
+    for k, v in sft.items():
+        sft_cmd += [f"--{k.replace('_', '-')}", *(map(str, v) if isinstance(v, (list, tuple)) else [str(v)])]
+    init = [x for i, r in enumerate(cfg.roles) if r.trainable and (not done(out, "sft") or adapter_written(out, cfg, r))
+            for x in (f"--roles.{i}.init-from", str(out / "sft" / cfg.adapter_of(r)))]
+    return [("sft", sft_cmd),
+            ("base", [sys.executable, "eval.py", "--config", conf, "--base", "--out", str(out / "base")]),
+            ("rl", [sys.executable, "train.py", "--config", conf, *init]),
+            ("compare", None)]  # in this process: compare.py's rows, the summary, the plot
+
+
+def adapter_written(out: Path, cfg, role) -> bool:
+    """Whether the SFT wrote this role's adapter (a role the teacher gave no example starts from the base)."""
+    return (out / "sft" / cfg.adapter_of(role) / "adapter_config.json").is_file()
+
+
+def done(out: Path, stage: str) -> bool:
+    return (out / f"{stage}.done").is_file()
+
+
+def mark(out: Path, stage: str, seconds: float):
+    (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds}) + "\n")
+
+
+def compare_stage(out: Path, name: str) -> dict:
+    import compare
+    start, end, base = compare.main([f"{out / 'rl'}@0", str(out / "rl"), str(out / "base")])
+    gain, vs_base = compare.paired(start["per_task"], end["per_task"]), compare.paired(base["per_task"], end["per_task"])
+    minutes = {s: json.loads((out / f"{s}.done").read_text())["seconds"] / 60 for s in STAGES[:-1] if done(out, s)}
+    summary = {"workflow": name, "val_tasks": end["n"], "steps": end["step"], "base": base["team"],
+               "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],
+               "b": gain["b"], "c": gain["c"], "p": gain["p"], "diff_vs_base": vs_base["diff"], "se_vs_base": vs_base["se"],
+               "minutes": minutes, "total_minutes": sum(minutes.values()),
+               "learned": bool(gain["diff"] > 2 * gain["se"]) if math.isfinite(gain["se"]) else False}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    curves(out, out / "curves.png")
+    return summary
+
+
+def curves(out: Path, png: Path):
+    """Val team reward at each eval and every role's train reward at each step, from the RL run's metrics."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines() if x.strip().startswith("{")]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    val = [(r["step"], r["val/team_reward"]) for r in rows if "val/team_reward" in r]
+    if val:
+        ax.plot(*zip(*val), "o-", lw=2, label="val team reward")
+    for key in sorted({k for r in rows for k in r if k.startswith("train/reward/")}):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot(*zip(*pts), ".-", alpha=0.7, label=key.replace("train/reward/", "train: "))
+    ax.set_xlabel("RL step (0 = the SFT start)")
+    ax.set_ylabel("reward")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workflow", nargs="?", help="a recipe name (configs/cpu/<name>.py)")
+    ap.add_argument("--out", help="output directory (default runs/recipes/<workflow>, --tiny: runs/recipes/tiny_<workflow>)")
+    ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 4 val tasks: the plumbing")
+    ap.add_argument("--plan", action="store_true", help="print the stages and their commands, run nothing")
+    ap.add_argument("--list", action="store_true", help="list the recipes")
+    a = ap.parse_args(argv)
+    if a.list or not a.workflow:
+        print("\n".join(recipes()))
+        return None
+    recipe, cfg, sft = load_recipe(a.workflow)
+    out = Path(a.out or ROOT / "runs" / "recipes" / (("tiny_" if a.tiny else "") + a.workflow)).resolve()
+    stages = plan(a.workflow, out, cfg, sft, a.tiny)
+    print(f"recipe {a.workflow} -> {out}")
+    for i, (stage, cmd) in enumerate(stages, 1):
+        state = "done" if done(out, stage) else "to do"
+        print(f"  {i}. {stage:8} [{state}] {' '.join(cmd[1:]) if cmd else 'compare.py rl@0 rl base -> summary.json'}")
+    if a.plan:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(out / "recipe_config.py", recipe, out, a.tiny)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    for k, stage in enumerate(STAGES):
+        if done(out, stage):
+            continue
+        cmd = plan(a.workflow, out, cfg, sft, a.tiny)[k][1]  # after the SFT: only the adapters it wrote
+        if stage == "rl":
+            for r in cfg.roles:
+                if r.trainable and not adapter_written(out, cfg, r):
+                    print(f"  note: the SFT wrote no adapter for role {r.name} (the teacher gave it no example): "
+                          "it starts from the base model")
+        t0 = time.time()
+        print(f"[{time.strftime('%H:%M:%S')}] {stage}: {' '.join(cmd[1:]) if cmd else 'compare'}", flush=True)
+        if cmd is None:
+            summary = compare_stage(out, a.workflow)
+        else:
+            with open(out / f"{stage}.log", "a") as log:
+                rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            if rc:
+                sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
+                         "run the same command again to resume")
+        mark(out, stage, time.time() - t0)
+        print(f"[{time.strftime('%H:%M:%S')}] {stage} done in {(time.time() - t0) / 60:.1f} min", flush=True)
+    summary = json.loads((out / "summary.json").read_text())
+    print(f"{a.workflow}: val team reward base {summary['base']:.3f}, SFT start {summary['sft_start']:.3f} -> "
+          f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± {summary['se']:.3f} s.e., "
+          f"n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

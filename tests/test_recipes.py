@@ -1,0 +1,62 @@
+"""recipes.py: one workflow's teacher -> SFT -> RL -> eval -> compare, on the tiny model; killed in the middle
+of RL and run again, it redoes no finished stage and RL resumes from its checkpoint."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import recipes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_recipe_plans_every_trainable_role_from_its_sft(tmp_path, capsys):
+    for name in recipes.recipes():
+        _, cfg, sft = recipes.load_recipe(name)
+        stages = dict(recipes.plan(name, tmp_path, cfg, sft, tiny=False))
+        assert list(stages) == list(recipes.STAGES)
+        rl = stages["rl"]
+        for i, r in enumerate(cfg.roles):  # each role starts from its adapter's SFT
+            assert (f"--roles.{i}.init-from" in rl) == r.trainable
+        assert "--teacher" in stages["sft"] and "scripted" in stages["sft"]
+        import workflows
+        n_val = len(workflows.workflow(cfg)[2](cfg.data.val_files))
+        assert cfg.data.val_size >= min(100, n_val), name  # >= 100 held-out tasks, or all the set has
+        assert cfg.trainer.val_before_train, name  # its step 0 is the SFT start
+        assert cfg.trainer.total_steps % cfg.trainer.test_freq == 0, name  # a val at the end
+    with pytest.raises(SystemExit, match="no recipe 'nope'"):
+        recipes.main(["nope"])
+
+
+def test_a_killed_recipe_resumes_without_redoing_finished_stages(tmp_path):
+    out = tmp_path / "rec"
+    cmd = [sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    ck = out / "rl" / "checkpoints" / "step_000001"
+    while p.poll() is None and not (ck / "config.json").exists():  # RL's first checkpoint: kill it there
+        time.sleep(0.2)
+    assert p.poll() is None, p.stdout.read()
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert (out / "sft.done").exists() and (out / "base.done").exists() and not (out / "rl.done").exists()
+    logs = {s: (out / f"{s}.log").read_text() for s in ("sft", "base")}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "1. sft      [done]" in r.stdout and "2. base     [done]" in r.stdout and "3. rl       [to do]" in r.stdout
+    assert {s: (out / f"{s}.log").read_text() for s in ("sft", "base")} == logs  # not run again
+    assert "resumed from" in (out / "rl.log").read_text()
+    rows = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert sorted(x["step"] for x in rows if "time/step" in x) == [1, 2]  # each step once
+    assert [x["step"] for x in rows if "val/team_reward" in x] == [0, 2]  # the SFT start and the end
+    s = json.loads((out / "summary.json").read_text())
+    assert s["val_tasks"] == 4 and s["steps"] == 2 and set(s["minutes"]) == {"sft", "base", "rl"}
+    for role in ("captioner", "grapher", "organizer"):  # every role's adapter came from the teacher's SFT
+        assert (out / "sft" / role / "adapter_config.json").exists()
+    assert (out / "curves.png").stat().st_size > 0
