@@ -128,6 +128,7 @@ def aggregate(episodes) -> dict:
            "refiner_success": sum(m["refiner_fixed"] for m in tried) / max(1, len(tried)),
            "iterations": sum(m["iterations"] for m in ms) / n}
     for role in ROLES:
-        steps = [s for e in episodes for s in e.steps if s.role == role]
-        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
+        steps = [s for e in episodes for s in getattr(e, "samples", ()) if s.role == role]  # compare.py: metrics only
+        if steps:
+            out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / len(steps)
     return out

@@ -232,3 +232,25 @@ def test_an_arm_at_a_step_pairs_a_run_with_its_own_start(run, capsys):
     assert f"{run.name}@0" in out and "-0.600" in out
     with pytest.raises(SystemExit, match="no eval at step 1"):
         compare.main([f"{run}@1", str(run)])
+
+
+@pytest.mark.parametrize("config", ["math_tool", "code", "search", "react_calculator", "research", "tiny_swe",
+                                    "video_qa", "tiny_math_3agent"])
+def test_every_workflows_aggregate_reads_episodes_compare_replays(config):
+    """compare.py hands a workflow's aggregate() episodes with metrics only (replayed, no tokens): every
+    built-in's must take them (code, math_tool, react and swe read each episode's samples and crashed)."""
+    import types
+
+    from workflows import load_data, workflow
+    cfg = load_config_file(f"configs/{config}.py")
+    make_env, module, _ = workflow(cfg)
+    task = load_data(cfg)[1][0]
+    env, ms = make_env(), []
+    turn, n = env.reset(task), 0
+    while turn is not None and n < 30:
+        turn, n = env.step("I do not know."), n + 1
+    ms.append(env.metrics())
+    if not hasattr(module, "aggregate"):  # optional (the search team has none)
+        return
+    out = module.aggregate([types.SimpleNamespace(metrics=m) for m in ms])
+    assert isinstance(out, dict) and out and all(isinstance(v, float) for v in out.values())
