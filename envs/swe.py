@@ -49,8 +49,10 @@ the generator of the small offline instances in data/swe_{train,val}.jsonl).
 """
 from __future__ import annotations
 
+import ast
 import bisect
 import collections
+import difflib
 import functools
 import hashlib
 import json
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 
 from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, apply_patch, clean_path,  # noqa: F401
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
-from agents.swe_team import build_messages, extract_diff, parse_edits, parse_verdict
+from agents.swe_team import Edit, build_messages, extract_diff, parse_edits, parse_verdict
 from envs import Prompt, need_int, need_number
 from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
@@ -678,6 +680,11 @@ class SWETeamEnv:
         named, gold = self.named_files(), set(self.gold)
         return len(named & gold) / len(named | gold) if gold else 0.0
 
+    def scripted_replies(self, task) -> list[str]:
+        """A perfect team's replies for this env's tool-call budgets (module scripted_replies): sft.py's
+        scripted teacher plays these, so configs/tiny_swe.py's (no tool calls) get their own."""
+        return scripted_replies(task, self.max_analyzer_calls, self.max_validator_calls, self.obs_chars)
+
     def turn_rewards(self):
         out = []
         for role, k in self.turns:
@@ -718,6 +725,168 @@ def aggregate(episodes) -> dict:
     out = {f"{k}_rate" if k in ("resolved", "patch_applied") else k: sum(m[k] for m in ms) / n
            for k in ("resolved", "patch_applied", "files_localised", "iterations", "validator_correct")}
     for role in ROLES:
-        steps = [s for e in episodes for s in e.steps if s.role == role]
-        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
+        steps = [s for e in episodes for s in getattr(e, "samples", ()) if s.role == role]  # compare.py: metrics only
+        if steps:
+            out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / len(steps)
     return out
+
+
+
+# --------------------------------------------------------------------------------------------
+# a scripted perfect team (sft.py's scripted teacher): replies derived from the instance's gold patch
+
+BUG_WORDS = {"off_by_one": "an off-by-one constant", "wrong_operator": "a wrong operator",
+             "swapped_arguments": "two arguments swapped", "missing_edge_case": "a missing edge case"}
+
+
+def _tool_call(name: str, **args) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
+
+
+def _changes(a: list[str], b: list[str]) -> list[tuple[int, int, int, int]]:
+    """The (i1, i2, j1, j2) line ranges where b (the gold version) differs from a (the base)."""
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+
+
+def _block(text: str, a: list[str], b: list[str], i1: int, i2: int, j1: int, j2: int, lo: int, hi: int):
+    """(SEARCH, REPLACE) for the change a[i1:i2] -> b[j1:j2] with the least context (lines of a in
+    [lo, i1) before it and [i2, hi) after it, which b shares) that makes SEARCH non-blank and occur
+    once in the file, as apply_edits counts; None when no context does."""
+    for n in range((i1 - lo) + (hi - i2) + 1):  # n lines of context: (0,0) (1,0) (1,1) (2,1) ..., or one side's all
+        half = sorted({(n + 1) // 2, n // 2}, reverse=True)
+        for k, m in [(h, n - h) for h in half] + [(n - (hi - i2), hi - i2), (i1 - lo, n - (i1 - lo))]:
+            if 0 <= k <= i1 - lo and 0 <= m <= hi - i2:
+                search = "\n".join(a[i1 - k:i2 + m])
+                if search.strip() and text.count(search) == 1:
+                    return search, "\n".join(a[i1 - k:i1] + b[j1:j2] + a[i2:i2 + m])
+    return None
+
+
+def _file_edits(text: str, fixed: str) -> list[tuple[str, str]]:
+    """Edit blocks (SEARCH, REPLACE) that turn text into fixed through apply_edits: one per change,
+    else one block spanning them all; each line's trailing whitespace left out where that still
+    gives `fixed` (the writer's view of a file may not show it)."""
+    a, b = text.split("\n"), fixed.split("\n")
+    ch = _changes(a, b)
+    per = [_block(text, a, b, i1, i2, j1, j2, ch[k - 1][1] if k else 0, ch[k + 1][0] if k + 1 < len(ch) else len(a))
+           for k, (i1, i2, j1, j2) in enumerate(ch)]
+    whole = _block(text, a, b, ch[0][0], ch[-1][1], ch[0][2], ch[-1][3], 0, len(a))
+    tries = ([per] if None not in per else []) + ([[whole]] if whole else [])
+
+    def bare(t: str) -> str:
+        return "\n".join(ln.rstrip() for ln in t.split("\n"))
+
+    for blocks in tries:
+        for cand in ([(bare(s), bare(r)) for s, r in blocks], blocks):
+            got, problems = apply_edits({"m.py": text}, [Edit("m.py", s, r) for s, r in cand], set())
+            if not problems and got["m.py"] == fixed:
+                return cand
+    return tries[-1] if tries else []
+
+
+def _function_at(text: str, line: int):
+    """The innermost function (an ast node) whose lines hold `line` (1-based), else None."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    fns = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+           and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return max(fns, key=lambda n: n.lineno, default=None)
+
+
+def _read_window(a: list[str], fn, first: int, last: int, obs_chars: int) -> tuple[int, int]:
+    """The 1-based lines an analyzer reads: the function's code after its docstring (with a line
+    either side of the change), cut around the change until read_file's numbered lines fit obs_chars."""
+    start, end = (fn.lineno, fn.end_lineno or fn.lineno) if fn is not None else (first - 5, last + 5)
+    body = fn.body if fn is not None else []
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
+        start = body[0].end_lineno + 1
+    start, end = max(1, min(start, first - 1)), min(len(a), max(end, last + 1))
+
+    def size():
+        return sum(len(f"{k:4d}| {a[k - 1]}") + 1 for k in range(start, end + 1))
+
+    while size() > obs_chars - 40 and (start < first - 1 or end > last + 1):
+        if end > last + 1 and end - last >= first - start:
+            end -= 1
+        else:
+            start += 1
+    return start, end
+
+
+def _reproducer(issue: str) -> tuple[str, str] | None:
+    """(a snippet, the call it shows) from the issue's first ```python block of `>>> ` lines: the
+    statements run and the last expression's repr is printed, as the issue shows it."""
+    lines, inside = [], False
+    for ln in issue.split("\n"):
+        if ln.strip().startswith("```"):
+            if inside:
+                break
+            inside = True
+        elif inside and ln.startswith(">>> "):
+            lines.append(ln[4:])
+    if not lines:
+        return None
+    try:
+        ast.parse(lines[-1], mode="eval")
+        code = lines[:-1] + [f"print(repr({lines[-1]}))"]
+    except SyntaxError:
+        code = lines + ['print("ok")']
+    try:
+        ast.parse("\n".join(code))
+    except SyntaxError:
+        return None
+    return "\n".join(code), lines[-1]
+
+
+def scripted_replies(task, max_analyzer_calls: int = 2, max_validator_calls: int = 1,
+                     obs_chars: int = 1200) -> list[str]:
+    """A perfect team's replies in turn order, derived from the instance's gold `patch`; the keyword
+    arguments are the env's (defaults: configs/swe_team.py's), which set how many tool calls fit.
+    The analyzer greps for the definition of the function the gold patch changes and reads its code
+    (up to two calls), then names exactly the gold files, the function and the line to change; the
+    writer sends the gold change as the smallest edit blocks whose SEARCH occurs once; the validator
+    runs the issue's example against the patched code (then the module's tests, given a second
+    call) and accepts. Through SWETeamEnv every turn earns 1 when the gold patch edits existing
+    code files only (a file it adds cannot be named: the analyzer's reward reads the base files;
+    a file it deletes cannot be said with edit blocks)."""
+    base = repo_files(task)
+    fixed = apply_patch(base, task["patch"])
+    gold = sorted(p for p in set(base) | set(fixed) if not is_test_path(p) and base.get(p) != fixed.get(p))
+    edits, said, calls = [], [], []
+    for p in gold:
+        text, new = base.get(p), fixed.get(p)
+        if new is None:
+            continue
+        if text is None:  # a new file: an empty SEARCH creates it
+            body = new.rstrip("\n")
+            edits.append(f"{p}\n<<<<<<< SEARCH\n=======\n{body}\n>>>>>>> REPLACE")
+            said.append(f"{p} must be created.")
+            continue
+        edits += [f"{p}\n<<<<<<< SEARCH\n{s}\n=======\n{r}\n>>>>>>> REPLACE" for s, r in _file_edits(text, new)]
+        a, b = text.split("\n"), new.split("\n")
+        ch = _changes(a, b)
+        i1, i2, j1, j2 = ch[0]
+        line = min(i1 + 1, len(a))  # 1-based: the first changed line, or the line an insertion goes before
+        fn = _function_at(text, line)
+        kind = BUG_WORDS.get(str(task.get("bug_kind", ""))) if p == gold[0] else None
+        old = " ".join(x.strip() for x in a[i1:i2] if x.strip())
+        add = " ".join(x.strip() for x in b[j1:j2] if x.strip())
+        fix = (f"line {i1 + 1} `{old}` should be `{add}`." if old and add else f"line {i1 + 1} `{old}` should go."
+               if old else f"before line {line} `{a[line - 1].strip()}` add `{add}`.")
+        said.append((f"`{fn.name}` in {p}" if fn is not None else p) + (f" ({kind})" if kind else "") + f": {fix}"
+                    + (f" ({len(ch) - 1} more change(s) in this file.)" if len(ch) > 1 else ""))
+        if not calls:  # the analyzer looks for the first changed function and reads it
+            probe = f"def {fn.name}(" if fn is not None else next(
+                (x.strip() for x in a[i1:max(i2, i1 + 1)] if x.strip()), a[line - 1].strip())[:60]
+            start, end = _read_window(a, fn, line, max(i2, line), obs_chars)
+            calls = [_tool_call("grep", text=probe), _tool_call("read_file", path=p, start=start, end=end)]
+    replies = calls[:max(0, max_analyzer_calls)] + ["The bug is in " + " ".join(said), "\n\n".join(edits)]
+    rep = _reproducer(str(task.get("problem_statement", "")))
+    tests = sorted(t for t in patched_paths(task.get("test_patch", "")) if t in base)
+    checks = [_tool_call("python", code=rep[0])] if rep else []
+    checks += [_tool_call("run_tests", path=tests[0])] if tests else []
+    why = "the issue's example now gives the expected result" if rep else "the tests pass"
+    return replies + checks[:max(0, max_validator_calls)] + [f"Verdict: ACCEPT\nThe patch fixes the issue: {why}."]

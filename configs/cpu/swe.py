@@ -1,0 +1,20 @@
+"""CPU recipe (recipes.py swe): the SWE team (analyzer -> writer -> validator) on SmolLM2-135M, on the
+generated SWE-bench-format instances (data/swe_*.jsonl). SFT on the scripted team's turns (the gold patch
+as edit blocks, the tool calls that find it, the reproduction the validator runs) for 32 of the 195
+training instances, then 4 GRPO steps of 2 instances x 2 chains; val: all 42 held-out instances, greedy,
+at step 0 (the SFT start) and step 4. The analyzer's and the validator's budgets are raised to what the
+teacher's replies need (diagnosis up to 134 tokens, a reproduction call up to 118). Expect well over an
+hour on 2 cores: a step of this team was 2496 s at 1 instance x 2 chains on a loaded machine."""
+import dataclasses
+from pathlib import Path
+
+from config import load_config_file
+
+base = load_config_file(str(Path(__file__).resolve().parent.parent / "swe_team.py"))
+R = dataclasses.replace
+budget = {"analyzer": 144, "writer": 160, "validator": 128}
+config = R(base, roles=tuple(R(r, max_tokens=budget[r.name]) for r in base.roles),
+           data=R(base.data, val_size=42),
+           trainer=R(base.trainer, total_steps=4, test_freq=4, save_freq=1, val_before_train=True,
+                     output_dir="runs/recipes/swe/rl"))
+SFT = {"teacher_tasks": 32, "lr": 2e-4, "epochs": 2, "micro_batch_size": 2, "grad_accum": 4}
