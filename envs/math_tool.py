@@ -10,15 +10,26 @@ Rewards per turn:
     executor   1 if its code ran and the last line it printed equals the answer, else 0
     verifier   an answering turn: math_reward of its answer; a rejecting turn: 1 if the output it
                rejected was indeed wrong, else 0
+
+`scripted_replies(task)` is a perfect team (sft.py's scripted teacher): the analyzer names the
+computation, the executor's Python computes and prints it, the verifier boxes the printed number.
+It solves the arithmetic of data/math_data.py (`solve_arith`, which envs/react.py's teacher shares)
+and returns [] for a question it cannot read.
 """
 from __future__ import annotations
 
-from agents.math_tool import build_messages
+import ast
+import keyword
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
 from agents.math_team import parse_verdict
-from envs.tools import run_code_ok
+from agents.math_tool import build_messages
+from envs import Prompt, need_int, need_number
+from envs.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
-from envs import Prompt, need_int, need_number
 
 ROLES = ("analyzer", "executor", "verifier")
 
@@ -48,7 +59,8 @@ class MathToolEnv:
             self.rewards.append(None)  # filled with the team reward at the end
             return self._turn("executor")
         if role == "executor":
-            out, ok = run_code_ok(extract_code(reply), self.timeout) if "```" in reply or "print" in reply else ("(no code)", False)
+            has_code = "```" in reply or "print" in reply
+            out, ok = run_code_ok(extract_code(reply), self.timeout) if has_code else ("(no code)", False)
             self.history.append(("output", out))
             last = out.strip().splitlines()[-1] if ok and out.strip() else ""
             right = ok and is_equiv(last.strip(), self.answer)
@@ -85,6 +97,93 @@ def aggregate(episodes) -> dict:
     out = {k: sum(m[k] for m in ms) / n for k in ("final_correct", "cycles", "exec_ok", "exec_right", "no_answer")}
     out["final_acc"] = out.pop("final_correct")
     for role in ROLES:
-        steps = [s for e in episodes for s in e.steps if s.role == role]
-        out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / max(1, len(steps))
+        steps = [s for e in episodes for s in getattr(e, "samples", ()) if s.role == role]  # compare.py: metrics only
+        if steps:
+            out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / len(steps)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# the scripted teacher: the arithmetic of data/math_data.py, solved the way a teacher writes it out
+
+_WHAT_IS = re.compile(r"What is ([0-9 +\-*/().]{1,200})\?")
+_GETS = re.compile(r"([A-Z][a-z]{0,30}) has (\d{1,9}) ([a-z]{1,30}) and gets (\d{1,9}) more\. "
+                   r"How many \3 does \1 have now\?")
+_BUYS_GIVES = re.compile(r"([A-Z][a-z]{0,30}) has (\d{1,9}) ([a-z]{1,30}), buys (\d{1,9}) more, then gives "
+                         r"(\d{1,9}) away\. How many \3 does \1 have left\?")
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+@dataclass
+class ArithSolution:
+    """How a teacher solves one arithmetic question: the computation and its parts in words."""
+    expression: str   # the computation, e.g. "16 + 9 * 9" (Python and calculator syntax)
+    value: str        # what it evaluates to (envs.tools.calculate: what the calculator shows)
+    reason: str       # a short thought before computing: what the question gives, or the computation
+    plan: list[str]   # the analyzer's numbered plan, one step a line
+    code: str         # Python that computes it and prints it
+    given: str = ""   # a word problem's facts in one sentence ("" for a bare expression)
+
+    def worked(self) -> str:
+        """The computation done by hand, one operation at a time: '9 * 9 = 81, then 16 + 81 = 97'."""
+        steps = []
+
+        def walk(node) -> str:
+            if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+                left, right = walk(node.left), walk(node.right)
+                text = f"{left} {_OPS[type(node.op)]} {right}"
+                steps.append(f"{text} = {calculate(text)}")
+                return calculate(text)
+            return calculate(ast.unparse(node))
+        walk(ast.parse(self.expression, mode="eval").body)
+        return ", then ".join(steps) or f"{self.expression} = {self.value}"
+
+
+def _same_number(a: str, b: str) -> bool:
+    try:
+        return Fraction(a.strip()) == Fraction(b.strip())
+    except (ValueError, ZeroDivisionError):
+        return a.strip() == b.strip()
+
+
+def solve_arith(question, answer=None) -> ArithSolution | None:
+    """The teacher's solution of a data/math_data.py question ("What is 16 + 9 * 9?", the one- and
+    two-step word problems), or None when the question is of another kind, or when `answer` is given
+    and the computation does not give it (the teacher then has nothing right to show)."""
+    q = " ".join(str(question).split())
+    if m := _WHAT_IS.fullmatch(q):
+        expr = " ".join(m.group(1).split())
+        mixed = any(o in expr for o in "*/") and any(o in expr.lstrip("-") for o in "+-")
+        plan = [f"Compute {expr}" + (", doing * and / before + and -." if mixed else "."), "Print the result."]
+        sol = ArithSolution(expr, "", f"I compute {expr}.", plan, f"print({expr})")
+    elif m := _GETS.fullmatch(q) or _BUYS_GIVES.fullmatch(q):
+        name, a, item, b, c = (m.groups() + (None,))[:5]
+        var = item if item.isidentifier() and not keyword.iskeyword(item) else "total"
+        if c is None:
+            expr = f"{a} + {b}"
+            given = f"{name} has {a} {item} and gets {b} more."
+            plan = [f"{name} starts with {a} {item}.", f"Add the {b} more: {expr}.", "Print the total."]
+        else:
+            expr = f"{a} + {b} - {c}"
+            given = f"{name} has {a} {item}, buys {b}, gives {c} away."
+            plan = [f"{name} starts with {a} {item}.", f"Add the {b} bought and subtract the {c} given away: {expr}.",
+                    "Print what is left."]
+        sol = ArithSolution(expr, "", given, plan, f"{var} = {expr}\nprint({var})", given)
+    else:
+        return None
+    sol.value = calculate(sol.expression)
+    if sol.value.startswith("error") or (answer is not None and not _same_number(sol.value, str(answer))):
+        return None
+    return sol
+
+
+def scripted_replies(task) -> list[str]:
+    """A perfect team's replies, in turn order (analyzer, executor, verifier), one cycle: the plan names
+    the computation, the executor's ```python block computes and prints it, the verifier boxes the
+    number it printed. [] for a task the teacher cannot solve (sft.py's scripted teacher skips it)."""
+    sol = solve_arith(task["question"], task["answer"])
+    if sol is None:
+        return []
+    plan = "\n".join(f"{i}. {step}" for i, step in enumerate(sol.plan, 1))
+    check = f"The code printed {sol.value}, the number asked for.\n\\boxed{{{sol.value}}}"
+    return [plan, f"```python\n{sol.code}\n```", check]

@@ -23,14 +23,22 @@ Configs: `data.env="react"` (or "envs.react:ToolAgentEnv") with its settings in 
     --data.env react --data.env-kwargs.tools search --data.env-kwargs.reward qa_f1
 `load_tasks(spec)` reads code tasks (humaneval, or rows with entry_point/tests) and everything else
 with the math loader (question/answer rows: math, the search set).
+
+The scripted teacher (sft.py): `scripted_replies(task, style=..., tools=..., ...)` (the env's keywords,
+defaults as configs/react_calculator.py) or an env's own `env.scripted_replies(task)` (its settings) is a
+perfect agent: on the arithmetic data it calls the calculator (or python) on the computation, or writes
+the ```python block (code style), or works it out (chat), then boxes the result; on the search set it
+searches the supporting documents hop by hop and boxes what they say. [] where it cannot solve the task
+that way (a code task, a search question without the search tool, a question it cannot read).
 """
 from __future__ import annotations
 
 import re
 
 from agents.tool_agent import observation_message, read_final, system_prompt
-from envs import Prompt, need_file, need_int
 from data.search_data import search_tool
+from envs import Prompt, need_file, need_int
+from envs.math_tool import solve_arith
 from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
 from rewards.code import extract_code, run_tests
 from rewards.math import math_reward
@@ -128,6 +136,13 @@ class ToolAgentEnv:
         self.messages.append(observation_message(obs))
         return Prompt("agent", list(self.messages))
 
+    def scripted_replies(self, task) -> list[str]:
+        """A perfect agent's replies for this env's style, tools, reward and tool-call budget (module
+        scripted_replies)."""
+        search = next((t for t in self.tools if t.name == "search"), None)
+        return _script(task, self.style, [t.name for t in self.tools], self.reward_name, self.max_calls,
+                       getattr(search, "docs", None))
+
     def solution(self) -> str:
         """Code reward: the last code that defines the entry point, else the last code under the
         task's prompt (a body alone); "" when the agent wrote none."""
@@ -156,19 +171,19 @@ class ToolAgentEnv:
 def aggregate(episodes) -> dict:
     ms = [e.metrics for e in episodes if e.metrics]
     n = max(1, len(ms))
-    steps = [s for e in episodes for s in e.steps]
+    steps = [s for e in episodes for s in getattr(e, "samples", ())]  # compare.py: metrics only
     return {"final_acc": sum(m.get("final_correct", 0.0) for m in ms) / n,
             "tool_calls": sum(m.get("tool_calls", 0.0) for m in ms) / n,
             "tool_errors": sum(m.get("tool_errors", 0.0) for m in ms) / n,
             "no_answer": sum(m.get("no_answer", 0.0) for m in ms) / n,
-            "tokens/agent": sum(len(s.completion_ids) for s in steps) / max(1, len(steps))}
+            **({"tokens/agent": sum(len(s.completion_ids) for s in steps) / len(steps)} if steps else {})}
 
 
 def load_tasks(spec: str) -> list[dict]:
     """Code tasks for `humaneval` or a file whose rows carry entry_point (rewards.code loaders),
     else question/answer tasks (data.math_data.load_math). Bad rows: DataError naming file:line."""
-    from data.math_data import load_math, read_rows
     from data.code_data import load_code_tasks, load_humaneval
+    from data.math_data import load_math, read_rows
     if spec == "humaneval":
         return load_humaneval()
     if str(spec).endswith((".jsonl", ".json")):
@@ -179,3 +194,71 @@ def load_tasks(spec: str) -> list[dict]:
         if rows and isinstance(rows[0][1], dict) and "entry_point" in rows[0][1]:
             return load_code_tasks(spec)
     return load_math(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# the scripted teacher (sft.py): a perfect agent's replies, in turn order
+
+
+def scripted_replies(task, style: str = "react", tools="calculator", reward: str = "math",
+                     corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_tool_calls: int = 3,
+                     ) -> list[str]:
+    """A perfect agent's replies for an env built with these keywords (ToolAgentEnv's; the defaults are
+    configs/react_calculator.py's, whose max_refinement_iterations=3 is the built-in route's
+    max_tool_calls). [] for a task the teacher cannot solve in that setting."""
+    names = tool_names(tools)
+    docs = search_tool(corpus, search_k).docs if "search" in names and task.get("support") else None
+    return _script(task, style, names, reward, max_tool_calls, docs)
+
+
+def _script(task, style: str, names: list[str], reward: str, max_calls: int, docs) -> list[str]:
+    if reward == "code":
+        return []  # no teacher for code tasks here
+    question, answer = str(task.get("question", "")), str(task.get("answer", ""))
+    if task.get("support"):  # a search question: its supporting documents, hop by hop
+        if style != "react" or "search" not in names or not docs:
+            return []
+        return _search_script(question, answer, task["support"], docs, max_calls)
+    sol = solve_arith(question, answer)
+    if sol is None:
+        return []
+    v = sol.value
+    if style == "code":
+        return [f"```python\n{sol.code}\n```", f"The code printed {v}.\n\\boxed{{{v}}}"]
+    tool = next((n for n in names if n in ("calculator", "python")), None)
+    if style == "chat" or tool is None:  # no tool to compute with: worked out by hand
+        work = f"{sol.given} {sol.expression} = {v}." if sol.given else f"{sol.worked()}."
+        return [f"{work}\n\\boxed{{{v}}}"]
+    arg = sol.expression if tool == "calculator" else f"print({sol.expression})"
+    seen = f"The calculator gives {v}." if tool == "calculator" else f"The code printed {v}."
+    return [f"Thought: {sol.reason}\nAction: {tool}[{arg}]", f"Thought: {seen}\n\\boxed{{{v}}}"]
+
+
+_BORN = re.compile(r"What is the capital of the country where (.{1,200}) was born\?")
+_CITY = re.compile(r"In which country is the city of (.{1,200})\?")
+
+
+def _search_script(question: str, answer: str, support, docs, max_calls: int) -> list[str]:
+    """The data/search_data.py questions: search the person, then the city, then the country (two
+    hops), or the city (one hop), each by its name; every fact the thoughts state is checked against
+    the supporting document it comes from."""
+    by_id = {d["id"]: d for d in docs}
+    if not all(isinstance(i, str) and i in by_id for i in support) or len(support) > max_calls:
+        return []
+    ds = [by_id[i] for i in support]
+    if (m := _BORN.fullmatch(question)) and len(ds) == 3:
+        person, city, country = (d["title"] for d in ds)
+        if not (person == m.group(1) and city in ds[0]["text"] and country in ds[1]["text"]
+                and f"capital is {answer}" in ds[2]["text"]):
+            return []
+        return [f"Thought: First I find where {person} was born.\nAction: search[{person}]",
+                f"Thought: {person} was born in {city}. Next, the country of {city}.\nAction: search[{city}]",
+                f"Thought: {city} is in {country}. Now the capital of {country}.\nAction: search[{country}]",
+                f"Thought: The capital of {country} is {answer}.\n\\boxed{{{answer}}}"]
+    if (m := _CITY.fullmatch(question)) and len(ds) == 1:
+        city = ds[0]["title"]
+        if not (city == m.group(1) and f"city in {answer}" in ds[0]["text"]):
+            return []
+        return [f"Thought: I look up the city of {city}.\nAction: search[{city}]",
+                f"Thought: {city} is a city in {answer}.\n\\boxed{{{answer}}}"]
+    return []

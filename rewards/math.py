@@ -143,6 +143,7 @@ def normalize(ans: str) -> str:
 
 
 _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
+_WORD = re.compile(r"[^\W\d_]{2,}")  # (normalised) letters only, two or more: a word or a name
 
 
 def _as_number(s: str):
@@ -357,6 +358,8 @@ def is_equiv(pred: str, gold: str, timeout: float = TIMEOUT_S) -> bool:
     x, y = _as_number(a), _as_number(b)
     if x is not None and y is not None:
         return abs(x - y) <= 1e-6 * max(1, abs(y))
+    if _WORD.fullmatch(a) or _WORD.fullmatch(b):  # a name, not algebra: math-verify reads "Zanne" as the
+        return False  # product Z*a*n*n*e, so every anagram (Nezan) would score; text answers match as text
     pred, gold = str(pred).strip(), str(gold).strip()
     # math-verify sees the raw strings, so the cap is on those too: "$" + 32k spaces normalises to
     # "" but takes math-verify past its deadline
