@@ -1,0 +1,16 @@
+"""CPU recipe (recipes.py math_tool): the math-tool team (analyzer -> executor + sandboxed Python ->
+verifier) on SmolLM2-135M, on the arithmetic data (levels 2, 3, 5). SFT on the scripted team's turns (a
+plan naming the computation, Python that computes it, the boxed printed result) for 64 of the 1289
+training problems, then 12 GRPO steps of 4 problems x 4 chains; val: all 120 held-out problems of those
+levels, greedy, at step 0 (the SFT start) and step 12."""
+import dataclasses
+from pathlib import Path
+
+from config import load_config_file
+
+base = load_config_file(str(Path(__file__).resolve().parent.parent / "math_tool.py"))
+R = dataclasses.replace
+config = R(base, data=R(base.data, val_size=120),
+           trainer=R(base.trainer, total_steps=12, test_freq=12, save_freq=4, val_before_train=True,
+                     output_dir="runs/recipes/math_tool/rl"))
+SFT = {"teacher_tasks": 64, "lr": 2e-4, "epochs": 2, "micro_batch_size": 4, "grad_accum": 2}
