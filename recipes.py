@@ -3,7 +3,7 @@
     python recipes.py --list                 # the recipes (configs/cpu/*.py)
     python recipes.py math_tool --plan       # its stages and their commands; runs nothing
     python recipes.py math_tool              # everything into runs/recipes/math_tool/ (resumable: run it again)
-    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 4 val tasks: the plumbing, quickly
+    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks: the plumbing, quickly
 
 A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data, its val set, steps, val at
 step 0 and at the end) and `SFT` (sft.py options for the teacher's SFT, e.g. teacher_tasks, lr, epochs).
@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "configs" / "cpu"
 STAGES = ("sft", "base", "rl", "compare")
-TINY = {"model": "tiny", "total_steps": 2, "val_size": 4, "batch_size": 2, "num_chains": 2, "teacher_tasks": 4}
+TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 4}
 
 
 def recipes() -> list[str]:
@@ -138,7 +138,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workflow", nargs="?", help="a recipe name (configs/cpu/<name>.py)")
     ap.add_argument("--out", help="output directory (default runs/recipes/<workflow>, --tiny: runs/recipes/tiny_<workflow>)")
-    ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 4 val tasks: the plumbing")
+    ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 2 val tasks: the plumbing")
     ap.add_argument("--plan", action="store_true", help="print the stages and their commands, run nothing")
     ap.add_argument("--list", action="store_true", help="list the recipes")
     a = ap.parse_args(argv)
