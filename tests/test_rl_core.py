@@ -761,6 +761,7 @@ def test_packing_is_used_only_where_it_is_exact(tiny):
     assert not AlgoConfig(policy_loss="gspo").packs_turns  # a sequence-level ratio over a whole conversation
     assert not AlgoConfig(loss_agg="seq-mean-token-mean").packs_turns
     steps = _conversations()
+    steps[1].role = "refiner"  # another role on the same adapter continuing the conversation: the same row
     rb = learner.AdapterBatch(steps, [1.0] * 8 + [0.7, 1.0], tok.pad_token_id, 16)  # episode 2's last turn: 0.7
     pk = learner.Packed(rb)
     rows = {frozenset(i for i in range(10) if pk.row[i] == j) for j in pk.row}
