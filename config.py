@@ -228,9 +228,9 @@ class AlgoConfig:
     mask (advantages are computed per turn before packing, so remax's per-turn baseline is unchanged),
     and the loss over one mini-batch equals the unpacked one. Used only where that holds: policy_loss
     ppo with loss_agg token-mean (a seq-mean or GSPO's sequence ratio would treat a conversation as one
-    sequence); the critic (gae) reads the unpacked turns. Mini-batches are drawn over rows, so a
-    conversation's turns stay together; their number still counts turns (mini_batch_size). Unlike
-    rollout.merge_turns, nothing about the RL changes"""
+    sequence); the critic (gae) reads the unpacked turns. Mini-batches are drawn over turns as without
+    packing, then each packs its own turns, so every optimizer step sees the same turns; a micro-batch
+    counts a packed row as its number of turns. Unlike rollout.merge_turns, nothing about the RL changes"""
     fused_update: bool = True
     """one forward/backward per micro-batch for every adapter's rows (each row wearing its own
     adapter), then each adapter's own optimizer step: the same weights as updating the adapters

@@ -21,6 +21,7 @@ sum, so 2 ranks compute the same update as 1.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections import defaultdict
@@ -98,7 +99,7 @@ class AdapterBatch:
             self.last[i], self.first[i] = P + C - 2, P - 1
         self.temps = torch.tensor(temps)
         self.rows_len = self.attn.sum(1)
-        self.n_turns = N  # turns its rows hold (Packed: more than rows)
+        self.row_turns = [1] * N  # turns each row holds (Packed: more), what micro-batches count
 
     def micro(self, rows, L: int | None = None):
         """(ids, attn, number of target columns) for a list of row indices, trimmed (or padded) to L,
@@ -115,18 +116,21 @@ RoleBatch = AdapterBatch  # the old name (tests, forks)
 
 
 class Packed:
-    """An AdapterBatch's turns that extend one another, one row per conversation (algo.pack_turns).
+    """An AdapterBatch's turns (all, or `turns`) that extend one another, one row per conversation
+    (algo.pack_turns).
 
     Turn i extends row r when i's prompt starts with the tokens of r's latest turn (its prompt + reply)
     and both belong to the same episode and sample at the same temperature. The row then holds i's
     tokens, which begin with every earlier turn of the row, so each turn keeps its own target columns
     (the same indices: a prefix is a prefix) and per-token tensors move between the two layouts by
-    copying a turn's completion columns (pack / unpack). `batch` is the packed AdapterBatch."""
+    copying a turn's completion columns (pack / unpack). `batch` is the packed AdapterBatch; its
+    row_turns count each row's turns."""
 
-    def __init__(self, rb: AdapterBatch):
-        full = [s.prompt_ids + s.completion_ids for s in rb.samples]
-        self.rb, self.row, tails, open_rows = rb, [0] * len(full), [], defaultdict(list)
-        for i in sorted(range(len(full)), key=lambda i: len(full[i])):  # a turn is longer than what it extends
+    def __init__(self, rb: AdapterBatch, turns: list[int] | None = None):
+        self.turns = list(range(len(rb.samples))) if turns is None else list(turns)
+        full = {i: rb.samples[i].prompt_ids + rb.samples[i].completion_ids for i in self.turns}
+        self.rb, self.row, tails, open_rows = rb, {}, [], defaultdict(list)
+        for i in sorted(self.turns, key=lambda i: len(full[i])):  # a turn is longer than what it extends
             s, j = rb.samples[i], None
             if not s.dummy:
                 fits = [r for r in open_rows[s.episode_id] if float(rb.temps[tails[r]]) == float(rb.temps[i])
@@ -138,12 +142,12 @@ class Packed:
                 if not s.dummy:
                     open_rows[s.episode_id].append(j)
             tails[j], self.row[i] = i, j
-        self.rows = torch.tensor(self.row)
         b = self.batch = AdapterBatch.__new__(AdapterBatch)
-        b.samples, b.norm_len, b.pad_id, b.n_turns = [rb.samples[t] for t in tails], rb.norm_len, rb.pad_id, rb.n_turns
+        b.samples, b.norm_len, b.pad_id = [rb.samples[t] for t in tails], rb.norm_len, rb.pad_id
         b.ids, b.attn, b.temps, b.rows_len = rb.ids[tails], rb.attn[tails], rb.temps[tails], rb.rows_len[tails]
         b.scores, b.last = rb.scores[tails], rb.last[tails]
-        b.first = torch.tensor([min(int(rb.first[i]) for i in range(len(full)) if self.row[i] == j) for j in range(len(tails))])
+        b.first = torch.tensor([min(int(rb.first[i]) for i in self.turns if self.row[i] == j) for j in range(len(tails))])
+        b.row_turns = [sum(self.row[i] == j for i in self.turns) for j in range(len(tails))]
         b.mask, b.sample_logp = self.pack(rb.mask), self.pack(rb.sample_logp)
 
     def pack(self, t: torch.Tensor | None) -> torch.Tensor | None:
@@ -151,14 +155,17 @@ class Packed:
         if t is None:
             return None
         out = t.new_zeros(len(self.batch.samples), t.shape[1])
-        for i, (j, a, b) in enumerate(zip(self.row, self.rb.first.tolist(), self.rb.last.tolist())):
-            out[j, a:b + 1] = t[i, a:b + 1]
+        for i in self.turns:
+            a, b = int(self.rb.first[i]), int(self.rb.last[i])
+            out[self.row[i], a:b + 1] = t[i, a:b + 1]
         return out
 
     def unpack(self, t: torch.Tensor) -> torch.Tensor:
-        """(rows, T) -> (turns, T): each turn reads its own completion columns of its row, zero elsewhere."""
+        """(rows, T) -> (turns, T), every turn of the batch packed: each turn reads its own completion
+        columns of its row, zero elsewhere."""
         cols = torch.arange(t.shape[1])[None, :]
-        return t[self.rows] * ((cols >= self.rb.first[:, None]) & (cols <= self.rb.last[:, None]))
+        rows = torch.tensor([self.row[i] for i in range(len(self.rb.samples))])
+        return t[rows] * ((cols >= self.rb.first[:, None]) & (cols <= self.rb.last[:, None]))
 AdapterBatch.steps = property(lambda self: self.samples)  # the old name of `samples`
 
 
@@ -182,7 +189,8 @@ def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False):
     """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
     full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
     out = torch.zeros_like(rb.sample_logp)
-    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), cfg.algo.micro_batch_size):
+    order = by_length(rb, range(len(rb.samples)))
+    for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[rb.row_turns[i] for i in order]):
         lora.set_adapter(model, adapter)
         logits, tgt, start, T = forward_logits(model, [(rb, rows)], device)
         if full_kl_to_ref:
@@ -347,6 +355,14 @@ class AdapterUpdate:
     opt: torch.optim.Optimizer
     sched: object
     gen: torch.Generator  # its mini-batch permutations
+    pack: bool = False  # algo.pack_turns: each mini-batch's turns that extend one another share a row
+
+    def packed(self, turns: list[int]) -> tuple[AdapterUpdate, list[int]]:
+        """This update restricted to a mini-batch's `turns`, packed (Packed): the view and its rows."""
+        pk = Packed(self.rb, turns)
+        view = dataclasses.replace(self, rb=pk.batch, adv=pk.pack(self.adv), old_logp=pk.pack(self.old_logp),
+                                   ref_logp=pk.pack(self.ref_logp), pack=False)
+        return view, list(range(len(pk.batch.samples)))
 
 
 Part = AdapterUpdate  # the old name (tests, forks)
@@ -429,21 +445,21 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
     lora.set_adapter(model, parts[0].adapter if len(parts) == 1 else None)
     params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
     n_rows = {p.adapter: len(p.rb.samples) for p in parts}
-    tot = all_sum([float(x) for p in parts for x in (n_rows[p.adapter], p.rb.n_turns)])  # rows, turns of each part
-    n_mb = {p.adapter: max(1, min(math.ceil(tot[2 * i + 1] / a.mini_batch_size), int(tot[2 * i])))
-            for i, p in enumerate(parts)}  # mini-batches count turns (algo.mini_batch_size), at most one per row
+    n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(n_rows[p.adapter]) for p in parts]))}
     stats = {p.adapter: UpdateStats(lr=p.opt.param_groups[0]["lr"]) for p in parts}
     for epoch in range(a.ppo_epochs):
         perm = {p.adapter: torch.randperm(n_rows[p.adapter], generator=p.gen).tolist() for p in parts}
         for k in range(max(n_mb.values())):
             mb = {p: perm[p.adapter][k * n_rows[p.adapter] // n_mb[p.adapter]:(k + 1) * n_rows[p.adapter] // n_mb[p.adapter]]
-                  for p in parts if k < n_mb[p.adapter]}  # this mini-batch's rows of each part
+                  for p in parts if k < n_mb[p.adapter]}  # this mini-batch's rows (turns) of each part
+            mb = dict(p.packed(rows) if p.pack and rows else (p, rows) for p, rows in mb.items())  # the same turns
             counts = [p.rb.mask[rows].sum() if a.agg == "token-mean" else (p.rb.mask[rows].sum(1) > 0).sum()
                       for p, rows in mb.items()]
             denom = {p: max(c, 1.0) for p, c in zip(mb, all_sum([float(c) for c in counts]))}  # global
             rows = sorted(((p, r) for p in mb for r in mb[p]), key=lambda x: -int(x[0].rb.rows_len[x[1]]))
             nonfinite, mb_ratio_max = dict.fromkeys(mb, False), dict.fromkeys(mb, 0.0)
-            for chunk, weight in lockstep_chunks(rows, a.micro_batch_size, dummy=(next(iter(mb)), 0)):
+            for chunk, weight in lockstep_chunks(rows, a.micro_batch_size, dummy=(next(iter(mb)), 0),
+                                                 weights=[p.rb.row_turns[r] for p, r in rows]):
                 pieces = [(p, [r for q, r in chunk if q is p]) for p in mb if any(q is p for q, _ in chunk)]
                 if len(parts) > 1:
                     lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
@@ -503,7 +519,6 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         pk = None  # no turn extends another
     sb = pk.batch if pk else rb  # what the forwards read
     unpack = pk.unpack if pk else (lambda t: t)
-    pack = pk.pack if pk else (lambda t: t)
     if a.packs_turns:  # rows the update's forwards read: the turns, fewer where turns were packed
         out["update_rows"] = all_sum(float(len(sb.samples)))
     model.eval()
@@ -548,8 +563,8 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
-    return AdapterUpdate(adapter, sb, pack(adv), pack(old_logp), pack(ref_logp), run.opts[adapter], run.scheds[adapter],
-                         gen), out
+    return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen,
+                         pack=pk is not None), out
 
 
 def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:

@@ -130,7 +130,7 @@ def extract_answer(text: str) -> str | None:
 def normalize(ans: str) -> str:
     s = ans.strip()
     s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
-    s = re.sub(r"\\(?:mathrm|textbf|mathbf)\{([^{}]*)\}", r"\1", s)
+    s = re.sub(r"\\(?:mathrm|textbf|mathbf|textit|mathit|emph|mbox|textsf|operatorname)\{([^{}]*)\}", r"\1", s)
     s = s.replace("\\left", "").replace("\\right", "").replace("\\!", "").replace("\\,", "").replace("\\ ", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("$", "").replace("\\$", "")
     s = s.replace("\\%", "%").replace("°", "").replace("^\\circ", "").replace("^{\\circ}", "")
@@ -143,7 +143,8 @@ def normalize(ans: str) -> str:
 
 
 _NUM = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
-_WORD = re.compile(r"[^\W\d_]{2,}")  # (normalised) letters only, two or more: a word or a name
+_WORD = re.compile(r"[^\W\d_]{4,}")  # (normalised) letters only, four or more: a word or a name (xy, abc: algebra)
+_MATH_WORDS = {"infinity", "infty", "undefined", "none"}  # words math-verify reads as math
 
 
 def _as_number(s: str):
@@ -358,8 +359,8 @@ def is_equiv(pred: str, gold: str, timeout: float = TIMEOUT_S) -> bool:
     x, y = _as_number(a), _as_number(b)
     if x is not None and y is not None:
         return abs(x - y) <= 1e-6 * max(1, abs(y))
-    if _WORD.fullmatch(a) or _WORD.fullmatch(b):  # a name, not algebra: math-verify reads "Zanne" as the
-        return False  # product Z*a*n*n*e, so every anagram (Nezan) would score; text answers match as text
+    if _WORD.fullmatch(b) and b not in _MATH_WORDS:  # the truth is a name, not algebra: math-verify reads
+        return False  # "Zanne" as Z*a*n*n*e, so any anagram (Nezan, "ne \cdot Zan") would score; names match as text
     pred, gold = str(pred).strip(), str(gold).strip()
     # math-verify sees the raw strings, so the cap is on those too: "$" + 32k spaces normalises to
     # "" but takes math-verify past its deadline

@@ -222,6 +222,8 @@ def test_math_reward_tells_names_apart():
     assert math_reward("\\boxed{Zanne}", "Nezan") == 0.0 and math_reward("\\boxed{Nezan}", "Nezan") == 1.0
     assert math_reward("\\boxed{nezan}", "Nezan") == 1.0 and math_reward("\\boxed{New York}", "new york") == 1.0
     assert math_reward("\\boxed{2x+2}", "2(x+1)") == 1.0 and math_reward("\\boxed{\\frac{1}{2}}", "0.5") == 1.0
+    assert math_reward("\\boxed{ne \\cdot Zan}", "Zanne") == 0.0 and math_reward("\\boxed{\\textit{Zanne}}", "Zanne") == 1.0
+    assert math_reward("\\boxed{yx}", "xy") == 1.0 and math_reward("\\boxed{infinity}", "\\infty") == 1.0
 
 
 def test_react_teacher_refuses_what_it_cannot_solve():
