@@ -23,6 +23,7 @@ checkpoint):
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import math
@@ -94,8 +95,21 @@ def done(out: Path, stage: str) -> bool:
     return (out / f"{stage}.done").is_file()
 
 
-def mark(out: Path, stage: str, seconds: float):
-    (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds}) + "\n")
+def mark(out: Path, stage: str, seconds: float, fingerprint: str):
+    (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds, "fingerprint": fingerprint}) + "\n")
+
+
+def fingerprint(out: Path, sft: dict, tiny: bool) -> str:
+    """What a finished stage was made with: the effective train config, the SFT options, --tiny."""
+    from config import load_config_file, to_dict
+    cfg = to_dict(load_config_file(str(out / "recipe_config.py")))
+    return hashlib.sha256(json.dumps({"config": cfg, "sft": sft, "tiny": tiny}, sort_keys=True,
+                                     default=str).encode()).hexdigest()[:16]
+
+
+def stale(out: Path, fp: str) -> list[str]:
+    """Finished stages made with another recipe (its config, SFT options or --tiny changed since)."""
+    return [s for s in STAGES if done(out, s) and json.loads((out / f"{s}.done").read_text()).get("fingerprint") != fp]
 
 
 def compare_stage(out: Path, name: str) -> dict:
@@ -103,11 +117,12 @@ def compare_stage(out: Path, name: str) -> dict:
     start, end, base = compare.main([f"{out / 'rl'}@0", str(out / "rl"), str(out / "base")])
     gain, vs_base = compare.paired(start["per_task"], end["per_task"]), compare.paired(base["per_task"], end["per_task"])
     minutes = {s: json.loads((out / f"{s}.done").read_text())["seconds"] / 60 for s in STAGES[:-1] if done(out, s)}
-    summary = {"workflow": name, "val_tasks": end["n"], "steps": end["step"], "base": base["team"],
+    summary = {"workflow": name, "val_tasks": gain["n"], "steps": end["step"], "base": base["team"],
                "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],
-               "b": gain["b"], "c": gain["c"], "p": gain["p"], "diff_vs_base": vs_base["diff"], "se_vs_base": vs_base["se"],
-               "minutes": minutes, "total_minutes": sum(minutes.values()),
+               "b": gain["b"], "c": gain["c"], "p": gain["p"], "n_vs_base": vs_base["n"], "diff_vs_base": vs_base["diff"],
+               "se_vs_base": vs_base["se"], "minutes": minutes, "total_minutes": sum(minutes.values()),
                "learned": bool(gain["diff"] > 2 * gain["se"]) if math.isfinite(gain["se"]) else False}
+    summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}  # JSON
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     curves(out, out / "curves.png")
     return summary
@@ -156,6 +171,10 @@ def main(argv=None):
         return None
     out.mkdir(parents=True, exist_ok=True)
     write_config(out / "recipe_config.py", recipe, out, a.tiny)
+    fp = fingerprint(out, sft, a.tiny)
+    if old := stale(out, fp):
+        sys.exit(f"recipes.py: {out} holds stage(s) {', '.join(old)} done with another recipe (configs/cpu/"
+                 f"{a.workflow}.py, its SFT options or --tiny changed since): give --out a new directory, or delete {out}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     for k, stage in enumerate(STAGES):
         if done(out, stage):
@@ -176,12 +195,13 @@ def main(argv=None):
             if rc:
                 sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
                          "run the same command again to resume")
-        mark(out, stage, time.time() - t0)
+        mark(out, stage, time.time() - t0, fp)
         print(f"[{time.strftime('%H:%M:%S')}] {stage} done in {(time.time() - t0) / 60:.1f} min", flush=True)
     summary = json.loads((out / "summary.json").read_text())
+    se = summary["se"]
     print(f"{a.workflow}: val team reward base {summary['base']:.3f}, SFT start {summary['sft_start']:.3f} -> "
-          f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± {summary['se']:.3f} s.e., "
-          f"n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
+          f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± "
+          f"{'—' if se is None else f'{se:.3f}'} s.e., n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
     return summary
 
 

@@ -60,6 +60,11 @@ def test_a_killed_recipe_resumes_without_redoing_finished_stages(tmp_path):
     for role in ("captioner", "grapher", "organizer"):  # every role's adapter came from the teacher's SFT
         assert (out / "sft" / role / "adapter_config.json").exists()
     assert (out / "curves.png").stat().st_size > 0
+    # the same directory for another recipe (here: the full one, not --tiny) is refused, nothing redone
+    r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--out", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "done with another recipe" in r.stderr and "sft, base, rl, compare" in r.stderr
+    assert json.loads((out / "summary.json").read_text()) == s
 
 
 @pytest.mark.parametrize("name", [n for n in recipes.recipes() if n != "video_qa"])  # video_qa: the test above
