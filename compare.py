@@ -364,6 +364,8 @@ def main(argv=None):
             rows.append({**summarise(Path(m.group(1)), int(m.group(2))), "run": r})
         else:
             rows.append(summarise(Path(r), a.step))
+    for r in rows[1:]:  # the first arm against each other (in --json; the printed table below)
+        r["paired"] = paired(rows[0]["per_task"], r["per_task"])
     print(table(rows))
     if len(rows) > 1:
         print()

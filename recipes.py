@@ -15,7 +15,8 @@ checkpoint):
   2. base     eval.py --base: the base model on the val set, greedy                    -> <out>/base/
   3. rl       train.py with every role's adapter from the SFT; its val at step 0 is the SFT start,
               its last val the end                                                    -> <out>/rl/
-  4. compare  compare.py <out>/rl@0 <out>/rl <out>/base (paired on the same val tasks) -> <out>/summary.json
+  4. compare  compare.py <out>/rl@0 <out>/rl <out>/base, and base against rl (paired on the same val tasks)
+              -> <out>/compare_*.json, <out>/summary.json
               (before = the SFT start, after = RL's end, their paired difference and s.e., the base,
               minutes per stage) and <out>/curves.png (val team reward, each role's train reward by step)
 <out>/recipe_config.py is the train config every stage reads (the recipe's, --tiny's overrides applied).
@@ -112,10 +113,20 @@ def stale(out: Path, fp: str) -> list[str]:
     return [s for s in STAGES if done(out, s) and json.loads((out / f"{s}.done").read_text()).get("fingerprint") != fp]
 
 
+def compare_rows(out: Path, arms: list[str], name: str) -> list[dict]:
+    """compare.py's rows for these arms (each with `paired`: the first arm against it), via its --json."""
+    path = out / f"compare_{name}.json"
+    with open(out / "compare.log", "a") as log:
+        rc = subprocess.run([sys.executable, "compare.py", *arms, "--json", str(path)], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    if rc:
+        sys.exit(f"recipes.py: compare.py {' '.join(arms)} failed (exit {rc}); its output: {out / 'compare.log'}")
+    return json.loads(path.read_text())
+
+
 def compare_stage(out: Path, name: str) -> dict:
-    import compare
-    start, end, base = compare.main([f"{out / 'rl'}@0", str(out / "rl"), str(out / "base")])
-    gain, vs_base = compare.paired(start["per_task"], end["per_task"]), compare.paired(base["per_task"], end["per_task"])
+    start, end, base = compare_rows(out, [f"{out / 'rl'}@0", str(out / "rl"), str(out / "base")], "vs_sft_start")
+    gain, vs_base = end["paired"], compare_rows(out, [str(out / "base"), str(out / "rl")], "vs_base")[1]["paired"]
     minutes = {s: json.loads((out / f"{s}.done").read_text())["seconds"] / 60 for s in STAGES[:-1] if done(out, s)}
     summary = {"workflow": name, "val_tasks": gain["n"], "steps": end["step"], "base": base["team"],
                "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],

@@ -11,7 +11,7 @@ LAYERS = [
     ("engines and the episode driver", ["engines", "vllm_engine", "rollout"]),
     ("the learner", ["learner"]),
     ("a run's live objects", ["session"]),
-    ("entry points", ["train", "eval", "sft", "play", "export", "compare"]),
+    ("entry points", ["train", "eval", "sft", "play", "export", "compare", "recipes"]),
 ]
 ENTRY_POINTS = LAYERS[-1][1]
 
