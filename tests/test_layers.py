@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
     ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "envs.sandbox"]),
     ("scoring, parsing, tools", ["rewards", "agents", "envs.tools", "rundir"]),
-    ("workflows and data", ["envs", "data", "workflows"]),
+    ("workflows and data", ["envs", "data", "workflows", "sft_teachers"]),
     ("engines and the episode driver", ["engines", "vllm_engine", "rollout"]),
     ("the learner", ["learner"]),
     ("a run's live objects", ["session"]),

@@ -1,0 +1,165 @@
+"""The teachers that write SFT examples where the truth is known (sft.py's step 4), and the Example
+they write (sft.py trains on these):
+  math_teacher      the math team's judge: balanced critiques of right and wrong solutions, each with the
+                    right verdict (and the judge's check line when its prompt asks for one)
+  scripted_teacher  any workflow: a scripted perfect team's replies (the env's or its module's
+                    scripted_replies(task)) played through a fresh env; every turn is an example
+  tokenize          an Example's token ids: prompt + reply (+ EOS), the loss on the reply
+Plain Python over a tokenizer: no torch, no model."""
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from agents.math_team import build_messages, check_line
+from rewards.math import _last_boxed, extract_answer, math_reward
+
+GENERATORS = ("generator_initial", "generator_refinement", "solver")
+
+
+@dataclass
+class Example:
+    adapter: str
+    role: str
+    prompt: str  # chat-formatted text, as the role saw it
+    reply: str
+    eos: bool  # append EOS: the reply ended on its own
+    source: str  # where it came from: a file:line, "rejection", "teacher:own_wrong", ...
+    reward: float | None = None
+    ids: list = field(default_factory=list)
+    n_prompt: int = 0
+
+
+
+def tokenize(ex: Example, tok) -> Example:
+    """ids = prompt tokens + reply tokens (+ EOS); the loss covers ids[n_prompt:]."""
+    p = tok(ex.prompt, add_special_tokens=False)["input_ids"]
+    r = tok(ex.reply, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if ex.eos else [])
+    ex.ids, ex.n_prompt = p + r, len(p)
+    return ex
+
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the math teacher: balanced critiques with the right verdict
+
+
+def perturb(solution: str, answer: str, rng: random.Random) -> str | None:
+    """`solution` with its last \\boxed{} answer changed to a nearby wrong number; None when the answer
+    is not a plain number or the solution has no \\boxed{}."""
+    boxed = _last_boxed(solution)
+    try:
+        x = float(str(answer).replace(",", ""))
+    except ValueError:
+        return None
+    if boxed is None or not math.isfinite(x):
+        return None
+    cands = [x + 1, x - 1, x + 2, x - 2, x + 10, 2 * x, x / 2]
+    for y in rng.sample(cands, len(cands)):
+        y_txt = str(int(y)) if float(y).is_integer() else f"{y:g}"
+        i = solution.rfind("\\boxed{" + boxed + "}")
+        if i < 0:
+            return None
+        wrong = solution[:i] + "\\boxed{" + y_txt + "}" + solution[i + len(boxed) + 8:]
+        if math_reward(wrong, answer) == 0.0:
+            return wrong
+    return None
+
+
+def teacher_critique(solution: str, answer: str, right: bool, check: bool = False) -> str:
+    """A short calibrated critique that answers FIRST and compares second: "I get \\boxed{y}. The
+    solution says x: the same/different." then the verdict line. Answer-first matters: a critique that
+    restates the solution's answer before its own teaches a small model to copy that answer (measured
+    on SmolLM2-135M, docs/recipes.md). ~20 tokens, inside the demo evaluator's 32."""
+    said = extract_answer(solution)
+    said = None if said is None else " ".join(said.split())[:60]
+    mine = check_line(answer) if check else f"I get \\boxed{{{answer}}}."  # check: the evaluator_check prompt's line
+    if said is None:
+        return f"{mine} The solution gives no final answer.\nVerdict: Incorrect"
+    return f"{mine} The solution says {said}: {'the same' if right else 'different'}.\nVerdict: " + \
+        ("Correct" if right else "Incorrect")
+
+
+def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
+                 check: bool = False) -> tuple[list[Example], dict]:
+    """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
+    solution (see the module docstring for where the solutions come from). Returns (examples, counts).
+    check: the judge's evaluator_check prompt (env_kwargs evaluator_prompt="check"), each critique opening
+    with its check line; the prompts are built in that style, never taken from the trajectories."""
+    rng = random.Random(seed)
+    pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
+
+    def entry(task):
+        return pool.setdefault(str(task["question"]), {"answer": str(task["answer"]), "right": [], "wrong": []})
+
+    for _, rec in records:
+        task = rec.get("task") or {}
+        if task.get("question") is None or task.get("answer") is None:
+            continue
+        e, turns = entry(task), rec["turns"]
+        for i, t in enumerate(turns):
+            if t["role"] not in GENERATORS:
+                continue
+            nxt = turns[i + 1] if i + 1 < len(turns) and turns[i + 1]["role"] == "evaluator_critique" else None
+            prompt = nxt.get("prompt") if nxt else None  # the exact prompt the evaluator judged it with
+            e["right" if math_reward(t["reply"], e["answer"]) == 1.0 else "wrong"].append((t["reply"], prompt))
+    for task in tasks:
+        if task.get("question") is not None and task.get("answer") is not None:
+            entry(task)
+    chosen = list(pool.items())[:n_tasks] if n_tasks else list(pool.items())
+    out, counts = [], defaultdict(int)
+    for q, e in chosen:
+        y = e["answer"]
+        right = rng.choice(e["right"]) if e["right"] else None
+        src_right = "teacher:own_right" if right else "teacher:synthetic_right"
+        if right is None:
+            text = f"Working it out step by step gives {y}.\nSo the final answer is \\boxed{{{y}}}."
+            right = (text, None)
+        if e["wrong"]:
+            wrong, src_wrong = rng.choice(e["wrong"]), "teacher:own_wrong"
+        else:
+            base = right[0] if _last_boxed(right[0]) is not None else f"The result is \\boxed{{{y}}}."
+            bad = perturb(base, y, rng)
+            wrong, src_wrong = ((bad, None), "teacher:perturbed") if bad is not None else (None, None)
+        if wrong is None:
+            counts["tasks_without_incorrect"] += 1
+            continue
+        for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
+            if prompt is None or check:
+                msgs = build_messages("evaluator_check" if check else "evaluator_critique", q, [("generator_initial", sol)])
+                prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok, check), True, src))
+            counts[src] += 1
+    return out, dict(counts)
+
+
+def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_tasks: int,
+                     min_reward: float) -> tuple[list[Example], dict]:
+    """Examples from a scripted perfect team: the env's `scripted_replies(task)` method, else the workflow
+    module's function (replies in turn order), played through a fresh env per task; each turn the env asked for gives (the
+    chat-formatted prompt that role saw -> the scripted reply) when its env reward >= min_reward.
+    Returns (examples, counts: per role kept, and below min_reward)."""
+    if not hasattr(module, "scripted_replies") and not hasattr(make_env(), "scripted_replies"):
+        raise ValueError(f"teacher=scripted: the workflow module {module.__name__} defines no scripted_replies(task)")
+    out, counts = [], defaultdict(int)
+    for task in (tasks[:n_tasks] if n_tasks else tasks):
+        env = make_env()  # the env's own method when it has one: it knows its env_kwargs (corpus, budgets, style)
+        play = getattr(env, "scripted_replies", None) or module.scripted_replies
+        turn, seen = env.reset(task), []
+        for reply in play(task):
+            if turn is None:
+                break
+            seen.append((turn, reply))
+            turn = env.step(reply)
+        for (t, reply), r in zip(seen, env.turn_rewards()):
+            if t.role not in roles:
+                continue
+            if r < min_reward:
+                counts[f"teacher:below_min_reward/{t.role}"] += 1
+                continue
+            prompt = tok.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False)
+            out.append(Example(adapter_of[t.role], t.role, prompt, reply, True, "teacher:scripted", float(r)))
+            counts[f"teacher:scripted/{t.role}"] += 1
+    return out, dict(counts)
