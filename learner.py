@@ -146,8 +146,11 @@ class Packed:
         b.samples, b.norm_len, b.pad_id = [rb.samples[t] for t in tails], rb.norm_len, rb.pad_id
         b.ids, b.attn, b.temps, b.rows_len = rb.ids[tails], rb.attn[tails], rb.temps[tails], rb.rows_len[tails]
         b.scores, b.last = rb.scores[tails], rb.last[tails]
-        b.first = torch.tensor([min(int(rb.first[i]) for i in self.turns if self.row[i] == j) for j in range(len(tails))])
-        b.row_turns = [sum(self.row[i] == j for i in self.turns) for j in range(len(tails))]
+        members = defaultdict(list)  # row -> its turns
+        for i in self.turns:
+            members[self.row[i]].append(i)
+        b.first = torch.tensor([min(int(rb.first[i]) for i in members[j]) for j in range(len(tails))])
+        b.row_turns = [len(members[j]) for j in range(len(tails))]
         b.mask, b.sample_logp = self.pack(rb.mask), self.pack(rb.sample_logp)
 
     def pack(self, t: torch.Tensor | None) -> torch.Tensor | None:

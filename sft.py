@@ -25,7 +25,7 @@ The pipeline, as this file reads top to bottom:
   3. examples: the prompt EXACTLY as the role saw it (the chat-formatted text the trajectory
      records, re-tokenised) -> the reply, plus EOS when the turn stopped on its own. The loss is on
      the reply tokens only.
-  4. teacher (`teacher=math`, the math team, where the truth is known): evaluator_critique examples,
+  4. teacher (sft_teachers.py; `teacher=math`, the math team, where the truth is known): evaluator_critique examples,
      balanced, one critique of a correct and one of an incorrect solution per task, each with the
      right verdict (and the true answer, so the critique is calibrated). Correct solutions: the
      model's own right samples from the trajectories first, else a short synthetic one. Incorrect
