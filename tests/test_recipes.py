@@ -80,3 +80,11 @@ def test_each_recipe_runs_teacher_sft_rl_eval_on_the_tiny_model(tmp_path, name):
     assert written == {ro.name for ro in cfg.roles} - ({"refiner"} if name == "code" else set()), written
     s = json.loads((out / "summary.json").read_text())
     assert s["steps"] == 2 and s["val_tasks"] >= 1 and all((out / f"{st}.done").exists() for st in recipes.STAGES)
+
+
+def test_plan_and_list_run_nothing(tmp_path, capsys):
+    assert recipes.main(["--list"]) is None and capsys.readouterr().out.split() == recipes.recipes()
+    out = tmp_path / "p"
+    assert recipes.main(["code", "--plan", "--out", str(out)]) is None
+    text = capsys.readouterr().out
+    assert "1. sft      [to do]" in text and "--teacher scripted" in text and not out.exists()

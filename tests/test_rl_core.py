@@ -777,3 +777,11 @@ def test_packing_is_used_only_where_it_is_exact(tiny):
     torch.testing.assert_close(pk.unpack(pk.batch.sample_logp), rb.sample_logp)
     assert float(pk.batch.mask.sum()) == float(rb.mask.sum())
     assert (int(pk.batch.rows_len.sum()), int(rb.rows_len.sum())) == (109, 175)  # tokens the forwards read
+
+
+def test_prefill_tokens_are_logged_per_step(tmp_path):
+    """perf/prefill_tokens: the prompt tokens the TorchEngine forwarded in the step's rollout (no turn of
+    the toy extends another, so every prompt token of its 32 episodes is prefilled)."""
+    train.main(toy_cfg(tmp_path, trainer=dict(total_steps=1)))
+    (row,) = [r for r in rows(tmp_path / "run" / "metrics.jsonl") if "time/step" in r]
+    assert 32 * 5 <= row["perf/prefill_tokens"] <= 32 * 128
