@@ -1,5 +1,17 @@
-"""Prompts for the math-tool team: analyzer (plans), executor (writes Python), verifier (answers)."""
+"""Prompts for the math-tool team: analyzer (plans), executor (writes Python), verifier (answers).
+
+Two ways to show a role the episode (MathToolEnv's `transcript`):
+    transcript_messages  (default) ONE team conversation (agents.team_transcript): a team system prompt,
+                         then per turn a user message (what is new + whose turn and what to write) and
+                         the reply as an assistant message. A role's later turn extends its earlier one
+                         (the engine's prefix cache prefills only the new text; the update packs the
+                         turns in one row); with every role on ONE adapter the whole episode is one row.
+    build_messages       each role its own system prompt and the history folded into one user message
+                         (the layout before transcripts): no turn extends another.
+"""
 from __future__ import annotations
+
+from agents import team_transcript
 
 SYSTEM = {
     "analyzer": "You plan how to solve math problems. Write a short numbered plan of the computation; do not "
@@ -12,7 +24,22 @@ LABEL = {"analyzer": "Plan", "executor": "Code", "output": "Execution output", "
 TASK = {"analyzer": "Write the plan.", "executor": "Write the Python code.",
         "verifier": "Give the final answer in \\boxed{}, or end with 'Verdict: Incorrect'."}
 
+TEAM_SYSTEM = ("You are a team of three solving a math problem in turns. The analyzer writes a short numbered "
+               "plan of the computation without computing the answer; the executor turns the plan into one "
+               "```python block that computes the answer and prints it (its output is shown); the verifier "
+               "checks the printed result and replies with it as \\boxed{answer}, or explains why it is wrong "
+               "and ends with 'Verdict: Incorrect' (then the analyzer plans again). Each message says whose "
+               "turn it is.")
+ASK = {"analyzer": "Analyzer, write the plan.", "executor": "Executor, write the Python code.",
+       "verifier": "Verifier, give the final answer in \\boxed{}, or end with 'Verdict: Incorrect'."}
+
 
 def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:
     parts = [f"Problem: {problem}"] + [f"{LABEL.get(w, w)}:\n{t.strip()}" for w, t in history] + [TASK[role]]
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def transcript_messages(role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:
+    """The team conversation up to `role`'s turn (agents.team_transcript); history's "output" entries are
+    the sandbox's, the others the roles' replies, verbatim."""
+    return team_transcript(TEAM_SYSTEM, f"Problem: {problem}", history, ASK, LABEL, role)

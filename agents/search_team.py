@@ -1,7 +1,12 @@
-"""Prompts and parsing for the search team: query writer and answerer."""
+"""Prompts and parsing for the search team: query writer and answerer. Two layouts (SearchTeamEnv's
+`transcript`): transcript_messages (default; agents.team_transcript: one team conversation, so a role's
+later cycle extends its earlier one) and build_messages (each role its own system prompt and the history
+folded into one user message, the parsed query in place of the query writer's reply)."""
 from __future__ import annotations
 
 import re
+
+from agents import team_transcript
 
 SYSTEM = {
     "query_writer": "You write search queries. Reply with one short query on a single line: Query: <words>",
@@ -15,6 +20,20 @@ def build_messages(role: str, question: str, history: list[tuple[str, str]]) -> 
     parts = [f"Question: {question}"] + [f"{labels[w]}:\n{t.strip()}" for w, t in history]
     parts.append("Write the next search query." if role == "query_writer" else "Answer, or ask to search again.")
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+TEAM_SYSTEM = ("You are a team of two answering a question from a search engine's results, in turns. The query "
+               "writer replies with one short query on a single line: Query: <words>; the engine's results are "
+               "shown. The answerer replies 'Answer: <short answer>' if the results contain the answer, or "
+               "'Search again: <what is missing>' (then the query writer writes a new query). Each message says "
+               "whose turn it is.")
+ASK = {"query_writer": "Query writer, write the next search query.", "answerer": "Answerer, answer, or ask to search again."}
+
+
+def transcript_messages(role: str, question: str, history: list[tuple[str, str]]) -> list[dict]:
+    """The team as one conversation up to `role`'s turn (agents.team_transcript): history's "results"
+    entries are the engine's, the others the roles' replies, verbatim."""
+    return team_transcript(TEAM_SYSTEM, f"Question: {question}", history, ASK, {"results": "Search results"}, role)
 
 
 # Replies are untrusted text: every parser below never raises and runs in linear time. Quantifiers

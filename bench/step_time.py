@@ -15,13 +15,16 @@ total seconds, the prompt tokens the engine prefilled (perf/prefill_tokens), the
 (train/update_rows, summed over adapters; "-" where every turn is a row), then the ratios before/after.
 Sampling is seeded and the cache is exact, so both variants play the same episodes (the rewards
 printed must agree; a different reward means the two did not see the same step).
-Any other train.py option passes through after `--`, e.g. `-- --data.batch-size 2`.
+Any other train.py option passes through after `--`, e.g. `-- --data.batch-size 2`; --before-extra /
+--after-extra add options to one variant only, e.g. the prompt layout before transcripts:
+    python bench/step_time.py --config configs/math_tool.py --before-extra "--data.env-kwargs.transcript false"
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -56,12 +59,15 @@ def main():
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--before-extra", default="", help="train.py options for the before variant only (one string)")
+    ap.add_argument("--after-extra", default="", help="train.py options for the after variant only (one string)")
     ap.add_argument("extra", nargs="*", help="train.py options, after --")
     a = ap.parse_args()
     runs = {"before": [], "after": []}
     for rep in range(a.repeats):
         for name in ("before", "after"):
-            runs[name].append(one(a.config, a.steps, a.extra, name == "before", a.threads))
+            own = shlex.split(a.before_extra if name == "before" else a.after_extra)
+            runs[name].append(one(a.config, a.steps, a.extra + own, name == "before", a.threads))
             print(f"repeat {rep + 1} {name}: " + " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                           for k, v in runs[name][-1].items()), flush=True)
     med = {n: {k: statistics.median(r[k] for r in rs) if rs[0][k] is not None else None for k in rs[0]}

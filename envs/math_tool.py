@@ -11,6 +11,10 @@ Rewards per turn:
     verifier   an answering turn: math_reward of its answer; a rejecting turn: 1 if the output it
                rejected was indeed wrong, else 0
 
+Prompts: `transcript` (default True) shows the episode as one team conversation, so a role's later
+cycle extends its earlier one and, with the roles on one adapter, an episode trains as one row
+(agents/math_tool.py); False: each role's own system prompt and the history in one message, as before.
+
 `scripted_replies(task)` is a perfect team (sft.py's scripted teacher): the analyzer names the
 computation, the executor's Python computes and prints it, the verifier boxes the printed number.
 It solves the arithmetic of data/math_data.py (`solve_arith`, which envs/react.py's teacher shares)
@@ -25,8 +29,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from agents.math_team import parse_verdict
-from agents.math_tool import build_messages
-from envs import Prompt, need_int, need_number
+from agents.math_tool import build_messages, transcript_messages
+from envs import Prompt, need_bool, need_int, need_number
 from envs.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
@@ -37,9 +41,10 @@ ROLES = ("analyzer", "executor", "verifier")
 class MathToolEnv:
     roles = ROLES
 
-    def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0):
+    def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0, transcript: bool = True):
         self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.timeout = need_number("code_timeout", code_timeout, 0, 600, lo_open=True)
+        self.build = transcript_messages if need_bool("transcript", transcript) else build_messages
 
     def reset(self, task):
         self.problem, self.answer = task["question"], str(task["answer"])
@@ -49,7 +54,7 @@ class MathToolEnv:
 
     def _turn(self, role):
         self.role = role
-        return Prompt(role, build_messages(role, self.problem, self.history))
+        return Prompt(role, self.build(role, self.problem, self.history))
 
     def step(self, reply):
         role = self.role

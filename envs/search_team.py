@@ -7,13 +7,15 @@ query-refinement cycles.
 Rewards per turn: answerer = QA F1 of the final answer (SQuAD normalisation) on each of its turns;
 query_writer = 1 if its results contain a supporting document of the question, else 0.
 Team reward = F1 of the final answer; exact match is reported too.
+Prompts: `transcript` (default True) shows the episode as one team conversation, so a role's later
+cycle extends its earlier one (agents/search_team.py); False: each role's own prompt, as before.
 """
 from __future__ import annotations
 
 
-from agents.search_team import build_messages, parse_answer, parse_query
+from agents.search_team import build_messages, parse_answer, parse_query, transcript_messages
 from data.search_data import search_tool
-from envs import Prompt, need_file, need_int
+from envs import Prompt, need_bool, need_file, need_int
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
 
@@ -23,8 +25,10 @@ ROLES = ("query_writer", "answerer")
 class SearchTeamEnv:
     roles = ROLES
 
-    def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_refinement_iterations: int = 2):
+    def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_refinement_iterations: int = 2,
+                 transcript: bool = True):
         need_file("corpus", corpus)
+        self.transcript = need_bool("transcript", transcript)
         self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.tool = search_tool(corpus, need_int("search_k", search_k, 1, 1000))
 
@@ -35,7 +39,7 @@ class SearchTeamEnv:
 
     def _turn(self, role):
         self.role = role
-        return Prompt(role, build_messages(role, self.q, self.history))
+        return Prompt(role, (transcript_messages if self.transcript else build_messages)(role, self.q, self.history))
 
     def step(self, reply):
         self.turns.append(self.role)
@@ -43,7 +47,8 @@ class SearchTeamEnv:
             query = parse_query(reply)
             docs = self.tool.search(query) if query else []
             self.hits.append(float(any(d["id"] in self.support for d in docs)))
-            self.history += [("query_writer", query or "(empty)"), ("results", SearchTool.format(docs))]
+            shown = reply if self.transcript else query or "(empty)"  # a transcript keeps the reply verbatim
+            self.history += [("query_writer", shown), ("results", SearchTool.format(docs))]
             return self._turn("answerer")
         self.history.append(("answerer", reply))
         ans = parse_answer(reply)

@@ -779,6 +779,73 @@ def test_packing_is_used_only_where_it_is_exact(tiny):
     assert (int(pk.batch.rows_len.sum()), int(rb.rows_len.sum())) == (109, 175)  # tokens the forwards read
 
 
+def _play(tok, make_env, tasks, replies_of):
+    """Each task's scripted replies played through a fresh env as Steps (prompt through the chat template,
+    the reply's tokens + EOS as the completion), one episode per task; every episode must score 1."""
+    from rollout import _chat_ids
+    steps = []
+    for ep, task in enumerate(tasks):
+        env = make_env()
+        p = env.reset(task)
+        for r in replies_of(env, task):
+            c = tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
+            steps.append(Step(ep, ep, p.role, len(steps), _chat_ids(tok, p.messages), c, [-1.0] * len(c)))
+            p = env.step(r)
+        assert p is None and env.metrics()["team_reward"] == 1.0
+    return steps
+
+
+def _packed_rows(tok, steps, shared: bool) -> int:
+    """Rows the update reads: each role on its own adapter, or every role on one (shared)."""
+    by = {}
+    for s in steps:
+        by.setdefault("team" if shared else s.role, []).append(s)
+    return sum(len(learner.Packed(learner.AdapterBatch(ss, [0.7] * len(ss), tok.pad_token_id, 64)).batch.samples)
+               for ss in by.values())
+
+
+def test_math_tool_transcript_packs_an_episode_into_one_row_on_one_adapter(tiny):
+    """math_tool's team transcript (the default): every turn's prompt is the last turn's prompt + reply +
+    new text, token for token through the chat template, so on ONE adapter a whole episode trains as one
+    row (3 turns; 6 with a rejected first cycle); on per-role adapters a role's second cycle extends its
+    first; the old per-role layout (transcript=False) packs nothing."""
+    from envs.math_tool import MathToolEnv, scripted_replies
+    _, tok = tiny
+    tasks = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(3, 4), (12, 30), (7, 8)]]
+    rejected = ["1. Guess.", "print(0)", "The output is wrong. Verdict: Incorrect"]  # a first cycle the verifier rejects
+
+    def play(transcript, reject_first=False):
+        return _play(tok, lambda: MathToolEnv(transcript=transcript), tasks,
+                     lambda env, t: (rejected if reject_first else []) + scripted_replies(t))
+
+    assert len(play(True)) == 9 and _packed_rows(tok, play(True), shared=True) == 3  # one row per episode
+    assert _packed_rows(tok, play(True), shared=False) == 9  # one cycle: no role speaks twice
+    assert _packed_rows(tok, play(True, reject_first=True), shared=False) == 9  # 18 turns: a role's cycles, one row
+    assert _packed_rows(tok, play(True, reject_first=True), shared=True) == 3
+    assert _packed_rows(tok, play(False, reject_first=True), shared=True) == 18  # the old layout: nothing extends
+
+
+def test_search_team_transcript_packs_each_roles_cycles(tiny):
+    """The search team's transcript (the default): over the scripted team's multi-cycle episodes (2-hop
+    questions: 2-3 cycles of query -> results -> answerer), each role's cycles train as one row on
+    per-role adapters and an episode as one row on one adapter; transcript=False packs nothing."""
+    from envs.search_team import SearchTeamEnv
+    _, tok = tiny
+    tasks = [json.loads(x) for x in (ROOT / "data" / "search_train.jsonl").read_text().splitlines() if x.strip()]
+    env = SearchTeamEnv(corpus=str(ROOT / "data" / "search_corpus.jsonl"), max_refinement_iterations=3)
+    tasks = [t for t in tasks if t["hops"] == 2 and len(env.scripted_replies(t)) >= 4][:3]
+    assert len(tasks) == 3
+
+    def play(transcript):
+        return _play(tok, lambda: SearchTeamEnv(corpus=str(ROOT / "data" / "search_corpus.jsonl"),
+                                                max_refinement_iterations=3, transcript=transcript),
+                     tasks, lambda e, t: e.scripted_replies(t))
+
+    steps = play(True)
+    assert len(steps) >= 12 and _packed_rows(tok, steps, shared=False) == 6 and _packed_rows(tok, steps, shared=True) == 3
+    assert _packed_rows(tok, play(False), shared=True) == len(steps)
+
+
 def test_prefill_tokens_are_logged_per_step(tmp_path):
     """perf/prefill_tokens: the prompt tokens the TorchEngine forwarded in the step's rollout (no turn of
     the toy extends another, so every prompt token of its 32 episodes is prefilled)."""
