@@ -567,13 +567,21 @@ class SWETeamEnv:
         self.history = []  # (label, text, roles that see it)
         self.turns = []  # per model turn: (role, attempt index)
         self.calls = {"analyzer": 0, "validator": 0}
+        self.round_from = {"analyzer": 0}  # history index where a role's current tool rounds start
         self.diagnosis, self.attempts, self.verdicts, self._scores = None, [], {}, {}
         return self._turn("analyzer")
 
     def _turn(self, role):
+        """The role's prompt. The analyzer's tool rounds, and the validator's on one patch, continue one
+        conversation (agents.swe_team.build_messages' rounds): the tools stay in the system prompt after the
+        last call, the rounds follow the opening message, so each round's prompt extends the last."""
         self.role = role
-        shown = [(w, t) for w, t, who in self.history if role in who]
-        context, tools, last = "", "", False
+        start = self.round_from.get(role, len(self.history))  # where this role's current tool rounds begin
+        shown = [(w, t) for w, t, who in self.history[:start] if role in who]
+        seq = self.history[start:]
+        rounds = [(seq[i][1], seq[i + 1][1]) for i in range(0, len(seq) - 1, 2)
+                  if seq[i][0] == role and seq[i + 1][0] == "observation"]
+        context, tools, cap = "", "", 0
         if role == "writer":
             context = self._files_for_writer()
         else:
@@ -581,9 +589,8 @@ class SWETeamEnv:
                 diff = make_patch(self.base, self.work)
                 context = "The patch (all changes so far):\n" + (f"```diff\n{diff[:self.file_chars]}```" if diff else "(no change)")
             cap = self.max_analyzer_calls if role == "analyzer" else self.max_validator_calls
-            last = 0 < cap <= self.calls[role]
-            tools = tool_prompt(self._tools(role)) if self.calls[role] < cap else ""
-        return Prompt(role, build_messages(role, self.issue, shown, context, tools, last))
+            tools = tool_prompt(self._tools(role)) if cap > 0 else ""
+        return Prompt(role, build_messages(role, self.issue, shown, context, tools, rounds=rounds, cap=cap))
 
     def _files_for_writer(self) -> str:
         code = [p for p in sorted(self.work) if not is_test_path(p)]
@@ -634,7 +641,7 @@ class SWETeamEnv:
                     f"{', '.join(sorted(p for p in set(new) | set(self.base) if new.get(p) != self.base.get(p))) or 'nothing'}"
                     if applied else "NOT applied (nothing changed):\n" + "\n".join(problems[:5]))
             self.history.append(("applied", note, {"writer", "validator"}))
-            self.calls["validator"] = 0
+            self.calls["validator"], self.round_from["validator"] = 0, len(self.history)
             return self._turn("validator")
         # validator
         obs = self._use_tool(role, reply) if self.calls[role] < self.max_validator_calls else None

@@ -135,6 +135,32 @@ def _writer_prompt(task):
     raise AssertionError("no writer turn")
 
 
+def test_tool_rounds_extend_one_another_and_pack(tiny, tasks):
+    """The analyzer's tool rounds, and the validator's on one patch, continue one conversation: each
+    round's prompt (through the chat template) starts with the last round's prompt + reply, token for
+    token, the tools stay in the system prompt after the last call, so the update packs a role's
+    rounds into one row (2 tool calls + diagnosis: 3 turns -> 1 row; call + verdict: 2 -> 1)."""
+    import learner
+    from rollout import Sample, _chat_ids
+    _, tok = tiny
+    task = tasks[0]
+    env, steps = SWETeamEnv(**KW), []
+    turn = env.reset(task)
+    for r in scripted_replies(task):
+        c = tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
+        steps.append(Sample(0, 0, turn.role, len(steps), _chat_ids(tok, turn.messages), c, [-1.0] * len(c)))
+        turn = env.step(r)
+    assert turn is None and [s.role for s in steps] == ["analyzer"] * 3 + ["writer"] + ["validator"] * 2
+    for a, b in [(0, 1), (1, 2), (4, 5)]:
+        full = steps[a].prompt_ids + steps[a].completion_ids
+        assert steps[b].prompt_ids[:len(full)] == full, (a, b)
+    assert "No more tool calls" in tok.decode(steps[2].prompt_ids[len(steps[1].prompt_ids):])  # the last round's ask
+    for role, n in [("analyzer", 3), ("validator", 2)]:
+        ss = [s for s in steps if s.role == role]
+        pk = learner.Packed(learner.AdapterBatch(ss, [1.0] * n, tok.pad_token_id, 64))
+        assert (len(ss), len(pk.batch.samples)) == (n, 1), role
+
+
 def test_a_hand_made_instance_without_generator_fields():
     """No bug_kind, an issue without a ```python example (the validator runs the module's tests), a
     bug line that occurs twice in the file (the edit takes context), inside a method."""
