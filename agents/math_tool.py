@@ -24,14 +24,11 @@ LABEL = {"analyzer": "Plan", "executor": "Code", "output": "Execution output", "
 TASK = {"analyzer": "Write the plan.", "executor": "Write the Python code.",
         "verifier": "Give the final answer in \\boxed{}, or end with 'Verdict: Incorrect'."}
 
-TEAM_SYSTEM = ("You are a team of three solving a math problem in turns. The analyzer writes a short numbered "
-               "plan of the computation without computing the answer; the executor turns the plan into one "
-               "```python block that computes the answer and prints it (its output is shown); the verifier "
-               "checks the printed result and replies with it as \\boxed{answer}, or explains why it is wrong "
-               "and ends with 'Verdict: Incorrect' (then the analyzer plans again). Each message says whose "
-               "turn it is.")
-ASK = {"analyzer": "Analyzer, write the plan.", "executor": "Executor, write the Python code.",
-       "verifier": "Verifier, give the final answer in \\boxed{}, or end with 'Verdict: Incorrect'."}
+TEAM_SYSTEM = "You are a math team of an analyzer, an executor and a verifier, taking turns. Each message says whose turn it is."
+ASK = {"analyzer": "Analyzer: write a short numbered plan of the computation; do not compute the final answer.",
+       "executor": "Executor: reply with one ```python block that computes the answer and prints it.",
+       "verifier": "Verifier: if the printed result answers the problem, reply with it as \\boxed{answer}; if it is "
+                   "wrong or missing, explain why and end with 'Verdict: Incorrect'."}
 
 
 def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:

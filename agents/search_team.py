@@ -22,12 +22,10 @@ def build_messages(role: str, question: str, history: list[tuple[str, str]]) -> 
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-TEAM_SYSTEM = ("You are a team of two answering a question from a search engine's results, in turns. The query "
-               "writer replies with one short query on a single line: Query: <words>; the engine's results are "
-               "shown. The answerer replies 'Answer: <short answer>' if the results contain the answer, or "
-               "'Search again: <what is missing>' (then the query writer writes a new query). Each message says "
-               "whose turn it is.")
-ASK = {"query_writer": "Query writer, write the next search query.", "answerer": "Answerer, answer, or ask to search again."}
+TEAM_SYSTEM = "You are a search team of a query writer and an answerer, taking turns. Each message says whose turn it is."
+ASK = {"query_writer": "Query writer: reply with one short query on a single line: Query: <words>",
+       "answerer": "Answerer: if the results contain the answer, reply 'Answer: <short answer>'; if you need more "
+                   "information, reply 'Search again: <what is missing>'."}
 
 
 def transcript_messages(role: str, question: str, history: list[tuple[str, str]]) -> list[dict]:

@@ -846,6 +846,28 @@ def test_search_team_transcript_packs_each_roles_cycles(tiny):
     assert _packed_rows(tok, play(False), shared=True) == len(steps)
 
 
+def test_prefill_token_bench_counts_what_the_cache_and_packing_save(tiny):
+    """bench/prefill_tokens.py's count on the math_tool episodes of the transcript test: unpacked update tokens
+    = every turn's prompt + reply; packed = learner.Packed's rows' tokens; prefilled = each prompt minus the
+    longest earlier sequence of its adapter it extends (one adapter: only the first prompt and the new text
+    of each later turn)."""
+    import importlib.util
+    from envs.math_tool import MathToolEnv, scripted_replies
+    spec = importlib.util.spec_from_file_location("prefill_tokens", ROOT / "bench" / "prefill_tokens.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _, tok = tiny
+    tasks = [{"question": f"What is {a} * {b}?", "answer": str(a * b)} for a, b in [(3, 4), (12, 30)]]
+    steps = _play(tok, MathToolEnv, tasks, lambda env, t: scripted_replies(t))
+    eps = [[(s.role, s.prompt_ids, s.completion_ids) for s in steps if s.episode_id == e] for e in range(2)]
+    per_role, one = bench.count(eps, lambda r: r), bench.count(eps, lambda r: "team")
+    assert per_role["prompt"] == per_role["prefilled"] == sum(len(s.prompt_ids) for s in steps)  # one cycle: no reuse
+    assert per_role["update"] == per_role["update_packed"] == sum(len(s.prompt_ids + s.completion_ids) for s in steps)
+    rows = learner.Packed(learner.AdapterBatch(steps, [0.7] * 6, tok.pad_token_id, 64)).batch
+    assert one["update_packed"] == int(rows.rows_len.sum()) == sum(len(eps[e][-1][1] + eps[e][-1][2]) for e in range(2))
+    assert one["prefilled"] == sum(len(t[-1][1]) - sum(len(c) for _, _, c in t[:-1]) for t in eps)
+
+
 def test_prefill_tokens_are_logged_per_step(tmp_path):
     """perf/prefill_tokens: the prompt tokens the TorchEngine forwarded in the step's rollout (no turn of
     the toy extends another, so every prompt token of its 32 episodes is prefilled)."""
