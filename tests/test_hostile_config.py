@@ -168,3 +168,13 @@ def test_hostile_config_is_one_line_without_a_traceback_and_writes_nothing(tmp_p
         assert r.returncode == 1 and "Traceback" not in r.stderr and want in r.stderr, r.stderr[-2000:]
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "run").exists() and not (tmp_path.parent / "x").exists()
+
+
+def test_transcript_flag_is_checked_by_both_envs():
+    """math_tool's and search's `transcript` (a bool): a string is one line naming the field, before any model."""
+    from config import ConfigError
+    from envs.math_tool import MathToolEnv
+    from envs.search_team import SearchTeamEnv
+    for make in (lambda v: MathToolEnv(transcript=v), lambda v: SearchTeamEnv(transcript=v)):
+        with pytest.raises(ConfigError, match=r"data\.env_kwargs\.transcript: must be true or false"):
+            make("yes")
