@@ -33,23 +33,24 @@ ASK = {"analyzer": "Write your diagnosis.", "analyzer_tools": "Call one tool, or
 
 
 def build_messages(role: str, issue: str, history: list[tuple[str, str]], context: str = "", tools: str = "",
-                   last_call: bool = False, rounds: list[tuple[str, str]] = (), cap: int = 0) -> list[dict]:
-    """The chat a role sees: its system prompt (+ the tools it may call), the issue, the history
-    entries the env shows it (label, text), extra context (files, the patch) and what to do now.
+                   rounds: list[tuple[str, str]] = (), cap: int = 0) -> list[dict]:
+    """The chat a role sees: its system prompt (+ the tools it may call, `cap` calls in all), the issue,
+    the history entries the env shows it (label, text), extra context (files, the patch) and what to do
+    now: with tools, call one or answer while calls remain, else answer now; without, the role's task.
 
     rounds: the (reply, tool result) pairs of the role's tool calls so far in this sequence (the
     analyzer's exploration, the validator's checks of one patch): they follow as the conversation's
-    assistant / user messages, each result followed by what to do next (a call or the answer while
-    calls remain of `cap`, else the answer now), so each round's prompt is the last one's prompt + reply
-    + the result, token for token (the engine prefills only the new text, the update packs the rounds
-    in one row). Without rounds, last_call says the role had tools and used them all."""
+    assistant / user messages, each result followed by what to do next, so each round's prompt is the
+    last one's prompt + reply + the result, token for token (the engine prefills only the new text, the
+    update packs the rounds in one row)."""
+    def ask(calls: int) -> str:
+        return ASK[role] if not tools else ASK[f"{role}_last" if calls >= cap else f"{role}_tools"]
+
     system = SYSTEM[role] + (f"\n{WITH_TOOLS[role]}\n\n{tools}" if tools else "")
     parts = [f"Issue:\n{issue.strip()}"] + [f"{LABEL.get(w, w)}:\n{t.strip()}" for w, t in history]
     if context:
         parts.append(context.strip())
-    ask = (lambda calls: ASK[f"{role}_last"] if calls >= cap else ASK[f"{role}_tools"]) if rounds else None
-    parts.append(ask(0) if ask else ASK.get(f"{role}_last" if last_call else f"{role}_tools" if tools else role, ASK[role]))
-    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts + [ask(0)])}]
     for k, (reply, result) in enumerate(rounds, 1):
         msgs += [{"role": "assistant", "content": reply},
                  {"role": "user", "content": f"{LABEL['observation']}:\n{result.strip()}\n\n{ask(k)}"}]
