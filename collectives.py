@@ -40,13 +40,20 @@ TIMEOUT = timedelta(minutes=60)
 wait at the next all_sum, and NCCL's default (10 minutes) is shorter than one slow step"""
 
 
+def launched() -> bool:
+    """torchrun (or another launcher that sets RANK and WORLD_SIZE) started this process. Then the run is
+    distributed even on one rank: `torchrun --nproc_per_node 1` runs the process group and FSDP2 that
+    8 GPUs run (the way to check a multi-GPU setup on one GPU); plain `python train.py` runs without."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
 def init() -> torch.device:
     """This rank's device, and the process group when torchrun started us (backend_for the device,
     bound to it with device_id after cuda.set_device, so NCCL never guesses GPU 0)."""
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+    if launched() and not dist.is_initialized():
         dist.init_process_group(backend_for(device), timeout=TIMEOUT,
                                 device_id=device if device.type == "cuda" else None)
     return device
@@ -102,8 +109,8 @@ def clip_grad(params, max_norm) -> float:
 
 
 def shard(model):
-    """FSDP2: each decoder layer, then the root (multi-rank runs only)."""
-    if world() > 1:
+    """FSDP2: each decoder layer, then the root (runs under torchrun, one rank included)."""
+    if dist.is_initialized():
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:
             fully_shard(layer)

@@ -56,6 +56,7 @@ class Run:
                 + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in self.opts else " frozen")
                             + (f" from {inits[n]}" if n in inits and self.step == 0 else "") for n, v in per.items())
                 + f" | engine {cfg.rollout.engine} | {collectives.world()} rank(s)"
+                + (", FSDP2" if torch.distributed.is_initialized() else "")
                 + (f", {torch.get_num_threads()} torch thread(s)" if self.device.type == "cpu" else ""))
 
 

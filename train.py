@@ -36,7 +36,7 @@ import numpy as np
 
 import learner
 import trajectories
-from collectives import all_sum, print0, rank, world
+from collectives import all_sum, launched, print0, rank, world
 from config import Config, ConfigError, load_config_file, pop_config_arg, pop_env_kwargs, to_dict
 from rewards.calculator import RewardCalculator, rescore_episodes
 from rollout import Sample, merge_turns
@@ -291,7 +291,7 @@ if __name__ == "__main__":
         main(cli())
     except (ConfigError, DataError) as e:  # bad input: one clear line, not a traceback
         sys.exit(f"error: {e}")
-    if world() > 1:  # see session.finish: leave without tearing the process group down
+    if launched():  # see session.finish: leave without tearing the process group down
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -21,13 +21,13 @@ from engines import Request, Result
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
-def vllm_launch_args(world: int, device_type: str, enforce_eager: bool | None) -> dict:
-    """The LLM(...) arguments that depend on where it runs: under torchrun (world > 1) the
-    external_launcher executor, which places each rank's engine on its LOCAL_RANK GPU in the existing
-    process group (the default uni-process executor takes cuda:0 in every rank); CUDA graphs on GPU
-    unless asked otherwise, eager on CPU."""
+def vllm_launch_args(distributed: bool, device_type: str, enforce_eager: bool | None) -> dict:
+    """The LLM(...) arguments that depend on where it runs: under torchrun (a process group, one rank
+    included) the external_launcher executor, which places each rank's engine on its LOCAL_RANK GPU in the
+    existing process group (the default uni-process executor takes cuda:0 in every rank and would set up
+    a process group of its own); CUDA graphs on GPU unless asked otherwise, eager on CPU."""
     args = {"enforce_eager": device_type != "cuda" if enforce_eager is None else enforce_eager}
-    if world > 1:
+    if distributed:
         args["distributed_executor_backend"] = "external_launcher"
     return args
 
@@ -105,7 +105,7 @@ class VLLMEngine:
             self.llm = LLM(model=model_path, tokenizer=model_path, max_model_len=max_model_len, seed=seed, dtype=dtype,
                            gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True,
                            logprobs_mode="processed_logprobs", **lora_kw,
-                           **vllm_launch_args(collectives.world(), model.lm_head.weight.device.type, enforce_eager),
+                           **vllm_launch_args(collectives.launched(), model.lm_head.weight.device.type, enforce_eager),
                            **llm_kwargs)
         finally:
             if hidden is not None:

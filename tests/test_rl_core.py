@@ -472,14 +472,24 @@ def test_two_ranks_equal_one_with_real_advantages(tmp_path):
                           "29541", str(ROOT / "train.py"), *common, "--trainer.output-dir", str(tmp_path / "two")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, (two.stdout + two.stderr)[-4000:]
+    # torchrun on ONE rank runs the distributed path too (process group + FSDP2: a multi-GPU setup checked on
+    # one GPU) and trains exactly what the plain process trains
+    solo = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port",
+                           "29542", str(ROOT / "train.py"), *common, "--trainer.output-dir", str(tmp_path / "solo")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert solo.returncode == 0, (solo.stdout + solo.stderr)[-4000:]
+    assert "| 1 rank(s), FSDP2" in solo.stdout and "| 2 rank(s), FSDP2" in two.stdout
+    assert "FSDP2" not in one.stdout and "| 1 rank(s)" in one.stdout
     a = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "one/metrics.jsonl")]
     b = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "two/metrics.jsonl")]
-    assert len(a) == len(b) == 3
+    c = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "solo/metrics.jsonl")]
+    assert len(a) == len(b) == len(c) == 3
     assert any(x["train/reward_std/speaker"] > 0 for x in a)  # non-zero advantages
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
+    for x, y, z in zip(a, b, c):
+        assert x.keys() == y.keys() == z.keys()
         for k in x:
             assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-5), k
+            assert x[k] == pytest.approx(z[k], rel=1e-4, abs=1e-5), k
     from safetensors.torch import load_file
     fa = load_file(tmp_path / "one/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
     fb = load_file(tmp_path / "two/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")

@@ -111,10 +111,10 @@ def test_generate_never_reloads_an_adapter_only_sync_does(engines, monkeypatch):
 
 def test_launch_args_place_each_rank_on_its_own_gpu():
     from vllm_engine import vllm_launch_args
-    assert vllm_launch_args(1, "cuda", None) == {"enforce_eager": False}  # CUDA graphs on GPU
-    assert vllm_launch_args(4, "cuda", None) == {"enforce_eager": False, "distributed_executor_backend": "external_launcher"}
-    assert vllm_launch_args(2, "cpu", None) == {"enforce_eager": True, "distributed_executor_backend": "external_launcher"}
-    assert vllm_launch_args(1, "cuda", True) == {"enforce_eager": True}
+    assert vllm_launch_args(False, "cuda", None) == {"enforce_eager": False}  # CUDA graphs on GPU
+    assert vllm_launch_args(True, "cuda", None) == {"enforce_eager": False, "distributed_executor_backend": "external_launcher"}
+    assert vllm_launch_args(True, "cpu", None) == {"enforce_eager": True, "distributed_executor_backend": "external_launcher"}
+    assert vllm_launch_args(False, "cuda", True) == {"enforce_eager": True}
 
 
 def test_sampled_logprobs_match_trainer(engines):
