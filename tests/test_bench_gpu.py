@@ -34,3 +34,43 @@ def test_peak_by_card_name_and_the_sampler_in_the_roofline():
     assert gpu.peak_tflops("NVIDIA H200") == 989.0 and gpu.peak_tflops("Some CPU") is None
     # at batch 256 and a 152k vocabulary the sampler moves more bytes per step than 0.5B bf16 weights
     assert 256 * 151936 * gpu.SAMPLING_BYTES_PER_LOGIT > 2 * 494e6
+
+
+def test_random_model_writes_a_loadable_model_of_the_shape(tmp_path):
+    """bench/random_model.py: config + random weights of a named shape beside a local tokenizer; the
+    directory loads through model.load_model like a downloaded one (`smoke`'s vocabulary grows to fit)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("random_model", ROOT / "bench" / "random_model.py")
+    random_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(random_model)  # (imports bench/gpu.py, which puts the repo root first on sys.path)
+    from model import load_model
+    _, tok = load_model("tiny")
+    tok.save_pretrained(tmp_path / "tok")
+    random_model.write("smoke", tmp_path / "tok", tmp_path / "m", dtype="float32")
+    m, tok2 = load_model(str(tmp_path / "m"))
+    assert m.config.hidden_size == 64 and m.config.num_hidden_layers == 2
+    assert m.config.vocab_size >= len(tok2) and m.config.vocab_size % 64 == 0
+    # the vocabulary and chat template travel (transformers reads the files through Qwen2's tokenizer class,
+    # config.json's model_type, so digits may split differently from the source)
+    ids = tok2("What is 2 + 3?")["input_ids"]
+    assert tok2.decode(ids) == "What is 2 + 3?" and max(ids) < len(tok)
+    assert tok2.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == \
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+
+
+def test_gpu_check_overrides_parse_into_the_main_config():
+    """The check's size overrides are real train.py flags that shrink configs/math_3agent.py as its docs say
+    (total_epochs off, so total_steps counts; the embedded arithmetic data; TorchEngine)."""
+    script = ROOT / "bench" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    small = subprocess.run(["bash", "-c", f'MODEL=/m; eval "$(sed -n "/^SMALL=(/,/)$/p" {script})"; '
+                                          'printf "%s\\n" "${SMALL[@]}"'], capture_output=True, text=True, check=True)
+    args = small.stdout.splitlines()
+    assert args[:2] == ["--model.spec", "/m"]
+    sys.path.insert(0, str(ROOT))
+    import train
+    cfg = train.cli(["--config", str(ROOT / "configs" / "math_3agent.py"), *args, "--trainer.total-steps", "2"])
+    assert cfg.trainer.total_epochs is None and cfg.trainer.total_steps == 2
+    assert cfg.rollout.engine == "torch" and not cfg.rollout.progress and cfg.trainer.logger == ("console",)
+    assert cfg.data.batch_size == 8 and cfg.rollout.num_chains == 4 and cfg.data.train_files == "data/arith_train.jsonl"
+    assert [r.max_tokens for r in cfg.roles] == [96, 64, 96]
