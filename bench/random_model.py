@@ -4,14 +4,13 @@
     torchrun --nproc_per_node 1 train.py --config configs/math_3agent.py --model.spec /tmp/q15 ...
 
 Writes config.json (the shapes of bench/gpu.py's CONFIGS, from the models' config.json on the hub) and
-model.safetensors (random init, --dtype) beside the tokenizer files copied from --tokenizer (any local
+model.safetensors (random init, --dtype) beside the tokenizer of --tokenizer (any local
 model directory: the text the model reads only has to fit its vocabulary; transformers then reads it
 through Qwen2's tokenizer class, config.json's model_type). Nothing is downloaded.
 """
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -19,9 +18,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu import COMMON, CONFIGS  # noqa: E402
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                   "generation_config.json")
 
 
 def write(shape: str, tokenizer: Path, out: Path, dtype="bfloat16", device="cpu", seed=0) -> Path:
@@ -35,9 +31,7 @@ def write(shape: str, tokenizer: Path, out: Path, dtype="bfloat16", device="cpu"
         m = Qwen2ForCausalLM(cfg).to(getattr(torch, dtype))
     out.mkdir(parents=True, exist_ok=True)
     m.save_pretrained(out)
-    for f in TOKENIZER_FILES:
-        if (tokenizer / f).exists():
-            shutil.copy(tokenizer / f, out / f)
+    tok.save_pretrained(out)  # its own files, chat template included
     n = sum(p.numel() for p in m.parameters())
     print(f"{out}: random {shape} ({n / 1e6:.0f}M params, {dtype}), tokenizer of {tokenizer} ({len(tok)} tokens)")
     return out

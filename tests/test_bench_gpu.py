@@ -67,7 +67,6 @@ def test_gpu_check_overrides_parse_into_the_main_config():
                                           'printf "%s\\n" "${SMALL[@]}"'], capture_output=True, text=True, check=True)
     args = small.stdout.splitlines()
     assert args[:2] == ["--model.spec", "/m"]
-    sys.path.insert(0, str(ROOT))
     import train
     cfg = train.cli(["--config", str(ROOT / "configs" / "math_3agent.py"), *args, "--trainer.total-steps", "2"])
     assert cfg.trainer.total_epochs is None and cfg.trainer.total_steps == 2
