@@ -74,7 +74,7 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
 
 def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, list[str] | None]]:
     conf = str(out / "recipe_config.py")
-    sft = {**sft, **({"teacher_tasks": TINY["teacher_tasks"], "epochs": 1} if tiny else {})}
+    sft = {**sft, **({"teacher_tasks": TINY["teacher_tasks"], "epochs": 1, "min_steps": 0} if tiny else {})}
     sft_cmd = [sys.executable, "sft.py", "--train-config", conf, "--teacher", "scripted", "--out", str(out / "sft"),
                "--no-progress"]
     for k, v in sft.items():

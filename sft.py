@@ -146,6 +146,10 @@ class SFTConfig:
     """AdamW weight decay"""
     epochs: int = 1
     """passes over each adapter's examples"""
+    min_steps: int = 0
+    """each adapter trains at least this many optimizer steps, repeating its epochs as needed (0: epochs
+    alone). A team's roles speak unequally often (a planner once an episode, its researchers five times),
+    so one epoch count gives the rarest role the fewest steps; this lifts only the adapters below it"""
     micro_batch_size: int = 2
     """examples per forward/backward"""
     grad_accum: int = 4
@@ -275,13 +279,15 @@ def mean_loss(model, adapter: str, examples: list[Example], mb: int, pad_id: int
 
 def train_adapter(model, adapter: str, train: list[Example], val: list[Example], cfg: SFTConfig, pad_id: int,
                   device, log, eval_hook=None) -> dict:
-    """epochs x optimizer steps (grad_accum micro-batches each) of AdamW on `adapter` only."""
+    """epochs (at least min_steps in all) x optimizer steps (grad_accum micro-batches each) of AdamW on
+    `adapter` only."""
     params = lora.adapter_parameters(model, adapter)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed + zlib.crc32(adapter.encode()))  # str hash() is salted
     per_step = cfg.micro_batch_size * cfg.grad_accum
     steps_per_epoch = math.ceil(len(train) / per_step)
-    total, step, skipped, losses = cfg.epochs * steps_per_epoch, 0, 0, []
+    epochs = max(cfg.epochs, math.ceil(cfg.min_steps / steps_per_epoch)) if steps_per_epoch else cfg.epochs
+    total, step, skipped, losses = epochs * steps_per_epoch, 0, 0, []
 
     def evaluate():
         row = {"adapter": adapter, "step": step, "val_loss": mean_loss(model, adapter, val, cfg.micro_batch_size,
@@ -293,7 +299,7 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
 
     val_before = evaluate()
     bar = tqdm(total=total, desc=f"sft {adapter}", disable=not cfg.progress, leave=False)
-    for epoch in range(cfg.epochs):
+    for epoch in range(epochs):
         order = torch.randperm(len(train), generator=gen).tolist()
         for s in range(steps_per_epoch):
             group = [train[i] for i in order[s * per_step:(s + 1) * per_step]]
@@ -325,7 +331,7 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
     bar.close()
     val_after = evaluate()
     lora.set_adapter(model, None)
-    return {"steps": step, "skipped": skipped, "train_loss_first": losses[0] if losses else None,
+    return {"steps": step, "epochs": epochs, "skipped": skipped, "train_loss_first": losses[0] if losses else None,
             "train_loss_last": losses[-1] if losses else None, "val_loss_before": val_before, "val_loss_after": val_after,
             "train_examples": len(train), "val_examples": len(val)}
 
@@ -385,8 +391,9 @@ def check_options(cfg: SFTConfig):
     def bad(name, msg):
         raise ValueError(f"sft option {name}: {msg}, got {getattr(cfg, name)!r}")
     num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    for name, lo in [("epochs", 1), ("micro_batch_size", 1), ("grad_accum", 1), ("max_len", 2), ("rejection_k", 0),
-                     ("rejection_tasks", 0), ("teacher_tasks", 0), ("warmup_steps", 0), ("eval_every", 0), ("seed", 0)]:
+    for name, lo in [("epochs", 1), ("min_steps", 0), ("micro_batch_size", 1), ("grad_accum", 1), ("max_len", 2),
+                     ("rejection_k", 0), ("rejection_tasks", 0), ("teacher_tasks", 0), ("warmup_steps", 0),
+                     ("eval_every", 0), ("seed", 0)]:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             bad(name, f"must be an integer >= {lo}")

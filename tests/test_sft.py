@@ -305,12 +305,29 @@ def test_sft_continues_from_a_saved_adapter_and_drops_long_examples(run, tiny, t
     assert any(not torch.equal(lora.adapter_state_dict(model, "generator_initial")[k], v) for k, v in saved.items())
 
 
+def test_min_steps_lifts_only_the_adapters_with_few_examples(_tiny_base):
+    """A role with few examples (a planner) repeats its epochs up to min_steps optimizer steps; one that
+    already has them (its researchers) trains exactly its epochs; 0 = epochs alone."""
+    model, tok = copy.deepcopy(_tiny_base[0]), _tiny_base[1]
+    lora.add_lora(model, ["a"], 4, 8.0, 0.0, ("q_proj", "v_proj"), seed=1)
+    exs = [sft.tokenize(sft.Example("a", "a", short_chat(tok, "a", q), f"{a}.", True, "x"), tok) for q, a in TASKS]
+    steps = {}
+    for n_train, min_steps in [(3, 0), (3, 5), (8, 5), (8, 0)]:  # 2 examples a step: 2 and 4 steps an epoch
+        cfg = sft.SFTConfig(epochs=1, min_steps=min_steps, micro_batch_size=1, grad_accum=2, lr=1e-3, progress=False)
+        rows = []
+        res = sft.train_adapter(model, "a", exs[:n_train], exs[-1:], cfg, tok.pad_token_id, "cpu", rows.append)
+        assert res["steps"] == sum("loss" in r for r in rows)
+        steps[n_train, min_steps] = (res["steps"], res["epochs"])
+    assert steps == {(3, 0): (2, 1), (3, 5): (6, 3), (8, 5): (8, 2), (8, 0): (4, 1)}
+
+
 # ---------------------------------------------------------------------- hostile options and reruns
 
 @pytest.mark.parametrize("field, value", [("lr", float("inf")), ("lr", float("nan")), ("lr", 1e30),
                                           ("grad_clip", float("nan")), ("grad_clip", -1.0), ("warmup_steps", -5),
                                           ("min_reward", float("nan")), ("alpha", float("inf")), ("eval_every", -1),
-                                          ("weight_decay", float("inf")), ("teacher_tasks", -2)])
+                                          ("weight_decay", float("inf")), ("teacher_tasks", -2),
+                                          ("min_steps", -1)])
 def test_every_number_is_checked_before_anything_is_written(tiny, tmp_path, field, value):
     """lr inf / grad_clip nan saved a NaN adapter and exited 0; warmup -5 and grad_clip -1 trained the
     loss upward."""

@@ -1,7 +1,12 @@
 """CPU recipe (recipes.py research): the deep-research team (planner -> researchers -> writer) on
 SmolLM2-135M over the made-up world's 3-/4-hop questions (data/research_*.jsonl). SFT on the scripted
-team's turns for 20 of the 60 training questions, then 8 GRPO steps of 4 questions x 4 chains; val: all
-20 held-out questions (the set has no more), greedy, at step 0 (the SFT start) and step 8."""
+team's turns for 20 of the 60 training questions, at least 48 optimizer steps a role (`min_steps`), then 8
+GRPO steps of 4 questions x 4 chains; val: all 20 held-out questions (the set has no more), greedy, at
+step 0 (the SFT start) and step 8.
+Why min_steps: with 2 epochs alone the researchers (5 turns an episode) had 48 steps and reached a held-out
+teacher loss of 0.02, but the planner and the writer (one turn each) had 6 and stopped at 0.85 and 0.32:
+the writer then answered with a document id (`Answer: [product4]`) and the planner asked fewer sub-questions
+than the hops (recipe run of 2026-11-26, docs/recipes.md)."""
 import dataclasses
 from pathlib import Path
 
@@ -12,4 +17,4 @@ R = dataclasses.replace
 config = R(base, data=R(base.data, val_size=20),
            trainer=R(base.trainer, total_steps=8, test_freq=8, save_freq=4, val_before_train=True,
                      output_dir="runs/recipes/research/rl"))
-SFT = {"teacher_tasks": 20, "lr": 2e-4, "epochs": 2, "micro_batch_size": 4, "grad_accum": 2}
+SFT = {"teacher_tasks": 20, "lr": 2e-4, "epochs": 2, "min_steps": 48, "micro_batch_size": 4, "grad_accum": 2}
