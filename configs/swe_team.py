@@ -5,8 +5,8 @@ on CPU this config shows the workflow's mechanics and step time rather than lear
 want a 1.5B-7B coder model on a GPU (--model.spec Qwen/Qwen2.5-Coder-7B-Instruct --rollout.engine
 vllm, longer budgets; docs/swe.md). Budgets are cut to fit 2 CPU cores: two analyzer tool
 calls, one validator tool call, one refinement, tool output and file views capped. Measured (one step,
---data.batch-size 1 --rollout.num-chains 2, 2 CPU cores shared with other jobs, load ~10-15):
-2496 s (rollout 2408 + train 88; 1107 CPU-s), every reward 0: no tool call, no edit block, no verdict."""
+--data.batch-size 1 --rollout.num-chains 2, one thread beside one other job, median of 3, 2026-11-26):
+115 s (rollout 58 + train 58), every reward 0: no tool call, no edit block, no verdict."""
 from config import (
     AlgoConfig,
     Config,

@@ -3,8 +3,9 @@ generated SWE-bench-format instances (data/swe_*.jsonl). SFT on the scripted tea
 as edit blocks, the tool calls that find it, the reproduction the validator runs) for 32 of the 195
 training instances, then 4 GRPO steps of 2 instances x 2 chains; val: all 42 held-out instances, greedy,
 at step 0 (the SFT start) and step 4. The analyzer's and the validator's budgets are raised to what the
-teacher's replies need (diagnosis up to 134 tokens, a reproduction call up to 118). Expect well over an
-hour on 2 cores: a step of this team was 2496 s at 1 instance x 2 chains on a loaded machine."""
+teacher's replies need (diagnosis up to 134 tokens, a reproduction call up to 118). Not yet run to the
+end: the untrained team's step is ~115 s at 1 instance x 2 chains (one thread); the SFT'd team's
+episodes are longer (tool calls, edit blocks, a reproduction), so expect over an hour on 2 cores."""
 import dataclasses
 from pathlib import Path
 
