@@ -202,6 +202,12 @@ class AlgoConfig:
     or full (exact KL over the vocabulary: one more no-grad forward per micro-batch)"""
     kl_coef: float = 0.0
     """KL coefficient (0 = no KL, and no reference forward at all)"""
+    kl_ref: Literal["base", "init"] = "base"
+    """the KL's reference policy. base: the model with adapters off (what verl and TRL do with LoRA: the
+    reference is the base under a disabled adapter). init: each adapter where the run started, i.e. a role's
+    init_from adapter (sft.py's output), kept as a frozen copy, so the KL anchors RL to the SFT policy
+    rather than to the model before SFT; a fresh adapter starts as the identity, so its reference is the
+    base either way. Costs one frozen adapter per init_from adapter (its rank in every mixed-adapter forward)"""
     kl_in_reward: bool = False
     """put the KL penalty in the token rewards (PPO-style) instead of the loss (GRPO-style); every
     estimator sees it (outcome estimators score a turn by the sum of its token rewards)"""
@@ -324,6 +330,10 @@ class AlgoConfig:
             _bad("algo.kl_kind", f"unknown kind {self.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
         if self.kl_adaptive and self.kl_horizon <= 0:
             _bad("algo.kl_horizon", f"the adaptive KL controller needs it > 0, got {self.kl_horizon}")
+        if self.kl_ref not in ("base", "init"):
+            _bad("algo.kl_ref", f"unknown reference {self.kl_ref!r}: base (adapters off) or init (each adapter's start)")
+        if self.kl_ref == "init" and self.kl_coef == 0:
+            _bad("algo.kl_ref", "'init' sets the KL's reference, but algo.kl_coef is 0 (no KL): set algo.kl_coef > 0")
         if self.kl_adaptive and not (self.kl_in_reward and self.kl_coef > 0):
             _bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
                  "does): set algo.kl_in_reward and algo.kl_coef > 0 (its starting value); a KL in the loss keeps a "
@@ -562,6 +572,9 @@ class Config:
             section.check()
         if not self.trainable_adapters:
             _bad("roles", "every role has trainable=False: nothing would train")
+        if self.algo.kl_ref == "init" and self.mode == "rl" and not any(r.init_from for r in self.roles):
+            _bad("algo.kl_ref", "'init' changes nothing here: no role has init_from, and a fresh adapter starts at "
+                 "the base (the 'base' reference)")
         if self.mode != "rl":
             if self.sft_config is None:
                 _bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "

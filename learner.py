@@ -188,16 +188,16 @@ def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
 
 
 @torch.no_grad()
-def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False):
-    """Logprobs of every row under `adapter` (None = the reference policy), in micro-batches.
-    full_kl_to_ref: instead, the exact KL(adapter || reference) over the vocabulary per token."""
+def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False, ref=None):
+    """Logprobs of every row under `adapter` (None = the base), in micro-batches.
+    full_kl_to_ref: instead, the exact KL(adapter || ref) over the vocabulary per token (ref None = the base)."""
     out = torch.zeros_like(rb.sample_logp)
     order = by_length(rb, range(len(rb.samples)))
     for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[rb.row_turns[i] for i in order]):
         lora.set_adapter(model, adapter)
         logits, tgt, start, T = forward_logits(model, [(rb, rows)], device)
         if full_kl_to_ref:
-            lora.set_adapter(model, None)
+            lora.set_adapter(model, ref)
             val = ppo.full_kl(logits, forward_logits(model, [(rb, rows)], device)[0])
         else:
             val = ppo.token_logprobs(logits, tgt)
@@ -354,11 +354,12 @@ class AdapterUpdate:
     rb: AdapterBatch
     adv: torch.Tensor  # (N, T) advantages
     old_logp: torch.Tensor  # (N, T) logprobs of the policy that sampled (or recomputed)
-    ref_logp: torch.Tensor | None  # (N, T) under the reference (adapters off), when KL is in the loss
+    ref_logp: torch.Tensor | None  # (N, T) under the reference, when KL is in the loss
     opt: torch.optim.Optimizer
     sched: object
     gen: torch.Generator  # its mini-batch permutations
     pack: bool = False  # algo.pack_turns: each mini-batch's turns that extend one another share a row
+    ref: str | None = None  # the KL's reference adapter (algo.kl_ref init), None = the base
 
     def packed(self, turns: list[int]) -> tuple[AdapterUpdate, list[int]]:
         """This update restricted to a mini-batch's `turns`, packed (Packed): the view and its rows."""
@@ -491,9 +492,13 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
 
 @torch.no_grad()
 def reference_logits(model, pieces, parts, device):
-    """The reference policy's logits on a micro-batch (adapters off), for the full-vocabulary KL; then
-    the rows wear their adapters again."""
-    lora.set_adapter(model, None)
+    """The reference policy's logits on a micro-batch (each row under its part's `ref`: the base, or its
+    adapter's start), for the full-vocabulary KL; then the rows wear their adapters again."""
+    refs = [p.ref for p, rs in pieces for _ in rs]
+    if len(set(refs)) == 1:
+        lora.set_adapter(model, refs[0])
+    else:
+        lora.set_row_adapters(model, refs)
     ref = forward_logits(model, [(p.rb, rs) for p, rs in pieces], device)[0]
     if len(parts) > 1:
         lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
@@ -530,11 +535,12 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         gap, n = all_sum([float((old_logp - rb.sample_logp).abs().mul(rb.mask).sum()), float(rb.mask.sum())])
         out["logprob_gap"] = gap / max(n, 1.0)  # engine vs trainer, mean |delta logp| per token
     ref_logp = kl_tok = None
+    ref = run.refs.get(adapter)  # None: the base (algo.kl_ref)
     if a.kl_coef > 0:
         if a.kl_kind == "full":
-            kl_tok = unpack(score(model, sb, adapter, cfg, device, full_kl_to_ref=True))
+            kl_tok = unpack(score(model, sb, adapter, cfg, device, full_kl_to_ref=True, ref=ref))
         else:
-            ref_logp = unpack(score(model, sb, None, cfg, device))
+            ref_logp = unpack(score(model, sb, ref, cfg, device))
             kl_tok = ppo.kl_penalty(old_logp, ref_logp, a.kl_kind)
         kl_sum, n = all_sum([float((kl_tok * rb.mask).sum()), float(rb.mask.sum())])
         out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
@@ -567,7 +573,7 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
     return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen,
-                         pack=pk is not None), out
+                         pack=pk is not None, ref=ref), out
 
 
 def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:

@@ -63,6 +63,7 @@ class LoRALinear(nn.Module):
         self.row_dropout = 0.0  # the largest dropout of the adapters routed to (training mode only)
         self._cat_cache = None  # (key, A_cat, B_cat) for no-grad routed forwards
         self.absent: set[str] = set()  # adapters whose targets leave this module out: zeros, frozen
+        self.frozen: set[str] = set()  # adapters that never train (freeze_adapter), e.g. a KL reference
 
     def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None, absent=False):
         if name in self.lora_A:
@@ -176,13 +177,25 @@ def add_lora(model, names, rank=8, alpha=16.0, dropout=0.0, targets=ALL_LINEAR, 
             m.add(n, rank, alpha, dropout, generator=gen, absent=path.rsplit(".", 1)[-1] not in targets)
     for m in existing.values():
         for n, p in m.lora_A.items():
-            p.requires_grad_(n not in m.absent)
+            p.requires_grad_(n not in m.absent and n not in m.frozen)
         for n, p in m.lora_B.items():
-            p.requires_grad_(n not in m.absent)
+            p.requires_grad_(n not in m.absent and n not in m.frozen)
     model._lora_config = getattr(model, "_lora_config", {})
     for n in names:
         model._lora_config[n] = dict(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets))
     return model
+
+
+def freeze_adapter(model, name: str):
+    """Adapter `name` never trains: no gradient now, nor after a later add_lora (which re-enables the
+    others'), and no dropout. For a fixed copy of a starting point (the learner's KL reference)."""
+    _check_names(model, [name])
+    for m in lora_modules(model).values():
+        m.frozen.add(name)
+        m.dropout_p[name] = 0.0
+        m.lora_A[name].requires_grad_(False)
+        m.lora_B[name].requires_grad_(False)
+    model._lora_config[name]["lora_dropout"] = 0.0
 
 
 def _check_names(model, names):

@@ -35,6 +35,7 @@ class Run:
         self.step, self.cursor, self.wandb_id = 0, 0, None  # cursor: next position in the task stream
         self.opts, self.scheds, self.critic, self.engine = {}, {}, None, None
         self.warned: set = set()  # one-time warnings already printed
+        self.refs: dict[str, str] = {}  # adapter -> the frozen adapter its KL is measured to (algo.kl_ref init)
         # estimators with state (ppo.StatefulEstimator): one instance per adapter, checkpointed
         est = {x: cfg.estimator_of(cfg.role_of_adapter(x)) for x in cfg.adapters}
         self.estimator_state = {x: ppo.ADVANTAGES[e]() for x, e in est.items() if isinstance(ppo.ADVANTAGES.get(e), type)}
@@ -124,6 +125,11 @@ def build(cfg: Config, ckpt: Path | None):
         model._lora_config[name]["lora_dropout"] = 0.0
     run = Run(cfg, model, tok, device)
     run.critic = Critic(model, cfg, device) if "gae" in cfg.estimators else None
+    if a.kl_coef > 0 and a.kl_ref == "init":  # a frozen copy of each adapter's start (its init_from) is its reference
+        for name, path in inits.items():
+            run.refs[name] = f"{name}@init"  # '@' is no adapter name's (config.check_name): no clash
+            lora.load_adapter(model, run.refs[name], path)
+            lora.freeze_adapter(model, run.refs[name])
     if ckpt is not None:  # adapters go into the plain model, before sharding
         load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
     collectives.shard(model)  # FSDP2 on several ranks

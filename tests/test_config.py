@@ -26,6 +26,7 @@ def with_(section, **kw):
     (with_("lora", dropout=-0.1), "lora.dropout"), (with_("data", env="math_4agent"), "data.env"),
     (with_("data", train_files="data/missing.jsonl"), "data.train_files"), (with_("data", val_files="data"), "data.val_files"),
     (with_("trainer", resume="/tmp"), "trainer.resume"), (with_("algo", kl_kind="k4"), "algo.kl_kind"),
+    (with_("algo", kl_ref="sft", kl_coef=0.1), "algo.kl_ref"),
     (with_("algo", gamma=1.5), "algo.gamma"), (with_("algo", dual_clip=0.5), "algo.dual_clip"),
     (with_("algo", clip_low=1.5), "algo.clip_low"), (with_("algo", kl_coef=-1.0), "algo.kl_coef"),
     (with_("rollout", num_chains=1), "rollout.num_chains"), (with_("trainer", eval_only=True, resume="none"), "trainer.eval_only"),

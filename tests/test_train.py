@@ -343,6 +343,45 @@ def test_init_from_starts_a_role_from_a_saved_adapter(tmp_path):
         other.validate()
 
 
+@pytest.mark.parametrize("kind", ["low_var_kl", "full"])
+def test_kl_ref_init_measures_the_kl_to_the_init_from_adapter(tmp_path, kind):
+    """algo.kl_ref init: the KL of a role started from an adapter is measured to that adapter (0 before it
+    moves), not to the base (> 0 from step 1); the reference stays frozen, is never saved, and a resumed run
+    rebuilds it from init_from, not from the checkpoint."""
+    from model import load_model
+    m, _ = load_model("tiny")
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1, save_freq=1), algo=dict(kl_coef=0.1, kl_kind=kind))
+    lora.add_lora(m, ["sft"], rank=cfg.lora.rank, alpha=cfg.lora.alpha, targets=cfg.lora.targets, seed=3)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(m, "sft"):
+            p.add_(0.05)
+    lora.save_adapter(m, "sft", tmp_path / "sft")
+    saved = load_file(tmp_path / "sft" / "adapter_model.safetensors")
+    cfg = dataclasses.replace(cfg, roles=(dataclasses.replace(cfg.roles[0], init_from=str(tmp_path / "sft")),)
+                              + cfg.roles[1:])
+    gen = cfg.adapter_of(cfg.roles[0])
+    key = "train/kl_loss/" if kind == "full" else "train/kl/"  # full: the KL in the loss, on the policy's logits
+    kl = {}
+    for ref in ("base", "init"):
+        c = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, kl_ref=ref),
+                                trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / ref)))
+        kl[ref] = train.main(c)[key + gen]
+    assert kl["init"] == pytest.approx(0.0, abs=1e-5) and kl["base"] > 1e-3, kl
+    ck = tmp_path / "init" / "checkpoints" / "step_000001"
+    assert sorted(p.name for p in (ck / "adapters").iterdir()) == sorted(cfg.adapters)  # no '@init' saved
+    c = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, kl_ref="init"))
+    run, _ = session.build(c, ck)
+    ref = lora.adapter_state_dict(run.model, run.refs[gen])
+    assert all(torch.equal(ref[k], saved[k]) for k in saved)  # the start, not the checkpoint
+    assert not all(torch.equal(v, saved[k]) for k, v in lora.adapter_state_dict(run.model, gen).items())  # trained
+    assert not any(p.requires_grad for p in lora.adapter_parameters(run.model, run.refs[gen]))
+    assert set(run.refs) == {gen}  # fresh adapters keep the base, their start
+    with pytest.raises(ConfigError, match="algo.kl_ref: 'init' sets the KL's reference, but algo.kl_coef is 0"):
+        dataclasses.replace(c, algo=dataclasses.replace(c.algo, kl_coef=0.0)).validate()
+    with pytest.raises(ConfigError, match="algo.kl_ref: 'init' changes nothing here: no role has init_from"):
+        dataclasses.replace(c, roles=tuple(dataclasses.replace(r, init_from=None) for r in c.roles)).validate()
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_fused_update_option_reaches_the_loop(tmp_path, monkeypatch, fused):
     """algo.fused_update: one policy_update over every busy adapter, or one call per adapter (the
