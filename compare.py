@@ -1,6 +1,6 @@
 """Compare runs on their validation episodes: the arm table, paired statistics and the plot.
 
-    python compare.py runs/a_single runs/b_team runs/c_sft_team [--step N] [--plot compare.png]
+    python compare.py runs/a_single runs/b_team runs/c_sft_team [--step N] [--plot compare.png] [--judge-plot judge.png]
     python compare.py runs/a_single runs/a_single/checkpoints/step_000024/eval_maj runs/c_team --step 24
 
 Each run's validation episodes (runs/X/trajectories/val_step_*.jsonl, written at every eval) are
@@ -28,6 +28,8 @@ arm's that is; arms that share no task get a note and no row:
     b / c   discordant tasks: the first arm right and the other wrong / the other way round
     p       McNemar's exact test: 2 * P(Binomial(b + c, 1/2) <= min(b, c)), capped at 1
 The plot: validation team reward against step and against training wall time, one line per run.
+The judge plot (--judge-plot): per run that logged one, the judge's balanced accuracy and false-positive
+rate against step, on train batches and val, on the team's verdicts and on the probes (metrics.jsonl).
 A run killed before its first checkpoint is read through the config.json train.py writes at start
 (and a torn last line of its metrics.jsonl is left out). Anything else that is not a run or eval
 directory of this shape (a file missing, garbage, a step that does not match its file) ends the
@@ -337,6 +339,56 @@ def plot(rows: list[dict], out: str):
     plt.close(fig)
 
 
+JUDGE_KEYS = ("evaluator_balanced_acc", "evaluator_fpr", "probe_balanced_acc", "probe_fpr")
+
+
+def judge_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """The judge's curves as train.py logged them (metrics.jsonl): {"<split>/<key>": [(step, value)]} for
+    split train (the step's own batch) and val, key in JUDGE_KEYS (evaluator_*: the team's verdicts;
+    probe_*: the probes of envs/math_3agent.py probes=True, right first solutions and their near misses).
+    A step logged twice (a resumed run) keeps its last value; a torn last line is left out."""
+    path = run / "metrics.jsonl"
+    if not os.path.lexists(path):
+        return {}
+    got: dict[str, dict[int, float]] = {}
+    for where, row in read_jsonl(path, torn_ok=True):
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            fail(f"{where}: not a metrics row (a JSON object with an integer 'step')")
+        for split in ("train", "val"):
+            for k in JUDGE_KEYS:
+                if finite(v := row.get(f"{split}/{k}")):
+                    got.setdefault(f"{split}/{k}", {})[row["step"]] = float(v)
+    return {k: sorted(v.items()) for k, v in got.items()}
+
+
+def judge_plot(runs: list[Path], out: str) -> list[Path]:
+    """One row of panels per run that logged a judge: balanced accuracy and false-positive rate against
+    step, train and val, the team's verdicts and the probes, with issue 35's targets (0.75, 0.3) dashed.
+    Returns the runs drawn."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    curves = {r: c for r in runs if (c := judge_curves(r))}
+    if not curves:
+        fail(f"--judge-plot: no run logged a judge ({', '.join(JUDGE_KEYS)} in metrics.jsonl)")
+    fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.2 * len(curves)), squeeze=False)
+    for row, (run, c) in zip(axes, curves.items()):
+        for ax, metric, target in zip(row, ("balanced_acc", "fpr"), (0.75, 0.3)):
+            for who, label in (("evaluator", "verdicts"), ("probe", "probes")):
+                for split, style in (("train", ":"), ("val", "-")):
+                    if pts := c.get(f"{split}/{who}_{metric}"):
+                        ax.plot(*zip(*pts), style, marker="o" if split == "val" else None, ms=4,
+                                label=f"{split} {label}")
+            ax.axhline(target, color="grey", ls="--", lw=0.8)
+            ax.set(xlabel="step", ylabel=f"judge {metric.replace('_', ' ')}", ylim=(-0.05, 1.05),
+                   title=f"{run.name}: judge {'balanced accuracy' if metric == 'balanced_acc' else 'false-positive rate'}")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return list(curves)
+
+
 def output_path(out: str, runs: list[str], flag: str) -> Path:
     """An output file that will not clobber a run: its folder exists, and it is not a directory nor an
     existing file inside an arm (metrics.jsonl, a trajectory file, results.json...)."""
@@ -355,8 +407,11 @@ def main(argv=None):
     ap.add_argument("--step", type=int, default=None, help="the eval step to tabulate (default: each run's last)")
     ap.add_argument("--plot", default=None, help="write the validation curves to this PNG")
     ap.add_argument("--json", default=None, help="also write the rows (curves included) to this JSON file")
+    ap.add_argument("--judge-plot", default=None, help="write each run's judge curves (balanced accuracy and FPR "
+                    "against step: train, val, probes) to this PNG")
     a = ap.parse_args(argv)
-    outs = {flag: output_path(v, a.runs, flag) for flag, v in (("--plot", a.plot), ("--json", a.json)) if v}
+    outs = {flag: output_path(v, a.runs, flag) for flag, v in (("--plot", a.plot), ("--json", a.json),
+                                                               ("--judge-plot", a.judge_plot)) if v}
     rows = []
     for r in a.runs:  # RUN@N: that run at its eval of step N (a run against its own start: RUN@0 RUN)
         m = re.fullmatch(r"(.+)@(\d+)", r)
@@ -375,6 +430,10 @@ def main(argv=None):
             if flag == "--plot":
                 plot(rows, str(path))
                 print(f"plot: {path}")
+            elif flag == "--judge-plot":
+                runs = [Path(re.sub(r"@\d+$", "", r["run"])) for r in rows if r["roles"] is not None]
+                drawn = judge_plot(list(dict.fromkeys(runs)), str(path))
+                print(f"judge plot: {path} ({', '.join(p.name for p in drawn)})")
             else:
                 tmp = path.with_name(path.name + ".tmp")  # whole or not at all
                 tmp.write_text(json.dumps([{k: v for k, v in r.items()} for r in rows], indent=1))

@@ -222,6 +222,29 @@ def test_bad_arms_and_outputs_are_one_line_and_clobber_nothing(run, tmp_path):
                                                                    "directory or an eval.py output directory)"], r.stderr
 
 
+def test_judge_curves_and_plot_read_what_train_logged(run, tmp_path, capsys):
+    """--judge-plot draws metrics.jsonl's judge curves: train and val, verdicts and probes; a step logged twice
+    (a resume) keeps its last value; a run with no judge is left out, and none at all is one line."""
+    with pytest.raises(SystemExit, match="--judge-plot: no run logged a judge"):
+        compare.main([str(run), "--judge-plot", str(tmp_path / "j.png")])
+    rows = [{"step": 0, "val/evaluator_balanced_acc": 0.7, "val/evaluator_fpr": 0.35, "val/probe_fpr": 0.8},
+            {"step": 1, "train/evaluator_balanced_acc": 0.5, "train/evaluator_fpr": 0.4, "train/probe_balanced_acc": 0.6,
+             "time/step": 10.0},
+            {"step": 2, "train/evaluator_balanced_acc": 0.9, "train/evaluator_fpr": None},
+            {"step": 2, "train/evaluator_balanced_acc": 0.8, "val/evaluator_balanced_acc": 0.55}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "train/ev')
+    assert compare.judge_curves(run) == {
+        "val/evaluator_balanced_acc": [(0, 0.7), (2, 0.55)], "val/evaluator_fpr": [(0, 0.35)],
+        "val/probe_fpr": [(0, 0.8)], "train/evaluator_balanced_acc": [(1, 0.5), (2, 0.8)],
+        "train/evaluator_fpr": [(1, 0.4)], "train/probe_balanced_acc": [(1, 0.6)]}
+    out = tmp_path / "j.png"
+    compare.main([str(run), "--judge-plot", str(out)])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"judge plot: {out} ({run.name})" in capsys.readouterr().out
+    (run / "metrics.jsonl").write_text('{"step": "x"}\n')
+    with pytest.raises(SystemExit, match=r"metrics\.jsonl:1: not a metrics row"):
+        compare.judge_curves(run)
+
+
 def test_an_arm_at_a_step_pairs_a_run_with_its_own_start(run, capsys):
     """RUN@N is that run's eval at step N (recipes.py pairs RL's end with the SFT start it came from)."""
     start, end = compare.main([f"{run}@0", str(run)])
