@@ -273,7 +273,7 @@ def summarise(run: Path, step: int | None = None) -> dict:
     agg = module.aggregate([types.SimpleNamespace(metrics=m) for m in ms]) if hasattr(module, "aggregate") else {}
     counts = {k: sum(m.get(k, 0) for m in ms) for k in ("initial_correct", "refine_fixed", "refine_broken")
               if any(k in m for m in ms)}  # the math teams' counts; other workflows report none
-    return {"run": str(run), "roles": len(cfg.roles), "step": pick["step"], "n": n, "team": p,
+    return {"run": str(run), "path": str(run), "roles": len(cfg.roles), "step": pick["step"], "n": n, "team": p,
             "team_sd": binomial_sd(p, n), "wall": pick["wall"], "aggregate": agg, "counts": counts,
             "curve": [(c["step"], c["wall"], c["team"]) for c in curve], "per_task": pick["per_task"],
             "generations": pick["generations"]}
@@ -364,7 +364,7 @@ def judge_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
 def judge_plot(runs: list[Path], out: str) -> list[Path]:
     """One row of panels per run that logged a judge: balanced accuracy and false-positive rate against
     step, train and val, the team's verdicts and the probes, with issue 35's targets (0.75, 0.3) dashed.
-    Returns the runs drawn."""
+    Returns the runs drawn. (The math team logs evaluator_* at every step, 0.0 on a step it judged nothing.)"""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -381,7 +381,8 @@ def judge_plot(runs: list[Path], out: str) -> list[Path]:
                                 label=f"{split} {label}")
             ax.axhline(target, color="grey", ls="--", lw=0.8)
             ax.set(xlabel="step", ylabel=f"judge {metric.replace('_', ' ')}", ylim=(-0.05, 1.05),
-                   title=f"{run.name}: judge {'balanced accuracy' if metric == 'balanced_acc' else 'false-positive rate'}")
+                   title=f"{run.parent.name}/{run.name}: judge "
+                         f"{'balanced accuracy' if metric == 'balanced_acc' else 'false-positive rate'}")
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
@@ -395,7 +396,8 @@ def output_path(out: str, runs: list[str], flag: str) -> Path:
     path = Path(out)
     if path.is_dir() or not path.parent.is_dir():
         fail(f"{flag} {out}: " + ("is a directory" if path.is_dir() else f"no directory {path.parent}"))
-    if os.path.lexists(path) and any(path.resolve().is_relative_to(Path(r).resolve()) for r in runs):
+    arms = [Path(r if os.path.lexists(r) else re.sub(r"@\d+$", "", r)) for r in runs]  # RUN@N is RUN
+    if os.path.lexists(path) and any(path.resolve().is_relative_to(a.resolve()) for a in arms):
         fail(f"{flag} {out}: refusing to overwrite a file inside a compared run (write it elsewhere)")
     return path
 
@@ -431,7 +433,7 @@ def main(argv=None):
                 plot(rows, str(path))
                 print(f"plot: {path}")
             elif flag == "--judge-plot":
-                runs = [Path(re.sub(r"@\d+$", "", r["run"])) for r in rows if r["roles"] is not None]
+                runs = [Path(r["path"]) for r in rows if r["roles"] is not None]
                 drawn = judge_plot(list(dict.fromkeys(runs)), str(path))
                 print(f"judge plot: {path} ({', '.join(p.name for p in drawn)})")
             else:

@@ -207,7 +207,8 @@ class AlgoConfig:
     reference is the base under a disabled adapter). init: each adapter where the run started, i.e. a role's
     init_from adapter (sft.py's output), kept as a frozen copy, so the KL anchors RL to the SFT policy
     rather than to the model before SFT; a fresh adapter starts as the identity, so its reference is the
-    base either way. Costs one frozen adapter per init_from adapter (its rank in every mixed-adapter forward)"""
+    base either way. Only for trainable roles, only in train.py (eval.py and play.py never build it). Costs one
+    frozen adapter per init_from adapter: its rank in every per-row routed forward, the rollout's included"""
     kl_in_reward: bool = False
     """put the KL penalty in the token rewards (PPO-style) instead of the loss (GRPO-style); every
     estimator sees it (outcome estimators score a turn by the sum of its token rewards)"""
@@ -572,9 +573,6 @@ class Config:
             section.check()
         if not self.trainable_adapters:
             _bad("roles", "every role has trainable=False: nothing would train")
-        if self.algo.kl_ref == "init" and self.mode == "rl" and not any(r.init_from for r in self.roles):
-            _bad("algo.kl_ref", "'init' changes nothing here: no role has init_from, and a fresh adapter starts at "
-                 "the base (the 'base' reference)")
         if self.mode != "rl":
             if self.sft_config is None:
                 _bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "

@@ -7,7 +7,7 @@ and every other adapter bit-identical.
 
 Three ways to run the model:
   set_adapter(model, "gen")     every row uses adapter "gen" (training, scoring)
-  set_adapter(model, None)      the bare base model = the reference policy (no weight copy)
+  set_adapter(model, None)      the bare base model = the reference policy by default (no weight copy)
   set_row_adapters(model, [...]) row i uses its own adapter (or None), in ONE forward pass.
 
 Per-row routing concatenates all adapters along the rank dimension, A_cat (R, in) and

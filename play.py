@@ -42,7 +42,7 @@ def main(argv=None):
         cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none", eval_only=bool(ckpt and not args.base),
         logger=("console",)))
     cfg.validate()
-    run, _ = session.build(cfg, ckpt if not args.base else None)
+    run, _ = session.build(cfg, ckpt if not args.base else None, train=False)
     specs = session.role_specs(cfg, args.seed if args.sample else None, greedy=not args.sample)
     if args.base:
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}

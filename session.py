@@ -88,8 +88,9 @@ def check_targets(cfg: Config, model):
                               f"it has {sorted(have)}")
 
 
-def build(cfg: Config, ckpt: Path | None):
-    """Model, adapters (restored from `ckpt` if resuming), sharding, optimizers, engine."""
+def build(cfg: Config, ckpt: Path | None, train: bool = True):
+    """Model, adapters (restored from `ckpt` if resuming), sharding, optimizers, engine. train=False (eval.py,
+    play.py): nothing only the update uses (algo.kl_ref's frozen copies)."""
     device = collectives.init()
     if device.type == "cpu":
         n, note = pick_threads(cfg.trainer.threads)
@@ -125,8 +126,10 @@ def build(cfg: Config, ckpt: Path | None):
         model._lora_config[name]["lora_dropout"] = 0.0
     run = Run(cfg, model, tok, device)
     run.critic = Critic(model, cfg, device) if "gae" in cfg.estimators else None
-    if a.kl_coef > 0 and a.kl_ref == "init":  # a frozen copy of each adapter's start (its init_from) is its reference
-        for name, path in inits.items():
+    if train and not t_cfg.eval_only and a.kl_coef > 0 and a.kl_ref == "init":  # the reference: a frozen copy of
+        for name, path in inits.items():  # each trained adapter's start (its init_from)
+            if name not in cfg.trainable_adapters:
+                continue
             run.refs[name] = f"{name}@init"  # '@' is no adapter name's (config.check_name): no clash
             lora.load_adapter(model, run.refs[name], path)
             lora.freeze_adapter(model, run.refs[name])

@@ -162,6 +162,9 @@ def checked(cfg: Config):
         cfg = sft_stage(cfg)
         if cfg is None:
             return None
+    if cfg.algo.kl_ref == "init" and not cfg.trainer.eval_only and not any(r.init_from and r.trainable for r in cfg.roles):
+        raise ConfigError("config field algo.kl_ref: 'init' changes nothing here: no trainable role has init_from, and "
+                          "a fresh adapter starts at the base (the 'base' reference)")  # after the SFT stage fills them in
     ckpt = resolve_resume(cfg, Path(cfg.trainer.output_dir))
     changes = config_changes(cfg, ckpt) if ckpt is not None and (ckpt / "config.json").exists() else []
     if changes and not (cfg.trainer.resume_if_changed or cfg.trainer.eval_only):

@@ -200,9 +200,10 @@ def test_bad_arms_and_outputs_are_one_line_and_clobber_nothing(run, tmp_path):
         f.write('{"step": 4, "time/')  # a run killed mid-write: its torn last line is left out, not an error
     assert compare.main([str(run)])[0]["wall"] == 120.0
     log = (run / "metrics.jsonl").read_bytes()
-    for out in ("--json", "--plot"):  # the run's own log is not an output
-        with pytest.raises(SystemExit, match="refusing to overwrite a file inside a compared run"):
-            compare.main([str(run), out, str(run / "metrics.jsonl")])
+    for out in ("--json", "--plot", "--judge-plot"):  # the run's own log is not an output, nor is RUN@N's
+        for arm in (str(run), f"{run}@2"):
+            with pytest.raises(SystemExit, match="refusing to overwrite a file inside a compared run"):
+                compare.main([arm, out, str(run / "metrics.jsonl")])
     assert (run / "metrics.jsonl").read_bytes() == log
     f = tmp_path / "a_file"
     f.write_text("x")

@@ -136,7 +136,8 @@ def test_update_independent_of_micro_batch_size(tiny, agg):
     dict(policy_loss="gspo", micro_batch_size=3)])
 def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
     """Three adapters' rows in shared forwards give each adapter the weights (and metrics) it gets
-    alone; a fourth adapter, not updated, and the base stay bit-exact."""
+    alone; a fourth adapter, not updated (and adapter a's KL reference: algo.kl_ref init), and the base stay
+    bit-exact."""
     m, tok = tiny
     lora.add_lora(m, ["a", "b", "c", "frozen"], rank=4, alpha=8)
     with torch.no_grad():
@@ -160,7 +161,7 @@ def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
             # in near-zero gradients up to lr)
             opt = torch.optim.SGD(lora.adapter_parameters(mm, name), lr=1.0)
             parts.append(learner.Part(name, rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda s: 1.0), torch.Generator().manual_seed(100 + j)))
+                opt, lambda s: 1.0), torch.Generator().manual_seed(100 + j), ref="frozen" if name == "a" else None))
         groups = [parts] if fused else [[p] for p in parts]
         metrics = {k: v for g in groups for k, v in learner.policy_update(mm, g, cfg, torch.device("cpu"), 0.5).items()}
         results.append((mm, metrics))

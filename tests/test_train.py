@@ -343,14 +343,17 @@ def test_init_from_starts_a_role_from_a_saved_adapter(tmp_path):
         other.validate()
 
 
-@pytest.mark.parametrize("kind", ["low_var_kl", "full"])
-def test_kl_ref_init_measures_the_kl_to_the_init_from_adapter(tmp_path, kind):
+@pytest.mark.parametrize("kind, in_reward, fused", [("low_var_kl", False, True), ("full", False, False),
+                                                    ("kl", True, True)])
+def test_kl_ref_init_measures_the_kl_to_the_init_from_adapter(tmp_path, kind, in_reward, fused):
     """algo.kl_ref init: the KL of a role started from an adapter is measured to that adapter (0 before it
-    moves), not to the base (> 0 from step 1); the reference stays frozen, is never saved, and a resumed run
-    rebuilds it from init_from, not from the checkpoint."""
+    moves), not to the base (> 0 from step 1), in the loss and in the reward, fused or not; the reference
+    stays frozen, is never saved, a resumed run rebuilds it from init_from, not from the checkpoint, and
+    eval.py's build has none."""
     from model import load_model
     m, _ = load_model("tiny")
-    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1, save_freq=1), algo=dict(kl_coef=0.1, kl_kind=kind))
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1, save_freq=1),
+                   algo=dict(kl_coef=0.1, kl_kind=kind, kl_in_reward=in_reward, fused_update=fused))
     lora.add_lora(m, ["sft"], rank=cfg.lora.rank, alpha=cfg.lora.alpha, targets=cfg.lora.targets, seed=3)
     with torch.no_grad():
         for p in lora.adapter_parameters(m, "sft"):
@@ -360,13 +363,14 @@ def test_kl_ref_init_measures_the_kl_to_the_init_from_adapter(tmp_path, kind):
     cfg = dataclasses.replace(cfg, roles=(dataclasses.replace(cfg.roles[0], init_from=str(tmp_path / "sft")),)
                               + cfg.roles[1:])
     gen = cfg.adapter_of(cfg.roles[0])
-    key = "train/kl_loss/" if kind == "full" else "train/kl/"  # full: the KL in the loss, on the policy's logits
+    keys = ["train/kl/"] + (["train/kl_loss/"] if not in_reward else [])  # kl_loss: the loss's KL, the policy's logits
     kl = {}
     for ref in ("base", "init"):
         c = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, kl_ref=ref),
                                 trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / ref)))
-        kl[ref] = train.main(c)[key + gen]
-    assert kl["init"] == pytest.approx(0.0, abs=1e-5) and kl["base"] > 1e-3, kl
+        last = train.main(c)
+        kl[ref] = [last[k + gen] for k in keys]
+    assert all(v == pytest.approx(0.0, abs=1e-5) for v in kl["init"]) and all(v > 1e-3 for v in kl["base"]), kl
     ck = tmp_path / "init" / "checkpoints" / "step_000001"
     assert sorted(p.name for p in (ck / "adapters").iterdir()) == sorted(cfg.adapters)  # no '@init' saved
     c = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, kl_ref="init"))
@@ -376,10 +380,14 @@ def test_kl_ref_init_measures_the_kl_to_the_init_from_adapter(tmp_path, kind):
     assert not all(torch.equal(v, saved[k]) for k, v in lora.adapter_state_dict(run.model, gen).items())  # trained
     assert not any(p.requires_grad for p in lora.adapter_parameters(run.model, run.refs[gen]))
     assert set(run.refs) == {gen}  # fresh adapters keep the base, their start
+    assert session.build(c, ck, train=False)[0].refs == {}  # eval.py, play.py
     with pytest.raises(ConfigError, match="algo.kl_ref: 'init' sets the KL's reference, but algo.kl_coef is 0"):
         dataclasses.replace(c, algo=dataclasses.replace(c.algo, kl_coef=0.0)).validate()
-    with pytest.raises(ConfigError, match="algo.kl_ref: 'init' changes nothing here: no role has init_from"):
-        dataclasses.replace(c, roles=tuple(dataclasses.replace(r, init_from=None) for r in c.roles)).validate()
+    c.validate()  # sft.py and eval.py --base validate a recipe's config before its roles have init_from
+    for roles in (tuple(dataclasses.replace(r, init_from=None) for r in c.roles),
+                  (dataclasses.replace(c.roles[0], trainable=False),) + c.roles[1:]):
+        with pytest.raises(ConfigError, match="algo.kl_ref: 'init' changes nothing here: no trainable role has"):
+            train.main(dataclasses.replace(c, roles=roles))
 
 
 @pytest.mark.parametrize("fused", [True, False])
