@@ -224,6 +224,12 @@ def near_miss(solution: str, truth: str) -> str | None:
 CONSOLE = ("evaluator_balanced_acc", "evaluator_fpr")  # this workflow's metrics on the console line
 
 
+def _balanced(tp, n_pos, tn, n_neg) -> float:
+    """Balanced accuracy: the mean recall over the classes present (0.0 when none is)."""
+    recalls = ([tp / n_pos] if n_pos else []) + ([tn / n_neg] if n_neg else [])
+    return sum(recalls) / len(recalls) if recalls else 0.0
+
+
 def aggregate(episodes) -> dict:
     """What is this workflow's own: ratios over counts summed across episodes (the trainer already
     logs the mean of every per-episode metric and each role's reward and response length)."""
@@ -238,15 +244,16 @@ def aggregate(episodes) -> dict:
         "evaluator_precision": tp / max(1, tp + fp),  # of "Correct" verdicts, how many were right
         "evaluator_recall": tp / max(1, tp + fn),  # of correct solutions, how many were approved
         "evaluator_acc": (tp + tn) / max(1, tp + fp + tn + fn + tot["eval_unparsed"]),
-        # the mean of the recall on correct and on incorrect solutions; an unparsed verdict counts as
-        # wrong on both sides. Always "Correct" (or a coin) scores 0.5 whatever the generator's accuracy
-        "evaluator_balanced_acc": (tp / max(1, n_right) + tn / max(1, n_wrong)) / 2,
+        # the mean of the recall on correct and on incorrect solutions, over the classes judged (as sklearn's
+        # balanced_accuracy_score: a batch with no right solution is the recall on wrong ones, not half of it);
+        # an unparsed verdict counts as wrong on both sides. Always "Correct" (or a coin) scores 0.5
+        "evaluator_balanced_acc": _balanced(tp, n_right, tn, n_wrong),
         # of wrong solutions, the share approved (unparsed verdicts are not approvals)
         "evaluator_fpr": fp / max(1, n_wrong),
         "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),  # the fix rate
         "refine_break_rate": tot["refine_broken"] / max(1, tot["refine_from_right"]),
         "refine_fixed_count": tot["refine_fixed"], "refine_broken_count": tot["refine_broken"],
     } | ({} if not tot["probes"] else {  # the judge on its probes: near misses (wrong) and right solutions
-        "probe_balanced_acc": (tot["probe_tp"] / max(1, tot["probe_right"])
-                               + tot["probe_tn"] / max(1, tot["probes"] - tot["probe_right"])) / 2,
+        "probe_balanced_acc": _balanced(tot["probe_tp"], tot["probe_right"], tot["probe_tn"],
+                                        tot["probes"] - tot["probe_right"]),
         "probe_fpr": tot["probe_fp"] / max(1, tot["probes"] - tot["probe_right"])})

@@ -273,6 +273,11 @@ def test_aggregate_metrics():
     steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
     b = aggregate([Episode(0, 0, env, steps, m)])
     assert b["evaluator_balanced_acc"] == pytest.approx((0 + 1) / 2) and b["refine_break_rate"] == 1.0
+    # a batch with no right solution: the recall on the wrong ones (2/2), not half of it (it read 0.5)
+    env = MathTeamEnv(max_refinement_iterations=1)
+    roles, _, m = play(env, ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{5}", "Verdict: Incorrect"])
+    c = aggregate([Episode(0, 0, env, [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)], m)])
+    assert c["evaluator_balanced_acc"] == 1.0 and c["evaluator_fpr"] == 0.0
 
 
 def test_single_agent_env():
