@@ -390,14 +390,20 @@ def judge_plot(runs: list[Path], out: str) -> list[Path]:
     return list(curves)
 
 
+def arm(r: str) -> tuple[Path, int | None]:
+    """An arm argument: (its directory, the eval step it names or None). RUN@N, when no path of that name
+    exists, is RUN at its eval of step N."""
+    m = re.fullmatch(r"(.+)@(\d+)", r)
+    return (Path(m.group(1)), int(m.group(2))) if m and not os.path.lexists(r) else (Path(r), None)
+
+
 def output_path(out: str, runs: list[str], flag: str) -> Path:
     """An output file that will not clobber a run: its folder exists, and it is not a directory nor an
     existing file inside an arm (metrics.jsonl, a trajectory file, results.json...)."""
     path = Path(out)
     if path.is_dir() or not path.parent.is_dir():
         fail(f"{flag} {out}: " + ("is a directory" if path.is_dir() else f"no directory {path.parent}"))
-    arms = [Path(r if os.path.lexists(r) else re.sub(r"@\d+$", "", r)) for r in runs]  # RUN@N is RUN
-    if os.path.lexists(path) and any(path.resolve().is_relative_to(a.resolve()) for a in arms):
+    if os.path.lexists(path) and any(path.resolve().is_relative_to(arm(r)[0].resolve()) for r in runs):
         fail(f"{flag} {out}: refusing to overwrite a file inside a compared run (write it elsewhere)")
     return path
 
@@ -416,11 +422,8 @@ def main(argv=None):
                                                                ("--judge-plot", a.judge_plot)) if v}
     rows = []
     for r in a.runs:  # RUN@N: that run at its eval of step N (a run against its own start: RUN@0 RUN)
-        m = re.fullmatch(r"(.+)@(\d+)", r)
-        if m and not os.path.lexists(r):
-            rows.append({**summarise(Path(m.group(1)), int(m.group(2))), "run": r})
-        else:
-            rows.append(summarise(Path(r), a.step))
+        d, step = arm(r)
+        rows.append(summarise(d, a.step) if step is None else {**summarise(d, step), "run": r})
     for r in rows[1:]:  # the first arm against each other (in --json; the printed table below)
         r["paired"] = paired(rows[0]["per_task"], r["per_task"])
     print(table(rows))
