@@ -13,7 +13,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agents.math_team import build_messages, check_line
+from agents.math_team import blind_messages, build_messages, check_line
 from rewards.math import _last_boxed, extract_answer, math_reward
 
 GENERATORS = ("generator_initial", "generator_refinement", "solver")
@@ -73,23 +73,35 @@ def teacher_critique(solution: str, answer: str, right: bool, check: bool = Fals
     solution says x: the same/different." then the verdict line. Answer-first matters: a critique that
     restates the solution's answer before its own teaches a small model to copy that answer (measured
     on SmolLM2-135M, docs/recipes.md). ~20 tokens, inside the demo evaluator's 32."""
+    mine = check_line(answer) if check else f"I get \\boxed{{{answer}}}."  # check: the evaluator_check prompt's line
+    return f"{mine} {teacher_verdict(solution, right)}"
+
+
+def teacher_verdict(solution: str, right: bool) -> str:
+    """The comparison and the verdict line, after the teacher's own result: "The solution says x: the
+    same." / "...: different." (the evaluator_blind judge's verdict turn is exactly this)."""
     said = extract_answer(solution)
     said = None if said is None else " ".join(said.split())[:60]
-    mine = check_line(answer) if check else f"I get \\boxed{{{answer}}}."  # check: the evaluator_check prompt's line
     if said is None:
-        return f"{mine} The solution gives no final answer.\nVerdict: Incorrect"
-    return f"{mine} The solution says {said}: {'the same' if right else 'different'}.\nVerdict: " + \
+        return "The solution gives no final answer.\nVerdict: Incorrect"
+    return f"The solution says {said}: {'the same' if right else 'different'}.\nVerdict: " + \
         ("Correct" if right else "Incorrect")
 
 
 def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
-                 check: bool = False) -> tuple[list[Example], dict]:
+                 check: bool = False, blind: bool = False) -> tuple[list[Example], dict]:
     """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
     solution (see the module docstring for where the solutions come from). Returns (examples, counts).
     check: the judge's evaluator_check prompt (env_kwargs evaluator_prompt="check"), each critique opening
-    with its check line; the prompts are built in that style, never taken from the trajectories."""
+    with its check line; the prompts are built in that style, never taken from the trajectories.
+    blind: the evaluator_blind judge (env_kwargs evaluator_prompt="blind"): per task its check turn (the
+    problem only -> the check line, counted as teacher:check) and each verdict turn after it."""
     rng = random.Random(seed)
-    pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
+    pool: dict[str, dict] = {}
+
+    def chat(msgs):
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
 
     def entry(task):
         return pool.setdefault(str(task["question"]), {"answer": str(task["answer"]), "right": [], "wrong": []})
@@ -126,7 +138,17 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
         if wrong is None:
             counts["tasks_without_incorrect"] += 1
             continue
+        if blind:
+            line = check_line(y)
+            out.append(Example(adapter, "evaluator_critique", chat(blind_messages(q, None, [])), line, True,
+                               "teacher:check"))
+            counts["teacher:check"] += 1
         for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
+            if blind:
+                msgs = blind_messages(q, line, [("generator_initial", sol)])
+                out.append(Example(adapter, "evaluator_critique", chat(msgs), teacher_verdict(sol, ok), True, src))
+                counts[src] += 1
+                continue
             if prompt is None or check:
                 msgs = build_messages("evaluator_check" if check else "evaluator_critique", q, [("generator_initial", sol)])
                 prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)

@@ -24,6 +24,11 @@ SYSTEM = {  # a one-line worked example: small models copy the format, large one
                        "number of digits of the result, and your own result, e.g. 'Check: ends in 8, 3 digits. I get "
                        "\\boxed{128}.' Then say whether the solution's answer is the same, and end with exactly one "
                        "line: 'Verdict: Correct' or 'Verdict: Incorrect'.",
+    "evaluator_blind": "You check math solutions. Before you see the solution, work out the answer yourself in one "
+                       "line: the last digit and the number of digits of the result, and your own result, e.g. "
+                       "'Check: ends in 8, 3 digits. I get \\boxed{128}.' Then you are shown the solution: say "
+                       "whether its answer is the same as yours, and end with exactly one line: 'Verdict: Correct' "
+                       "or 'Verdict: Incorrect'.",
     "solver_revision": f"You are a careful math solver checking your own solution. If it is wrong, correct it in short "
                        f"steps; if it is right, keep it. End with the final answer in \\boxed{{}}, {EXAMPLE}",
 }
@@ -38,6 +43,7 @@ TASK = {
                             "\\boxed{answer}.",
     "evaluator_check": "Is the latest solution correct? Write your check line first, then compare, and end with "
                        "'Verdict: Correct' or 'Verdict: Incorrect'.",
+    "evaluator_blind": "Before you see the solution, write your check line.",
     "solver_revision": "Check your solution. Write the final solution (corrected if it was wrong) ending with "
                        "\\boxed{answer}.",
 }
@@ -53,6 +59,22 @@ def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> l
         parts.append(f"{LABEL.get(who, who)}:\n{text.strip()}")
     parts.append(TASK[role])
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+BLIND_VERDICT = ("Is the latest solution's answer the same as yours? Compare, and end with 'Verdict: Correct' or "
+                 "'Verdict: Incorrect'.")
+
+
+def blind_messages(problem: str, check: str | None, history: list[tuple[str, str]]) -> list[dict]:
+    """The evaluator_blind judge's conversation: it writes its check seeing the problem only (check=None:
+    the prompt of that first turn), then, with its check said, it is shown what the team said (`history`)
+    and gives the verdict. A judge that reads the solution before checking copies its answer: at step 0
+    of arm (e), 76% of the evaluator_check judge's own results were the solution's answer, 99% at step 24."""
+    msgs = build_messages("evaluator_blind", problem, [])
+    if check is None:
+        return msgs
+    parts = [f"{LABEL.get(who, who)}:\n{text.strip()}" for who, text in history] + [BLIND_VERDICT]
+    return msgs + [{"role": "assistant", "content": check.strip()}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def check_line(truth: str) -> str:

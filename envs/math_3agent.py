@@ -33,6 +33,14 @@ The team reward (metrics()["team_reward"]) is the correctness of the final answe
 evaluator_prompt="check" asks the judge to write its own check before the verdict: the last digit and
 the size of the result, then its own result (agents.math_team.check_line; sft.py's math teacher writes
 exactly that line when the train config sets it, so the judge can start from it); "plain" = as before.
+evaluator_prompt="blind": the judge writes that check line BEFORE it sees the solution, in a turn of its
+own (the problem only), and gives each verdict in the same conversation after it (agents.math_team.
+blind_messages): a judge shown the solution first copies its answer into its "own" check (arm (e):
+76% of its results were the solution's at step 0, 99% at step 24) and approves it. The check turn is the
+judge's once an episode, before its first verdict; every later verdict (after a refinement, and the
+probes) extends the same check. It is paid for its result against the truth (+-1 / 1-0 as the verdicts,
+unlabelled), counted as eval_checks / eval_check_right (aggregate's evaluator_check_acc); the team sees
+the check line and the verdict together as the judge's critique.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
@@ -51,7 +59,7 @@ import re
 import zlib
 from collections import defaultdict
 
-from agents.math_team import build_messages, parse_verdict
+from agents.math_team import blind_messages, build_messages, parse_verdict
 from rewards.math import extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
@@ -71,9 +79,10 @@ class MathTeamEnv:
         need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         need_bool("evaluator_mixed_groups_only", evaluator_mixed_groups_only)
         need_bool("probes", probes)
-        if evaluator_prompt not in ("plain", "check"):
-            raise ValueError(f"evaluator_prompt must be 'plain' or 'check', got {evaluator_prompt!r}")
-        self.judge_prompt = "evaluator_critique" if evaluator_prompt == "plain" else "evaluator_check"
+        if evaluator_prompt not in ("plain", "check", "blind"):
+            raise ValueError(f"evaluator_prompt must be 'plain', 'check' or 'blind', got {evaluator_prompt!r}")
+        self.blind = evaluator_prompt == "blind"
+        self.judge_prompt = {"plain": "evaluator_critique", "check": "evaluator_check"}.get(evaluator_prompt)
         fix_bonus, break_penalty = need_number("fix_bonus", fix_bonus, 0, 10), need_number("break_penalty", break_penalty, 0, 10)
         if refiner_reward == "relative" and (fix_bonus or break_penalty):
             raise ValueError("fix_bonus / break_penalty shape refiner_reward='correctness'; 'relative' already pays a "
@@ -86,6 +95,9 @@ class MathTeamEnv:
         self.problem, self.answer = task["question"], str(task["answer"])
         self.history: list[tuple[str, str]] = []  # (role, text), everything said so far
         self.rewards: list[float] = []
+        self.labels: list = []  # per model turn, turn_labels()
+        self.check: str | None = None  # evaluator_blind: the judge's check line, once it wrote it
+        self.check_right: bool | None = None
         self.solution_correct: list[bool] = []  # correctness of each generator turn
         self.verdicts: list[bool | None] = []
         self.judged: list[bool] = []  # truth of the solution each verdict judged
@@ -97,8 +109,14 @@ class MathTeamEnv:
 
     def _turn(self, role):
         self.role = role
+        if role == "evaluator_critique" and self.blind:  # its check first (the problem only), then the verdict
+            return Prompt(role, blind_messages(self.problem, self.check, self.history))
         return Prompt(role, build_messages(self.judge_prompt if role == "evaluator_critique" else role, self.problem,
                                          self.history))
+
+    def _pay(self, reward: float, label=None):
+        self.rewards.append(reward)
+        self.labels.append(label if self.mixed_only else None)
 
     def step(self, reply: str) -> Prompt | None:
         if self.done:
@@ -106,10 +124,15 @@ class MathTeamEnv:
         if self.probe_queue is not None:  # a probe's verdict: the judge's reward, nothing else changes
             verdict, truth = parse_verdict(reply), self.probe_queue.pop(0)[1]
             self.probe_results.append((verdict, truth))
-            self.rewards.append(self._judge_reward(verdict, truth))
+            self._pay(self._judge_reward(verdict, truth), truth)
             return self._next_probe()
         role = self.role
-        self.history.append((role, reply))
+        if role == "evaluator_critique" and self.blind and self.check is None:  # the blind check: paid on its result
+            self.check, self.check_right = reply, math_reward(reply, self.answer) == 1.0
+            self._pay(self._judge_reward(self.check_right, True))
+            return self._turn(role)
+        self.history.append((role, reply if not (self.blind and role == "evaluator_critique")
+                             else f"{self.check.strip()}\n{reply.strip()}"))
         if role in ("generator_initial", "generator_refinement"):
             ok = math_reward(reply, self.answer) == 1.0
             r = float(ok)
@@ -121,14 +144,14 @@ class MathTeamEnv:
                     r += self.fix_bonus * (ok and not prev) - self.break_penalty * (prev and not ok)
                 self.refinements += 1
             self.solution_correct.append(ok)
-            self.rewards.append(r)
+            self._pay(r)
             return self._turn("evaluator_critique")
         # evaluator
         verdict = parse_verdict(reply)
         truth = self.solution_correct[-1]
         self.verdicts.append(verdict)
         self.judged.append(truth)
-        self.rewards.append(self._judge_reward(verdict, truth))
+        self._pay(self._judge_reward(verdict, truth), truth)
         if verdict is True or self.refinements >= self.max_refinements:
             self.probe_queue = self._probes() if self.probes else []
             return self._next_probe()
@@ -152,9 +175,9 @@ class MathTeamEnv:
         if not self.probe_queue:
             self.done = True
             return None
-        self.role = "evaluator_critique"
-        return Prompt("evaluator_critique", build_messages(self.judge_prompt, self.problem,
-                                                         [("generator_initial", self.probe_queue[0][0])]))
+        self.role, shown = "evaluator_critique", [("generator_initial", self.probe_queue[0][0])]
+        return Prompt("evaluator_critique", blind_messages(self.problem, self.check, shown) if self.blind
+                      else build_messages(self.judge_prompt, self.problem, shown))
 
     def final_answer(self) -> str | None:
         """The answer of the last solution (eval.py's majority vote)."""
@@ -165,13 +188,10 @@ class MathTeamEnv:
         return list(self.rewards)
 
     def turn_labels(self) -> list:
-        """Per model turn: the truth of the solution a verdict judged (evaluator turns, when
-        evaluator_mixed_groups_only), else None. The trainer leaves out groups whose labels all agree."""
-        judged, out = iter(self.judged), []
-        for role, _ in self.history:
-            truth = next(judged) if role == "evaluator_critique" else None
-            out.append(truth if self.mixed_only else None)
-        return out + [t if self.mixed_only else None for _, t in self.probe_results]
+        """Per model turn: the truth of the solution a verdict judged (verdicts and probes, when
+        evaluator_mixed_groups_only), else None (the blind check included). The trainer leaves out groups
+        whose labels all agree."""
+        return list(self.labels)
 
     def metrics(self) -> dict:
         sc = self.solution_correct
@@ -191,7 +211,9 @@ class MathTeamEnv:
             "refine_from_wrong": sum(not a for a in sc[:-1]),
             "refine_from_right": sum(bool(a) for a in sc[:-1]),
             "no_answer": sum(extract_answer(t) is None for r, t in self.history if r != "evaluator_critique"),
-        } | ({} if not self.probes else {  # the probes' confusion counts, apart from the team's
+        } | ({} if not self.blind else {"eval_checks": float(self.check is not None),
+                                        "eval_check_right": float(bool(self.check_right))}) \
+          | ({} if not self.probes else {  # the probes' confusion counts, apart from the team's
             "probe_tp": sum(vd is True and t for vd, t in self.probe_results),
             "probe_fp": sum(vd is True and not t for vd, t in self.probe_results),
             "probe_tn": sum(vd is False and not t for vd, t in self.probe_results),
@@ -253,7 +275,9 @@ def aggregate(episodes) -> dict:
         "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),  # the fix rate
         "refine_break_rate": tot["refine_broken"] / max(1, tot["refine_from_right"]),
         "refine_fixed_count": tot["refine_fixed"], "refine_broken_count": tot["refine_broken"],
-    } | ({} if not tot["probes"] else {  # the judge on its probes: near misses (wrong) and right solutions
+    } | ({} if not tot["eval_checks"] else {  # evaluator_blind: the judge's own result, before it saw the solution
+        "evaluator_check_acc": tot["eval_check_right"] / tot["eval_checks"]}) \
+      | ({} if not tot["probes"] else {  # the judge on its probes: near misses (wrong) and right solutions
         "probe_balanced_acc": _balanced(tot["probe_tp"], tot["probe_right"], tot["probe_tn"],
                                         tot["probes"] - tot["probe_right"]),
         "probe_fpr": tot["probe_fp"] / max(1, tot["probes"] - tot["probe_right"])})

@@ -394,6 +394,79 @@ def test_probes_train_the_judge_only_and_never_reach_the_team():
     assert agg["probe_balanced_acc"] in (0.5, 1.0) and "evaluator_balanced_acc" in agg
 
 
+def test_the_blind_judge_checks_before_it_sees_the_solution():
+    """evaluator_prompt="blind": the judge's first turn shows the problem only (never the solution); its
+    check is paid on its own result against the truth and unlabelled; every verdict after it (the
+    team's, after a refinement, and the probes') extends that one conversation with the check said; the
+    team reads the check line with the verdict as the judge's critique; the flow, final answer and
+    rewards of the other roles are the "check" judge's."""
+    task = {"question": "What is 53 + 75?", "answer": "128"}
+    env = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="blind")
+    env.reset(task)
+    check_turn = env.step("53 + 75 = 127, so \\boxed{127}.")
+    assert check_turn.role == "evaluator_critique" and len(check_turn.messages) == 2
+    assert "127" not in str(check_turn.messages) and "Before you see the solution" in str(check_turn.messages)
+    verdict_turn = env.step("Check: ends in 8, 3 digits. I get \\boxed{128}.")
+    assert verdict_turn.role == "evaluator_critique" and verdict_turn.messages[:2] == check_turn.messages
+    assert verdict_turn.messages[2] == {"role": "assistant", "content": "Check: ends in 8, 3 digits. I get \\boxed{128}."}
+    assert "Solution:\n53 + 75 = 127" in verdict_turn.messages[3]["content"]
+    refine = env.step("The solution says 127: different.\nVerdict: Incorrect")
+    assert refine.role == "generator_refinement" and "I get \\boxed{128}.\nThe solution says 127" in refine.messages[1]["content"]
+    second = env.step("So it is \\boxed{128}.")
+    assert second.messages[:3] == verdict_turn.messages[:3] and "Refined solution:\nSo it is" in second.messages[3]["content"]
+    probe = env.step("Verdict: Correct")  # the first solution was wrong: no probes, the episode ends
+    assert probe is None and env.final_answer() == "128"
+    assert env.turn_rewards() == [0.0, 1.0, 1.0, 1.0, 1.0] and env.turn_labels() == [None, None, False, None, True]
+    m = env.metrics()
+    assert (m["eval_checks"], m["eval_check_right"], m["eval_tn"], m["eval_tp"], m["refine_fixed"]) == (1, 1, 1, 1, 1)
+    replies = ["53 + 75 = 128, so \\boxed{128}.", "Check: I get \\boxed{120}.", "Verdict: Incorrect", "It is \\boxed{129}.",
+               "Verdict: Correct", "Verdict: Correct", "Verdict: Correct"]
+    blind = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="blind")
+    roles, rew, met = tplay(blind, task, replies)[:3]
+    check = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="check")
+    c_roles, c_rew, c_met = tplay(check, task, replies[:1] + replies[2:])[:3]
+    assert roles == c_roles[:1] + ["evaluator_critique"] + c_roles[1:] and rew == c_rew[:1] + [-1.0] + c_rew[1:]
+    assert blind.final_answer() == check.final_answer() == "129" and blind.solution_correct == check.solution_correct
+    assert {k: v for k, v in met.items() if not k.startswith("eval_check")} == c_met and met["eval_check_right"] == 0
+    assert [r for r, _ in blind.history] == [r for r, _ in check.history]
+    agg = aggregate([types.SimpleNamespace(metrics=m), types.SimpleNamespace(metrics=met)])
+    assert agg["evaluator_check_acc"] == 0.5 and "evaluator_check_acc" not in aggregate([types.SimpleNamespace(metrics=c_met)])
+    with pytest.raises(ValueError, match="evaluator_prompt must be 'plain', 'check' or 'blind'"):
+        MathTeamEnv(evaluator_prompt="blnd")
+
+
+def test_the_blind_teacher_checks_right_on_every_train_problem_without_the_solution():
+    """sft.py's math teacher for the blind judge: per task a check turn (the problem only -> the truth's
+    check line, right on every train problem) and, after it, one verdict on a right and one on a wrong
+    solution, each verdict right, in exactly the env's prompts."""
+    from agents.math_team import blind_messages, check_line
+    from model import load_model
+    from sft import math_teacher
+    _, tok = load_model("tiny")
+    rows = [json.loads(x) for x in open(ROOT / "data" / "arith12_train.jsonl")]
+    tasks = [{"question": r["question"], "answer": r["answer"]} for r in rows]
+    ex, counts = math_teacher([], tasks, tok, "judge", 0, 0, blind=True)
+    truth = {t["question"]: t["answer"] for t in tasks}
+    assert counts["teacher:check"] == len(truth) - counts.get("tasks_without_incorrect", 0) > 900
+    assert len(ex) == 3 * counts["teacher:check"]
+    for e in ex:
+        q = e.prompt.split("Problem: ")[1].split("\n")[0]
+        task = {"question": q, "answer": truth[q]}
+        if e.source == "teacher:check":
+            assert "Solution:" not in e.prompt and e.reply == check_line(task["answer"])
+            assert math_reward(e.reply, task["answer"]) == 1.0
+            env = MathTeamEnv(evaluator_prompt="blind")
+            env.reset(task)
+            assert e.prompt == tok.apply_chat_template(env.step("\\boxed{0}").messages, add_generation_prompt=True,
+                                                       tokenize=False)
+        else:
+            solution = e.prompt.split("Solution:\n")[1].split("<|")[0].split("\n\nIs the latest")[0]
+            assert parse_verdict(e.reply) == (math_reward(solution, task["answer"]) == 1.0)
+            assert e.prompt == tok.apply_chat_template(blind_messages(task["question"], check_line(task["answer"]),
+                                                                      [("generator_initial", solution)]),
+                                                       add_generation_prompt=True, tokenize=False)
+
+
 def test_a_near_miss_is_never_the_truth_on_every_train_problem():
     from envs.math_3agent import near_miss
     rows = [json.loads(x) for x in open(ROOT / "data" / "arith12_train.jsonl")]
