@@ -60,7 +60,7 @@ import zlib
 from collections import defaultdict
 
 from agents.math_team import blind_messages, build_messages, parse_verdict
-from rewards.math import extract_answer, math_reward
+from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
 ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
@@ -139,7 +139,7 @@ class MathTeamEnv:
             if role == "generator_refinement":
                 prev = self.solution_correct[-1]
                 if self.refiner_reward == "relative":  # fix +1, break -1, keep right +0.5, stay wrong 0
-                    r = {(False, True): 1.0, (True, False): -1.0, (True, True): 0.5, (False, False): 0.0}[(prev, ok)]
+                    r = REVISION_REWARD[(prev, ok)]
                 else:
                     r += self.fix_bonus * (ok and not prev) - self.break_penalty * (prev and not ok)
                 self.refinements += 1

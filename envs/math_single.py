@@ -6,11 +6,17 @@ compared at equal budget: the team must beat this.
 self_refine=True is the baseline reviewers ask for: the solver gets the team's number of generations
 by seeing its own solution and revising it once (Self-Refine, one round). Each turn is paid its own
 correctness; the team reward is the final answer's; refine_fixed / refine_broken count the revisions.
+revision_reward="relative" pays the revision like the team's refiner (envs/math_3agent.py
+refiner_reward="relative"): a fix +1, a break -1, keeping a right answer +0.5, staying wrong 0.
+Paid on its correctness (the default), a revision that repeats the first answer earns what the first
+answer earned: arm (a'') revised 66 answers right at step 0 and none by step 12, its revision turned
+into a copy under RL. With "relative", use algo.group_by_turn so that revisions are centred among
+revisions, not among first answers.
 """
 from __future__ import annotations
 
 from agents.math_team import build_messages
-from rewards.math import extract_answer, math_reward
+from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool
 
 ROLES = ("solver",)
@@ -19,8 +25,13 @@ ROLES = ("solver",)
 class MathSingleEnv:
     roles = ROLES
 
-    def __init__(self, self_refine: bool = False):
+    def __init__(self, self_refine: bool = False, revision_reward: str = "correctness"):
         self.self_refine = need_bool("self_refine", self_refine)
+        if revision_reward not in ("correctness", "relative"):
+            raise ValueError(f"revision_reward must be 'correctness' or 'relative', got {revision_reward!r}")
+        if revision_reward == "relative" and not self_refine:
+            raise ValueError("revision_reward='relative' pays the revision of self_refine=True: set self_refine")
+        self.relative = revision_reward == "relative"
 
     def reset(self, task: dict) -> Prompt:
         self.problem, self.answer = task["question"], str(task["answer"])
@@ -40,7 +51,10 @@ class MathSingleEnv:
         return extract_answer(self.replies[-1]) if self.replies else None
 
     def turn_rewards(self):
-        return [float(c) for c in self.correct]
+        c = self.correct
+        if self.relative and len(c) == 2:  # fix +1, break -1, keep right +0.5, stay wrong 0
+            return [float(c[0]), REVISION_REWARD[(c[0], c[1])]]
+        return [float(x) for x in c]
 
     def metrics(self):
         c = self.correct

@@ -44,6 +44,11 @@ _WS = re.compile(r"\s*+")
 _BARE_BOX_ARG = re.compile(r"[^\s$]+")  # "\boxed 5"
 
 
+# A revision paid relative to the answer it was given (the team's refiner, self-refine's second look):
+# (was right, is right) -> reward. A fix +1, a break -1, keeping a right answer +0.5, staying wrong 0.
+REVISION_REWARD = {(False, True): 1.0, (True, False): -1.0, (True, True): 0.5, (False, False): 0.0}
+
+
 def _last_boxed(text: str) -> str | None:
     """The contents of the last \\boxed{...} / \\fbox{...} (nested braces), or of "\\boxed 5";
     None when there is none or the last one is unbalanced. One pass: linear time."""

@@ -492,6 +492,27 @@ def test_self_refine_gives_the_single_solver_a_second_look_at_its_own_answer():
     assert cfg.data.env_kwargs == {"self_refine": True} and cfg.rollout.max_turns == 2 and cfg.roles[0].name == "solver"
 
 
+def test_a_relative_revision_reward_pays_the_change_not_the_copy():
+    """revision_reward="relative": the second look is paid for what it changed (fix +1, break -1, keep right
+    +0.5, stay wrong 0), the first answer for its correctness; a copy of a right answer earns less than a
+    fix and a copy of a wrong one nothing. The arm's config centres revisions among revisions."""
+    for first, second, want in (("\\boxed{8}", "\\boxed{7}", [0.0, 1.0]), ("\\boxed{7}", "\\boxed{8}", [1.0, -1.0]),
+                                ("\\boxed{7}", "\\boxed{7}", [1.0, 0.5]), ("\\boxed{8}", "\\boxed{8}", [0.0, 0.0])):
+        env = MathSingleEnv(self_refine=True, revision_reward="relative")
+        assert tplay(env, TASK, [first, second])[1] == want
+        assert tplay(MathSingleEnv(self_refine=True), TASK, [first, second])[1] == [float(first == "\\boxed{7}"),
+                                                                                     float(second == "\\boxed{7}")]
+    with pytest.raises(ValueError, match="revision_reward='relative' pays the revision of self_refine=True"):
+        MathSingleEnv(revision_reward="relative")
+    with pytest.raises(ValueError, match="revision_reward must be"):
+        MathSingleEnv(self_refine=True, revision_reward="fix")
+    from config import load_config_file
+    cfg = load_config_file(str(ROOT / "configs" / "math_self_refine_relative.py")).validate()
+    assert cfg.algo.group_by_turn and cfg.data.env_kwargs["revision_reward"] == "relative"
+    s = [types.SimpleNamespace(task_id=0, role="solver", turn=t) for t in (0, 1)]
+    assert learner.group_key(cfg, s[0]) != learner.group_key(cfg, s[1])
+
+
 def test_the_check_prompt_and_the_teachers_check_is_right_on_every_train_problem():
     """evaluator_prompt="check": the judge is asked for its own check line before the verdict; the line
     sft.py's teacher writes for it (agents.math_team.check_line) states the truth's last digit, size and
