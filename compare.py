@@ -339,13 +339,14 @@ def plot(rows: list[dict], out: str):
     plt.close(fig)
 
 
-JUDGE_KEYS = ("evaluator_balanced_acc", "evaluator_fpr", "probe_balanced_acc", "probe_fpr")
+JUDGE_KEYS = ("evaluator_balanced_acc", "evaluator_fpr", "probe_balanced_acc", "probe_fpr", "evaluator_check_acc")
 
 
 def judge_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     """The judge's curves as train.py logged them (metrics.jsonl): {"<split>/<key>": [(step, value)]} for
     split train (the step's own batch) and val, key in JUDGE_KEYS (evaluator_*: the team's verdicts;
-    probe_*: the probes of envs/math_3agent.py probes=True, right first solutions and their near misses).
+    probe_*: the probes of envs/math_3agent.py probes=True, right first solutions and their near misses;
+    evaluator_check_acc: the evaluator_prompt="blind" judge's own result, before it saw the solution).
     A step logged twice (a resumed run) keeps its last value; a torn last line is left out."""
     path = run / "metrics.jsonl"
     if not os.path.lexists(path):
@@ -374,9 +375,10 @@ def judge_plot(runs: list[Path], out: str) -> list[Path]:
     fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.2 * len(curves)), squeeze=False)
     for row, (run, c) in zip(axes, curves.items()):
         for ax, metric, target in zip(row, ("balanced_acc", "fpr"), (0.75, 0.3)):
-            for who, label in (("evaluator", "verdicts"), ("probe", "probes")):
+            for who, label in (("evaluator", "verdicts"), ("probe", "probes"), ("evaluator_check", "blind check")):
                 for split, style in (("train", ":"), ("val", "-")):
-                    if pts := c.get(f"{split}/{who}_{metric}"):
+                    key = f"{split}/{who}_{'acc' if who == 'evaluator_check' else metric}"
+                    if (pts := c.get(key)) and (who != "evaluator_check" or metric == "balanced_acc"):
                         ax.plot(*zip(*pts), style, marker="o" if split == "val" else None, ms=4,
                                 label=f"{split} {label}")
             ax.axhline(target, color="grey", ls="--", lw=0.8)

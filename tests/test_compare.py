@@ -232,12 +232,13 @@ def test_judge_curves_and_plot_read_what_train_logged(run, tmp_path, capsys):
             {"step": 1, "train/evaluator_balanced_acc": 0.5, "train/evaluator_fpr": 0.4, "train/probe_balanced_acc": 0.6,
              "time/step": 10.0},
             {"step": 2, "train/evaluator_balanced_acc": 0.9, "train/evaluator_fpr": None},
-            {"step": 2, "train/evaluator_balanced_acc": 0.8, "val/evaluator_balanced_acc": 0.55}]
+            {"step": 2, "train/evaluator_balanced_acc": 0.8, "val/evaluator_balanced_acc": 0.55,
+             "val/evaluator_check_acc": 0.3}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "train/ev')
     assert compare.judge_curves(run) == {
         "val/evaluator_balanced_acc": [(0, 0.7), (2, 0.55)], "val/evaluator_fpr": [(0, 0.35)],
         "val/probe_fpr": [(0, 0.8)], "train/evaluator_balanced_acc": [(1, 0.5), (2, 0.8)],
-        "train/evaluator_fpr": [(1, 0.4)], "train/probe_balanced_acc": [(1, 0.6)]}
+        "train/evaluator_fpr": [(1, 0.4)], "train/probe_balanced_acc": [(1, 0.6)], "val/evaluator_check_acc": [(2, 0.3)]}
     out = tmp_path / "j.png"
     compare.main([str(run), "--judge-plot", str(out)])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"judge plot: {out} ({run.name})" in capsys.readouterr().out
