@@ -375,7 +375,8 @@ def judge_plot(runs: list[Path], out: str) -> list[Path]:
     fig, axes = plt.subplots(len(curves), 2, figsize=(11, 3.2 * len(curves)), squeeze=False)
     for row, (run, c) in zip(axes, curves.items()):
         for ax, metric, target in zip(row, ("balanced_acc", "fpr"), (0.75, 0.3)):
-            for who, label in (("evaluator", "verdicts"), ("probe", "probes"), ("evaluator_check", "blind check")):
+            for who, label in (("evaluator", "verdicts"), ("probe", "probes"),
+                               ("evaluator_check", "blind check (accuracy)")):
                 for split, style in (("train", ":"), ("val", "-")):
                     key = f"{split}/{who}_{'acc' if who == 'evaluator_check' else metric}"
                     if (pts := c.get(key)) and (who != "evaluator_check" or metric == "balanced_acc"):

@@ -97,11 +97,10 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
     blind: the evaluator_blind judge (env_kwargs evaluator_prompt="blind"): per task its check turn (the
     problem only -> the check line, counted as teacher:check) and each verdict turn after it."""
     rng = random.Random(seed)
-    pool: dict[str, dict] = {}
+    pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
 
     def chat(msgs):
         return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
 
     def entry(task):
         return pool.setdefault(str(task["question"]), {"answer": str(task["answer"]), "right": [], "wrong": []})
@@ -116,6 +115,8 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
                 continue
             nxt = turns[i + 1] if i + 1 < len(turns) and turns[i + 1]["role"] == "evaluator_critique" else None
             prompt = nxt.get("prompt") if nxt else None  # the exact prompt the evaluator judged it with
+            if prompt is not None and t["reply"].strip() not in prompt:  # a blind judge's check: no solution in it
+                prompt = None
             e["right" if math_reward(t["reply"], e["answer"]) == 1.0 else "wrong"].append((t["reply"], prompt))
     for task in tasks:
         if task.get("question") is not None and task.get("answer") is not None:

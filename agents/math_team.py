@@ -69,7 +69,8 @@ def blind_messages(problem: str, check: str | None, history: list[tuple[str, str
     """The evaluator_blind judge's conversation: it writes its check seeing the problem only (check=None:
     the prompt of that first turn), then, with its check said, it is shown what the team said (`history`)
     and gives the verdict. A judge that reads the solution before checking copies its answer: at step 0
-    of arm (e), 76% of the evaluator_check judge's own results were the solution's answer, 99% at step 24."""
+    of arm (e), 94% of the evaluator_check judge's own results were the solution's answer (of the first
+    solutions that gave one), 99% at step 24."""
     msgs = build_messages("evaluator_blind", problem, [])
     if check is None:
         return msgs

@@ -2,7 +2,7 @@
 configs/smollm2_math_judge.py, with ONE change: the judge checks blind (env evaluator_prompt="blind"): it
 writes its check line (last digit, size, its own result) in a turn of its own, seeing the problem only,
 and gives its verdicts after it in the same conversation. Arm (e)'s judge read the solution first and
-copied its answer into its "own" check (76% of its results at step 0, 99% at step 24), so it approved
+copied its answer into its "own" check (94% of its results at step 0, 99% at step 24), so it approved
 near misses. The check turn is paid on its own result (+-1), the verdicts as in (e); one judge turn
 more an episode (rollout.max_turns 7). Run after its SFT (configs/sft/smollm2_math_judge_blind.py):
     python train.py --config configs/smollm2_math_judge_blind.py \\

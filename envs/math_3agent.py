@@ -36,7 +36,7 @@ exactly that line when the train config sets it, so the judge can start from it)
 evaluator_prompt="blind": the judge writes that check line BEFORE it sees the solution, in a turn of its
 own (the problem only), and gives each verdict in the same conversation after it (agents.math_team.
 blind_messages): a judge shown the solution first copies its answer into its "own" check (arm (e):
-76% of its results were the solution's at step 0, 99% at step 24) and approves it. The check turn is the
+94% of its results were the solution's at step 0, 99% at step 24) and approves it. The check turn is the
 judge's once an episode, before its first verdict; every later verdict (after a refinement, and the
 probes) extends the same check. It is paid for its result against the truth (+-1 / 1-0 as the verdicts,
 unlabelled), counted as eval_checks / eval_check_right (aggregate's evaluator_check_acc); the team sees
@@ -240,6 +240,24 @@ def near_miss(solution: str, truth: str) -> str | None:
         miss = re.sub(rf"(?<![\d.]){re.escape(ans)}(?![\d.])", str(c), solution)
         if math_reward(miss, truth) == 0.0:
             return miss
+    return None
+
+
+def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
+    """evaluator_prompt="blind" and the trainer (workflows.check_roles): the check turn is paid on its own
+    result, the verdicts on theirs, so they must not share a group baseline, a label filter or a merged
+    sequence (which keeps only the last turn's reward)."""
+    if cfg.data.env_kwargs.get("evaluator_prompt") != "blind":
+        return None
+    if cfg.rollout.merge_turns:
+        return ("rollout.merge_turns", "evaluator_prompt='blind': merging the judge's check into its verdict "
+                "would train the check on the verdict's reward; leave merge_turns off")
+    judge = next((r for r in cfg.roles if r.name == "evaluator_critique"), None)
+    if judge is not None and cfg.estimator_of(judge) in grouped and not cfg.algo.group_by_turn:
+        return ("algo.group_by_turn", f"evaluator_prompt='blind' with the judge's {cfg.estimator_of(judge)!r} "
+                "(centred per group): the check turn (always turn 1) would share its group with the verdicts, "
+                "their baseline and their label filter; set algo.group_by_turn=True or a per-turn estimator "
+                "(reinforce++)")
     return None
 
 

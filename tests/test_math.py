@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import random
 import re
@@ -8,6 +9,7 @@ import pytest
 
 import learner
 from agents.math_team import build_messages, parse_verdict
+from config import ConfigError
 from data.math_data import DataError, generate, load_math
 from envs.math_3agent import ROLES, MathTeamEnv, aggregate
 from envs.math_single import MathSingleEnv
@@ -429,6 +431,25 @@ def test_the_blind_judge_checks_before_it_sees_the_solution():
     assert blind.final_answer() == check.final_answer() == "129" and blind.solution_correct == check.solution_correct
     assert {k: v for k, v in met.items() if not k.startswith("eval_check")} == c_met and met["eval_check_right"] == 0
     assert [r for r, _ in blind.history] == [r for r, _ in check.history]
+    blind.reset(task)  # the probes' verdicts extend the same check, and show the probe alone
+    turn, seen = blind.step(replies[0]), []
+    for r in replies[1:]:
+        seen.append(turn)
+        turn = blind.step(r)
+    for probe in seen[-2:]:
+        assert probe.messages[:3] == seen[1].messages[:3] and probe.messages[2]["content"] == replies[1]
+        assert "Critique" not in probe.messages[3]["content"] and "Solution:\n53 + 75 = 12" in probe.messages[3]["content"]
+    from config import load_config_file
+    from workflows import check_roles
+    tiny = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    blind_cfg = dataclasses.replace(tiny, data=dataclasses.replace(tiny.data, env_kwargs={"evaluator_prompt": "blind"}))
+    with pytest.raises(ConfigError, match="config field algo.group_by_turn: evaluator_prompt='blind' with the judge's 'grpo'"):
+        check_roles(blind_cfg)  # grpo would centre the check among the verdicts
+    check_roles(dataclasses.replace(blind_cfg, algo=dataclasses.replace(tiny.algo, group_by_turn=True)))
+    with pytest.raises(ConfigError, match="config field rollout.merge_turns: evaluator_prompt='blind'"):
+        check_roles(dataclasses.replace(blind_cfg, rollout=dataclasses.replace(tiny.rollout, merge_turns=True)))
+    check_roles(dataclasses.replace(tiny, rollout=dataclasses.replace(tiny.rollout, merge_turns=True)))
+    check_roles(load_config_file(str(ROOT / "configs" / "smollm2_math_judge_blind.py")))  # reinforce++: per turn
     agg = aggregate([types.SimpleNamespace(metrics=m), types.SimpleNamespace(metrics=met)])
     assert agg["evaluator_check_acc"] == 0.5 and "evaluator_check_acc" not in aggregate([types.SimpleNamespace(metrics=c_met)])
     with pytest.raises(ValueError, match="evaluator_prompt must be 'plain', 'check' or 'blind'"):
@@ -465,6 +486,25 @@ def test_the_blind_teacher_checks_right_on_every_train_problem_without_the_solut
             assert e.prompt == tok.apply_chat_template(blind_messages(task["question"], check_line(task["answer"]),
                                                                       [("generator_initial", solution)]),
                                                        add_generation_prompt=True, tokenize=False)
+
+
+def test_the_teacher_never_takes_a_blind_check_turn_for_the_prompt_a_solution_was_judged_with():
+    """A blind run's trajectory: the turn after a solution is the judge's check, whose prompt holds no
+    solution; the plain teacher builds the verdict prompt itself rather than train a critique on it."""
+    from model import load_model
+    from sft import math_teacher
+    _, tok = load_model("tiny")
+    task = {"question": "What is 53 + 75?", "answer": "128"}
+    env = MathTeamEnv(evaluator_prompt="blind")
+    env.reset(task)
+    check = env.step("53 + 75 = 127, so \\boxed{127}.")
+    rec = {"task": task, "turns": [{"role": "generator_initial", "reply": "53 + 75 = 127, so \\boxed{127}."},
+                                   {"role": "evaluator_critique", "reply": "Check: I get \\boxed{128}.",
+                                    "prompt": tok.apply_chat_template(check.messages, add_generation_prompt=True,
+                                                                      tokenize=False)}]}
+    ex, _ = math_teacher([("blind.jsonl:1", rec)], [], tok, "judge", 0, 0)
+    assert len(ex) == 2 and all("Solution:\n" in e.prompt for e in ex)
+    assert any("53 + 75 = 127, so \\boxed{127}." in e.prompt and e.source == "teacher:own_wrong" for e in ex)
 
 
 def test_a_near_miss_is_never_the_truth_on_every_train_problem():
