@@ -36,6 +36,9 @@ The env module (the file), all optional:
   scripted_replies(task) -> list[str]     a perfect player's replies, in turn order: sft.py's scripted
                                           teacher writes SFT data from them (and tests check they score
                                           the maximum)
+  check_config(cfg, grouped) -> (field, why) | None   rules across the env's options and the trainer's,
+                                          checked before any model loads (workflows.check_roles; grouped:
+                                          the estimators that centre per group, ppo.GROUPED)
 """
 from __future__ import annotations
 
