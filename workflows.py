@@ -73,7 +73,8 @@ def check_roles(cfg: Config):
     """The workflow's roles and the config's must match, before anything loads; a workflow module's
     check_config(cfg, grouped_estimators) -> (field, why) | None adds its own rules."""
     try:
-        env = workflow(cfg)[0]()
+        make_env, module, _ = workflow(cfg)  # once: a file.py:Class env's module is executed by workflow()
+        env = make_env()
     except ConfigError:
         raise
     except (TypeError, ValueError, FileNotFoundError) as e:  # an unknown or bad keyword, a missing file
@@ -84,7 +85,6 @@ def check_roles(cfg: Config):
     if env_roles and env_roles != mine:
         raise ConfigError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "
                          f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
-    module = workflow(cfg)[1]
     if hasattr(module, "check_config"):  # the workflow's own rules across its options and the trainer's
         import ppo
         if bad := module.check_config(cfg, ppo.GROUPED):

@@ -54,11 +54,13 @@ def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> l
     who sees the problem and every (role, text) said so far."""
     if role not in SYSTEM:
         raise KeyError(f"no prompt for role {role!r}; known: {sorted(SYSTEM)}")
-    parts = [f"Problem: {problem}"]
-    for who, text in history:
-        parts.append(f"{LABEL.get(who, who)}:\n{text.strip()}")
-    parts.append(TASK[role])
+    parts = [f"Problem: {problem}", *_said(history), TASK[role]]
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _said(history: list[tuple[str, str]]) -> list[str]:
+    """Each (role, text) said so far as a labelled paragraph ("Solution:\n...")."""
+    return [f"{LABEL.get(who, who)}:\n{text.strip()}" for who, text in history]
 
 
 BLIND_VERDICT = ("Is the latest solution's answer the same as yours? Compare, and end with 'Verdict: Correct' or "
@@ -74,7 +76,7 @@ def blind_messages(problem: str, check: str | None, history: list[tuple[str, str
     msgs = build_messages("evaluator_blind", problem, [])
     if check is None:
         return msgs
-    parts = [f"{LABEL.get(who, who)}:\n{text.strip()}" for who, text in history] + [BLIND_VERDICT]
+    parts = [*_said(history), BLIND_VERDICT]
     return msgs + [{"role": "assistant", "content": check.strip()}, {"role": "user", "content": "\n\n".join(parts)}]
 
 

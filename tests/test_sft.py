@@ -399,20 +399,26 @@ def test_a_bad_option_on_the_command_line_is_one_line(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def _math_teacher_rows(style, tiny_base, tmp_path):
+    """sft.py's math teacher under a train config whose judge prompt is `style`: the examples it wrote
+    for evaluator_critique, and the train tasks' truths by question."""
+    from config import load_config_file
+    tc = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    tc = dataclasses.replace(tc, data=dataclasses.replace(tc.data, env_kwargs={"evaluator_prompt": style}))
+    cfg = sft.SFTConfig(roles=("evaluator_critique",), teacher="math", teacher_tasks=3, epochs=1, micro_batch_size=2,
+                        out=str(tmp_path / "out"), progress=False)
+    sft.run_sft(cfg, tc, model=copy.deepcopy(tiny_base[0]), tok=tiny_base[1])
+    rows = [json.loads(x) for x in (tmp_path / "out" / "examples" / "evaluator_critique.jsonl").read_text().splitlines()]
+    return rows, {t["question"]: t["answer"] for t in __import__("workflows").load_data(tc)[0]}
+
+
 def test_the_math_teacher_writes_the_check_line_when_the_train_config_asks_for_it(_tiny_base, tmp_path):
     """env_kwargs evaluator_prompt="check" in the train config: sft.py's teacher critiques open with the
     check line and their prompts are the evaluator_check prompt (what the judge sees at RL time)."""
     from agents.math_team import check_line
-    from config import load_config_file
-    tc = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
-    tc = dataclasses.replace(tc, data=dataclasses.replace(tc.data, env_kwargs={"evaluator_prompt": "check"}))
-    cfg = sft.SFTConfig(roles=("evaluator_critique",), teacher="math", teacher_tasks=3, epochs=1, micro_batch_size=2,
-                        out=str(tmp_path / "out"), progress=False)
-    sft.run_sft(cfg, tc, model=copy.deepcopy(_tiny_base[0]), tok=_tiny_base[1])
-    rows = [json.loads(x) for x in (tmp_path / "out" / "examples" / "evaluator_critique.jsonl").read_text().splitlines()]
+    rows, truths = _math_teacher_rows("check", _tiny_base, tmp_path)
     assert len(rows) == 6 and all(r["reply"].startswith("Check: ") for r in rows)
     assert all("First check the answer yourself" in r["prompt"] for r in rows)
-    truths = {t["question"]: t["answer"] for t in __import__("workflows").load_data(tc)[0]}
     for r in rows:
         q = next(q for q in truths if f"Problem: {q}\n" in r["prompt"])
         assert r["reply"].startswith(check_line(truths[q]))
@@ -422,14 +428,7 @@ def test_the_math_teacher_writes_the_blind_judges_two_turns_when_the_train_confi
     """env_kwargs evaluator_prompt="blind": sft.py's teacher writes the judge's check turn (the problem
     only) and its verdict turns after it, the prompts the env gives that judge at RL time."""
     from agents.math_team import check_line
-    from config import load_config_file
-    tc = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
-    tc = dataclasses.replace(tc, data=dataclasses.replace(tc.data, env_kwargs={"evaluator_prompt": "blind"}))
-    cfg = sft.SFTConfig(roles=("evaluator_critique",), teacher="math", teacher_tasks=3, epochs=1, micro_batch_size=2,
-                        out=str(tmp_path / "out"), progress=False)
-    sft.run_sft(cfg, tc, model=copy.deepcopy(_tiny_base[0]), tok=_tiny_base[1])
-    rows = [json.loads(x) for x in (tmp_path / "out" / "examples" / "evaluator_critique.jsonl").read_text().splitlines()]
-    truths = {t["question"]: t["answer"] for t in __import__("workflows").load_data(tc)[0]}
+    rows, truths = _math_teacher_rows("blind", _tiny_base, tmp_path)
     checks = [r for r in rows if "Solution:" not in r["prompt"]]
     assert len(rows) == 9 and len(checks) == 3 and all("Before you see the solution" in r["prompt"] for r in rows)
     for r in checks:
