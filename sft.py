@@ -603,9 +603,8 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         ev = adapter_of.get("evaluator_critique")
         if ev is None:
             raise ValueError("teacher=math trains evaluator_critique: add it to roles")
-        style = tc.data.env_kwargs.get("evaluator_prompt") if tc is not None else None
-        teach, summary["teacher"] = math_teacher(teacher_records, tasks, tok, ev, cfg.teacher_tasks, cfg.seed,
-                                                 check=style == "check", blind=style == "blind")
+        style = (tc.data.env_kwargs.get("evaluator_prompt") if tc is not None else None) or "plain"
+        teach, summary["teacher"] = math_teacher(teacher_records, tasks, tok, ev, cfg.teacher_tasks, cfg.seed, style)
         examples += teach
     if cfg.teacher == "scripted":
         from workflows import workflow

@@ -13,7 +13,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agents.math_team import blind_messages, build_messages, check_line
+from agents.math_team import blind_messages, build_messages, check_line, digit_check_line, digit_consistent
 from rewards.math import _last_boxed, extract_answer, math_reward
 
 GENERATORS = ("generator_initial", "generator_refinement", "solver")
@@ -46,9 +46,9 @@ def tokenize(ex: Example, tok) -> Example:
 # 4. the math teacher: balanced critiques with the right verdict
 
 
-def perturb(solution: str, answer: str, rng: random.Random) -> str | None:
-    """`solution` with its last \\boxed{} answer changed to a nearby wrong number; None when the answer
-    is not a plain number or the solution has no \\boxed{}."""
+def perturb(solution: str, answer: str, rng: random.Random, accept=None) -> str | None:
+    """`solution` with its last \\boxed{} answer changed to a nearby wrong number (one `accept(text)` takes,
+    when given); None when the answer is not a plain number or the solution has no \\boxed{}."""
     boxed = _last_boxed(solution)
     try:
         x = float(str(answer).replace(",", ""))
@@ -63,7 +63,7 @@ def perturb(solution: str, answer: str, rng: random.Random) -> str | None:
         if i < 0:
             return None
         wrong = solution[:i] + "\\boxed{" + y_txt + "}" + solution[i + len(boxed) + 8:]
-        if math_reward(wrong, answer) == 0.0:
+        if math_reward(wrong, answer) == 0.0 and (accept is None or accept(wrong)):
             return wrong
     return None
 
@@ -88,14 +88,37 @@ def teacher_verdict(solution: str, right: bool) -> str:
         ("Correct" if right else "Incorrect")
 
 
+def teacher_digit_verdict(solution: str, truth: str, right: bool) -> str:
+    """The evaluator_digit judge's verdict turn: the solution's answer against the check's sign and last
+    digit ("The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"). The teacher only shows it
+    wrong solutions that fail the check, so the verdict that follows the check is also the true one."""
+    said = extract_answer(solution)
+    said = None if said is None else " ".join(said.split())[:60]
+    if said is None:
+        return "The solution gives no final answer.\nVerdict: Incorrect"
+    t, neg = str(truth).strip(), str(truth).strip().startswith("-")
+    if right:
+        return f"The solution says {said}: {'negative, ' * neg}it ends in {t[-1]}.\nVerdict: Correct"
+    if said.startswith("-") != neg:
+        return f"The solution says {said}: it should be {'negative' if neg else 'positive'}.\nVerdict: Incorrect"
+    return f"The solution says {said}: it ends in {said[-1]}, not {t[-1]}.\nVerdict: Incorrect"
+
+
+STYLES = ("plain", "check", "blind", "digit")  # env_kwargs evaluator_prompt
+
+
 def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
-                 check: bool = False, blind: bool = False) -> tuple[list[Example], dict]:
+                 style: str = "plain") -> tuple[list[Example], dict]:
     """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
     solution (see the module docstring for where the solutions come from). Returns (examples, counts).
-    check: the judge's evaluator_check prompt (env_kwargs evaluator_prompt="check"), each critique opening
-    with its check line; the prompts are built in that style, never taken from the trajectories.
-    blind: the evaluator_blind judge (env_kwargs evaluator_prompt="blind"): per task its check turn (the
-    problem only -> the check line, counted as teacher:check) and each verdict turn after it."""
+    style is the judge's env_kwargs evaluator_prompt: "plain" critiques; "check", each critique opening
+    with its check line (the prompts built in that style, never taken from the trajectories); "blind",
+    per task its check turn (the problem only -> the check line, counted as teacher:check) and each
+    verdict turn after it; "digit", the same with the sign-and-last-digit check (its wrong solutions
+    are ones that check catches: own samples that fail it, else a perturbation that does)."""
+    if style not in STYLES:
+        raise ValueError(f"math teacher: evaluator_prompt must be one of {STYLES}, got {style!r}")
+    check, blind, digit = style == "check", style in ("blind", "digit"), style == "digit"
     rng = random.Random(seed)
     pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
 
@@ -117,7 +140,10 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
             prompt = nxt.get("prompt") if nxt else None  # the exact prompt the evaluator judged it with
             if prompt is not None and t["reply"].strip() not in prompt:  # a blind judge's check: no solution in it
                 prompt = None
-            e["right" if math_reward(t["reply"], e["answer"]) == 1.0 else "wrong"].append((t["reply"], prompt))
+            ok = math_reward(t["reply"], e["answer"]) == 1.0
+            if digit and not ok and digit_consistent(extract_answer(t["reply"]), e["answer"]):
+                continue  # a wrong answer the digit check cannot catch: the teacher would have to guess
+            e["right" if ok else "wrong"].append((t["reply"], prompt))
     for task in tasks:
         if task.get("question") is not None and task.get("answer") is not None:
             entry(task)
@@ -134,20 +160,22 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
             wrong, src_wrong = rng.choice(e["wrong"]), "teacher:own_wrong"
         else:
             base = right[0] if _last_boxed(right[0]) is not None else f"The result is \\boxed{{{y}}}."
-            bad = perturb(base, y, rng)
+            bad = perturb(base, y, rng, (lambda w: not digit_consistent(extract_answer(w), y)) if digit else None)
             wrong, src_wrong = ((bad, None), "teacher:perturbed") if bad is not None else (None, None)
         if wrong is None:
             counts["tasks_without_incorrect"] += 1
             continue
         if blind:
-            line = check_line(y)
-            out.append(Example(adapter, "evaluator_critique", chat(blind_messages(q, None, [])), line, True,
+            kind = "evaluator_digit" if digit else "evaluator_blind"
+            line = digit_check_line(q, y) if digit else check_line(y)
+            out.append(Example(adapter, "evaluator_critique", chat(blind_messages(q, None, [], kind)), line, True,
                                "teacher:check"))
             counts["teacher:check"] += 1
         for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
             if blind:
-                msgs = blind_messages(q, line, [("generator_initial", sol)])
-                out.append(Example(adapter, "evaluator_critique", chat(msgs), teacher_verdict(sol, ok), True, src))
+                msgs = blind_messages(q, line, [("generator_initial", sol)], kind)
+                verdict = teacher_digit_verdict(sol, y, ok) if digit else teacher_verdict(sol, ok)
+                out.append(Example(adapter, "evaluator_critique", chat(msgs), verdict, True, src))
                 counts[src] += 1
                 continue
             if prompt is None or check:

@@ -29,6 +29,11 @@ SYSTEM = {  # a one-line worked example: small models copy the format, large one
                        "'Check: ends in 8, 3 digits. I get \\boxed{128}.' Then you are shown the solution: say "
                        "whether its answer is the same as yours, and end with exactly one line: 'Verdict: Correct' "
                        "or 'Verdict: Incorrect'.",
+    "evaluator_digit": "You check math solutions. Before you see the solution, work out only the sign and the last "
+                       "digit of the answer from the last digits of the numbers, e.g. for 53 + 75: 'Check: 3 + 5 = 8, "
+                       "so the answer ends in 8.' Then you are shown the solution: an answer that does not end in "
+                       "your digit, or has the wrong sign, is wrong. End with exactly one line: 'Verdict: Correct' "
+                       "or 'Verdict: Incorrect'.",
     "solver_revision": f"You are a careful math solver checking your own solution. If it is wrong, correct it in short "
                        f"steps; if it is right, keep it. End with the final answer in \\boxed{{}}, {EXAMPLE}",
 }
@@ -44,6 +49,7 @@ TASK = {
     "evaluator_check": "Is the latest solution correct? Write your check line first, then compare, and end with "
                        "'Verdict: Correct' or 'Verdict: Incorrect'.",
     "evaluator_blind": "Before you see the solution, write your check line.",
+    "evaluator_digit": "Before you see the solution, write your check line: the sign and the last digit only.",
     "solver_revision": "Check your solution. Write the final solution (corrected if it was wrong) ending with "
                        "\\boxed{answer}.",
 }
@@ -63,20 +69,26 @@ def _said(history: list[tuple[str, str]]) -> list[str]:
     return [f"{LABEL.get(who, who)}:\n{text.strip()}" for who, text in history]
 
 
-BLIND_VERDICT = ("Is the latest solution's answer the same as yours? Compare, and end with 'Verdict: Correct' or "
-                 "'Verdict: Incorrect'.")
+BLIND_VERDICT = {
+    "evaluator_blind": "Is the latest solution's answer the same as yours? Compare, and end with 'Verdict: Correct' "
+                       "or 'Verdict: Incorrect'.",
+    "evaluator_digit": "Does the latest solution's answer have your sign and end in your digit? Compare, and end "
+                       "with 'Verdict: Correct' or 'Verdict: Incorrect'.",
+}
 
 
-def blind_messages(problem: str, check: str | None, history: list[tuple[str, str]]) -> list[dict]:
-    """The evaluator_blind judge's conversation: it writes its check seeing the problem only (check=None:
-    the prompt of that first turn), then, with its check said, it is shown what the team said (`history`)
-    and gives the verdict. A judge that reads the solution before checking copies its answer: at step 0
-    of arm (e), 94% of the evaluator_check judge's own results were the solution's answer (of the first
-    solutions that gave one), 99% at step 24."""
-    msgs = build_messages("evaluator_blind", problem, [])
+def blind_messages(problem: str, check: str | None, history: list[tuple[str, str]],
+                   style: str = "evaluator_blind") -> list[dict]:
+    """The blind judge's conversation (style evaluator_blind: its own full result; evaluator_digit: the
+    sign and last digit only): it writes its check seeing the problem only (check=None: the prompt of that
+    first turn), then, with its check said, it is shown what the team said (`history`) and gives the
+    verdict. A judge that reads the solution before checking copies its answer: at step 0 of arm (e), 94%
+    of the evaluator_check judge's own results were the solution's answer (of the first solutions that
+    gave one), 99% at step 24."""
+    msgs = build_messages(style, problem, [])
     if check is None:
         return msgs
-    parts = [*_said(history), BLIND_VERDICT]
+    parts = [*_said(history), BLIND_VERDICT[style]]
     return msgs + [{"role": "assistant", "content": check.strip()}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
@@ -90,6 +102,62 @@ def check_line(truth: str) -> str:
         n = len(t.lstrip("-"))
         return f"Check: ends in {t[-1]}, {n} digit{'s' * (n > 1)}. I get \\boxed{{{t}}}."
     return f"Check: I get \\boxed{{{t}}}."
+
+
+_OPS = re.compile(r"(-?\d{1,6})\s*([-+*x×])\s*(-?\d{1,6})")
+_CLAIM = re.compile(r"answer (is negative and )?ends in (\d)\b")
+
+
+def digit_check_line(problem: str, truth: str) -> str:
+    """The evaluator_digit judge's check, written from the problem (sft.py's teacher): the last digit worked
+    from the operands' last digits, and the sign, a necessary condition cheaper than the result (T1: a
+    small judge checks no better than it computes, and one digit is what it can compute), e.g. for
+    53 + 75 'Check: 3 + 5 = 8, so the answer ends in 8.'; for 41 - 88 'Check: 41 is less than 88, so the
+    answer is negative: 88 - 41, 8 - 1 = 7, so the answer is negative and ends in 7.' A problem of
+    another shape gets the claim only, from the truth."""
+    t = " ".join(str(truth).split())
+    if not re.fullmatch(r"-?\d{1,30}", t):
+        return "Check: I cannot check the last digit."
+    claim = f"so the answer {'is negative and ' * t.startswith('-')}ends in {t[-1]}."
+    m = _OPS.search(problem)
+    if m is None:
+        return f"Check: {claim}"
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    if str(a + b if op == "+" else a - b if op == "-" else a * b) != t:  # not a single operation: claim only
+        return f"Check: {claim}"
+    if op == "+":
+        return f"Check: {a % 10} + {b % 10} = {a % 10 + b % 10}, {claim}"
+    if op in "*x×":
+        return f"Check: {a % 10} * {b % 10} = {(a % 10) * (b % 10)}, {claim}"
+    pre = ""
+    if a < b:  # a - b = -(b - a)
+        pre, a, b = f"{a} is less than {b}, so the answer is negative: {b} - {a}, ", b, a
+    x, y = a % 10, b % 10
+    step = f"{x} - {y} = {x - y}" if x >= y else f"{x + 10} - {y} = {x + 10 - y}"
+    return f"Check: {pre}{step}, {claim}"
+
+
+def digit_claim(text: str) -> tuple[bool, str] | None:
+    """(negative, last digit) claimed by an evaluator_digit check ("... answer is negative and ends in 7"),
+    the last claim in the text; None when it makes none. Linear time."""
+    last = None
+    for last in _CLAIM.finditer(text.lower() if isinstance(text, str) else ""):
+        pass
+    return None if last is None else (last.group(1) is not None, last.group(2))
+
+
+def digit_check_right(text: str, truth: str) -> bool:
+    """Whether an evaluator_digit check claims the truth's sign and last digit (an integer truth)."""
+    t = " ".join(str(truth).split())
+    claim = digit_claim(text)
+    return claim is not None and bool(re.fullmatch(r"-?\d{1,30}", t)) and claim == (t.startswith("-"), t[-1])
+
+
+def digit_consistent(answer: str | None, truth: str) -> bool:
+    """Whether an answer passes the evaluator_digit check of `truth`: an integer with its sign and last digit."""
+    a = None if answer is None else " ".join(answer.split())
+    return a is not None and bool(re.fullmatch(r"-?\d{1,30}", a)) and \
+        (a.startswith("-"), a[-1]) == (str(truth).strip().startswith("-"), str(truth).strip()[-1])
 
 
 _NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"

@@ -41,6 +41,13 @@ judge's once an episode, before its first verdict; every later verdict (after a 
 probes) extends the same check. It is paid for its result against the truth (+-1 / 1-0 as the verdicts,
 unlabelled), counted as eval_checks / eval_check_right (aggregate's evaluator_check_acc); the team sees
 the check line and the verdict together as the judge's critique.
+evaluator_prompt="digit": a blind check that is a cheap necessary condition, not the result: the sign and
+the last digit, worked from the operands' last digits ("Check: 3 + 5 = 8, so the answer ends in 8.",
+agents.math_team.digit_check_line), and a verdict that compares the solution's answer against it. Arm
+(e-blind)'s judge computed its full result blind and was right on 10-12% of val problems, a third of the
+generator's rate, so its faithful comparisons rejected right solutions; one digit is what a 135M judge
+can compute (T1, arXiv 2504.04718). The check turn is paid on its claim (sign and last digit) against
+the truth (digit_check_right); a wrong answer that ends in the right digit (a +-10 slip) passes it.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
@@ -59,7 +66,7 @@ import re
 import zlib
 from collections import defaultdict
 
-from agents.math_team import blind_messages, build_messages, parse_verdict
+from agents.math_team import blind_messages, build_messages, digit_check_right, parse_verdict
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
@@ -79,9 +86,10 @@ class MathTeamEnv:
         need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         need_bool("evaluator_mixed_groups_only", evaluator_mixed_groups_only)
         need_bool("probes", probes)
-        if evaluator_prompt not in ("plain", "check", "blind"):
-            raise ValueError(f"evaluator_prompt must be 'plain', 'check' or 'blind', got {evaluator_prompt!r}")
-        self.blind = evaluator_prompt == "blind"
+        if evaluator_prompt not in ("plain", "check", "blind", "digit"):
+            raise ValueError(f"evaluator_prompt must be 'plain', 'check', 'blind' or 'digit', got {evaluator_prompt!r}")
+        self.blind = evaluator_prompt in ("blind", "digit")  # a check turn of its own, before the solution
+        self.blind_style = "evaluator_digit" if evaluator_prompt == "digit" else "evaluator_blind"
         self.judge_prompt = {"plain": "evaluator_critique", "check": "evaluator_check"}.get(evaluator_prompt)
         fix_bonus, break_penalty = need_number("fix_bonus", fix_bonus, 0, 10), need_number("break_penalty", break_penalty, 0, 10)
         if refiner_reward == "relative" and (fix_bonus or break_penalty):
@@ -110,7 +118,7 @@ class MathTeamEnv:
     def _turn(self, role):
         self.role = role
         if role == "evaluator_critique" and self.blind:  # its check first (the problem only), then the verdict
-            return Prompt(role, blind_messages(self.problem, self.check, self.history))
+            return Prompt(role, blind_messages(self.problem, self.check, self.history, self.blind_style))
         return Prompt(role, build_messages(self.judge_prompt if role == "evaluator_critique" else role, self.problem,
                                          self.history))
 
@@ -128,7 +136,8 @@ class MathTeamEnv:
             return self._next_probe()
         role = self.role
         if role == "evaluator_critique" and self.blind and self.check is None:  # the blind check: paid on its result
-            self.check, self.check_right = reply, math_reward(reply, self.answer) == 1.0
+            self.check, self.check_right = reply, (digit_check_right(reply, self.answer) if self.blind_style ==
+                                                   "evaluator_digit" else math_reward(reply, self.answer) == 1.0)
             self._pay(self._judge_reward(self.check_right, True))
             return self._turn(role)
         self.history.append((role, reply if not (self.blind and role == "evaluator_critique")
@@ -176,7 +185,7 @@ class MathTeamEnv:
             self.done = True
             return None
         self.role, shown = "evaluator_critique", [("generator_initial", self.probe_queue[0][0])]
-        return Prompt("evaluator_critique", blind_messages(self.problem, self.check, shown) if self.blind
+        return Prompt("evaluator_critique", blind_messages(self.problem, self.check, shown, self.blind_style) if self.blind
                       else build_messages(self.judge_prompt, self.problem, shown))
 
     def final_answer(self) -> str | None:
@@ -244,17 +253,18 @@ def near_miss(solution: str, truth: str) -> str | None:
 
 
 def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
-    """evaluator_prompt="blind" and the trainer (workflows.check_roles): the check turn is paid on its own
-    result, the verdicts on theirs, so they must not share a group baseline, a label filter or a merged
-    sequence (which keeps only the last turn's reward)."""
-    if cfg.data.env_kwargs.get("evaluator_prompt") != "blind":
+    """evaluator_prompt="blind" or "digit" and the trainer (workflows.check_roles): the check turn is paid on
+    its own result, the verdicts on theirs, so they must not share a group baseline, a label filter or a
+    merged sequence (which keeps only the last turn's reward)."""
+    style = cfg.data.env_kwargs.get("evaluator_prompt")
+    if style not in ("blind", "digit"):
         return None
     if cfg.rollout.merge_turns:
-        return ("rollout.merge_turns", "evaluator_prompt='blind': merging the judge's check into its verdict "
+        return ("rollout.merge_turns", f"evaluator_prompt={style!r}: merging the judge's check into its verdict "
                 "would train the check on the verdict's reward; leave merge_turns off")
     judge = next((r for r in cfg.roles if r.name == "evaluator_critique"), None)
     if judge is not None and cfg.estimator_of(judge) in grouped and not cfg.algo.group_by_turn:
-        return ("algo.group_by_turn", f"evaluator_prompt='blind' with the judge's {cfg.estimator_of(judge)!r} "
+        return ("algo.group_by_turn", f"evaluator_prompt={style!r} with the judge's {cfg.estimator_of(judge)!r} "
                 "(centred per group): the check turn (always turn 1) would share its group with the verdicts, "
                 "their baseline and their label filter; set algo.group_by_turn=True or a per-turn estimator "
                 "(reinforce++)")

@@ -452,7 +452,7 @@ def test_the_blind_judge_checks_before_it_sees_the_solution():
     check_roles(load_config_file(str(ROOT / "configs" / "smollm2_math_judge_blind.py")))  # reinforce++: per turn
     agg = aggregate([types.SimpleNamespace(metrics=m), types.SimpleNamespace(metrics=met)])
     assert agg["evaluator_check_acc"] == 0.5 and "evaluator_check_acc" not in aggregate([types.SimpleNamespace(metrics=c_met)])
-    with pytest.raises(ValueError, match="evaluator_prompt must be 'plain', 'check' or 'blind'"):
+    with pytest.raises(ValueError, match="evaluator_prompt must be 'plain', 'check', 'blind' or 'digit'"):
         MathTeamEnv(evaluator_prompt="blnd")
 
 
@@ -466,7 +466,7 @@ def test_the_blind_teacher_checks_right_on_every_train_problem_without_the_solut
     _, tok = load_model("tiny")
     rows = [json.loads(x) for x in open(ROOT / "data" / "arith12_train.jsonl")]
     tasks = [{"question": r["question"], "answer": r["answer"]} for r in rows]
-    ex, counts = math_teacher([], tasks, tok, "judge", 0, 0, blind=True)
+    ex, counts = math_teacher([], tasks, tok, "judge", 0, 0, "blind")
     truth = {t["question"]: t["answer"] for t in tasks}
     assert counts["teacher:check"] == len(truth) - counts.get("tasks_without_incorrect", 0) > 900
     assert len(ex) == 3 * counts["teacher:check"]
@@ -486,6 +486,88 @@ def test_the_blind_teacher_checks_right_on_every_train_problem_without_the_solut
             assert e.prompt == tok.apply_chat_template(blind_messages(task["question"], check_line(task["answer"]),
                                                                       [("generator_initial", solution)]),
                                                        add_generation_prompt=True, tokenize=False)
+
+
+def test_the_digit_judge_checks_the_sign_and_last_digit_blind_and_is_paid_on_that_claim():
+    """evaluator_prompt="digit": the blind judge's check turn asks for the sign and last digit only (the
+    problem, never the solution); it is paid +1 when its claim is the truth's sign and last digit (a
+    wrong full result with the right last digit is still a right claim), -1 otherwise; its verdicts
+    follow in the same conversation with the digit question; the rest of the flow is the blind judge's."""
+    from agents.math_team import digit_check_right, digit_claim
+    task = {"question": "What is 41 - 88?", "answer": "-47"}
+    env = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="digit")
+    env.reset(task)
+    check_turn = env.step("41 - 88 = 47, so \\boxed{47}.")
+    assert "\\boxed{47}" not in str(check_turn.messages) and "the sign and the last digit only" in str(check_turn.messages)
+    verdict_turn = env.step("Check: 41 is less than 88, so the answer is negative: 88 - 41, 8 - 1 = 7, so the answer "
+                            "is negative and ends in 7.")
+    assert verdict_turn.messages[:2] == check_turn.messages and "end in your digit" in verdict_turn.messages[3]["content"]
+    assert env.turn_rewards() == [0.0, 1.0] and env.check_right
+    env.step("The solution says 47: it should be negative.\nVerdict: Incorrect")
+    env.step("So it is \\boxed{-47}.")
+    assert env.step("Verdict: Correct") is None and env.metrics()["eval_check_right"] == 1.0
+    assert env.turn_rewards() == [0.0, 1.0, 1.0, 1.0, 1.0]
+    for claim, right in (("so the answer ends in 7.", False), ("the answer is negative and ends in 3", False),
+                         ("so the answer is negative and ends in 7", True), ("I get \\boxed{-47}.", False)):
+        assert digit_check_right(claim, "-47") is right, claim
+        wrong = MathTeamEnv(evaluator_prompt="digit")
+        wrong.reset(task)
+        wrong.step("\\boxed{-47}")
+        wrong.step(claim)
+        assert wrong.turn_rewards() == [1.0, 1.0 if right else -1.0]
+    assert digit_check_right("so the answer ends in 8.", "138") and digit_claim("x" * 100_000) is None
+    from config import load_config_file
+    from workflows import check_roles
+    tiny = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    with pytest.raises(ConfigError, match="config field algo.group_by_turn: evaluator_prompt='digit'"):
+        check_roles(dataclasses.replace(tiny, data=dataclasses.replace(tiny.data, env_kwargs={"evaluator_prompt": "digit"})))
+    cfg = load_config_file(str(ROOT / "configs" / "smollm2_math_judge_digit.py"))
+    check_roles(cfg)
+    assert cfg.data.env_kwargs["evaluator_prompt"] == "digit" and cfg.roles[1].max_tokens == 64
+
+
+def test_the_digit_teacher_checks_right_on_every_train_problem_and_its_verdicts_follow_the_check():
+    """sft.py's math teacher for the digit judge: per task a check turn worked from the operands (right
+    sign and last digit on every train problem, and consistent: its arithmetic step ends in the digit it
+    claims), then a verdict on a right and on a wrong solution, in the env's prompts; every wrong solution
+    it shows fails the check (own samples the check cannot catch are skipped), so each verdict is both
+    the check's and the truth."""
+    from agents.math_team import blind_messages, digit_check_line, digit_check_right, digit_consistent
+    from model import load_model
+    from sft import math_teacher
+    _, tok = load_model("tiny")
+    rows = [json.loads(x) for x in open(ROOT / "data" / "arith12_train.jsonl")]
+    tasks = [{"question": r["question"], "answer": r["answer"]} for r in rows]
+    uncatchable = {"task": tasks[1], "turns": [{"role": "generator_initial", "reply": "\\boxed{63}"}]}  # 79 - 26 = 53
+    catchable = {"task": tasks[1], "turns": [{"role": "generator_initial", "reply": "\\boxed{52}"}]}
+    ex, counts = math_teacher([("a:1", uncatchable), ("a:2", catchable)], tasks, tok, "judge", 0, 0, "digit")
+    truth = {t["question"]: t["answer"] for t in tasks}
+    assert counts["teacher:check"] == len(truth) - counts.get("tasks_without_incorrect", 0) > 900
+    assert len(ex) == 3 * counts["teacher:check"] and counts["teacher:own_wrong"] == 1
+    worked = 0
+    for e in ex:
+        q = e.prompt.split("Problem: ")[1].split("\n")[0]
+        y = truth[q]
+        if e.source == "teacher:check":
+            assert "Solution:" not in e.prompt and e.reply == digit_check_line(q, y) and digit_check_right(e.reply, y)
+            step = re.search(r"= (-?\d+), so the answer", e.reply)
+            worked += step is not None
+            assert step is None or step.group(1)[-1] == y[-1], e.reply
+            env = MathTeamEnv(evaluator_prompt="digit")
+            env.reset({"question": q, "answer": y})
+            assert e.prompt == tok.apply_chat_template(env.step("\\boxed{0}").messages, add_generation_prompt=True,
+                                                       tokenize=False)
+        else:
+            solution = e.prompt.split("Solution:\n")[1].split("<|")[0].split("\n\nDoes the latest")[0]
+            right = math_reward(solution, y) == 1.0
+            assert parse_verdict(e.reply) == right and (right or not digit_consistent(extract_answer(solution), y))
+            assert "63" not in solution or q != tasks[1]["question"]
+            assert e.prompt == tok.apply_chat_template(blind_messages(q, digit_check_line(q, y),
+                                                                      [("generator_initial", solution)], "evaluator_digit"),
+                                                       add_generation_prompt=True, tokenize=False)
+    assert worked == counts["teacher:check"]  # every train problem is one operation: the check is worked
+    with pytest.raises(ValueError, match="evaluator_prompt must be one of"):
+        math_teacher([], tasks, tok, "judge", 0, 0, "digits")
 
 
 def test_the_teacher_never_takes_a_blind_check_turn_for_the_prompt_a_solution_was_judged_with():
@@ -571,7 +653,7 @@ def test_the_check_prompt_and_the_teachers_check_is_right_on_every_train_problem
     from model import load_model
     _, tok = load_model("tiny")
     tasks = [{"question": r["question"], "answer": r["answer"]} for r in rows[:40]]
-    ex, counts = math_teacher([], tasks, tok, "judge", 0, 0, check=True)
+    ex, counts = math_teacher([], tasks, tok, "judge", 0, 0, "check")
     assert len(ex) >= 70 and counts["teacher:perturbed"] == counts["teacher:synthetic_right"] == len(ex) // 2
     for e in ex:
         truth = next(t["answer"] for t in tasks if f"Problem: {t['question']}" in e.prompt)
