@@ -94,7 +94,7 @@ def teacher_digit_verdict(solution: str, truth: str, right: bool) -> str:
     wrong solutions that fail the check, so the verdict that follows the check is also the true one."""
     said = extract_answer(solution)
     said = None if said is None else " ".join(said.split())[:60]
-    if said is None:
+    if not said:  # none, or an empty \\boxed{}
         return "The solution gives no final answer.\nVerdict: Incorrect"
     t, neg = str(truth).strip(), str(truth).strip().startswith("-")
     if right:

@@ -540,10 +540,13 @@ def test_the_digit_teacher_checks_right_on_every_train_problem_and_its_verdicts_
     tasks = [{"question": r["question"], "answer": r["answer"]} for r in rows]
     uncatchable = {"task": tasks[1], "turns": [{"role": "generator_initial", "reply": "\\boxed{63}"}]}  # 79 - 26 = 53
     catchable = {"task": tasks[1], "turns": [{"role": "generator_initial", "reply": "\\boxed{52}"}]}
-    ex, counts = math_teacher([("a:1", uncatchable), ("a:2", catchable)], tasks, tok, "judge", 0, 0, "digit")
+    empty = {"task": tasks[2], "turns": [{"role": "generator_initial", "reply": "So \\boxed{}."}]}  # 9 + 7
+    ex, counts = math_teacher([("a:1", uncatchable), ("a:2", catchable), ("a:3", empty)], tasks, tok, "judge", 0, 0,
+                              "digit")
     truth = {t["question"]: t["answer"] for t in tasks}
     assert counts["teacher:check"] == len(truth) - counts.get("tasks_without_incorrect", 0) > 900
-    assert len(ex) == 3 * counts["teacher:check"] and counts["teacher:own_wrong"] == 1
+    assert len(ex) == 3 * counts["teacher:check"] and counts["teacher:own_wrong"] == 2
+    assert any(e.reply == "The solution gives no final answer.\nVerdict: Incorrect" for e in ex)
     worked = 0
     for e in ex:
         q = e.prompt.split("Problem: ")[1].split("\n")[0]
