@@ -13,7 +13,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agents.math_team import blind_messages, build_messages, check_line, digit_check_line, digit_consistent
+from agents.math_team import blind_messages, build_messages, check_line, digit_check_line, digit_consistent, whole
 from rewards.math import _last_boxed, extract_answer, math_reward
 
 GENERATORS = ("generator_initial", "generator_refinement", "solver")
@@ -96,12 +96,15 @@ def teacher_digit_verdict(solution: str, truth: str, right: bool) -> str:
     said = None if said is None else " ".join(said.split())[:60]
     if not said:  # none, or an empty \\boxed{}
         return "The solution gives no final answer.\nVerdict: Incorrect"
-    t, neg = str(truth).strip(), str(truth).strip().startswith("-")
+    t, n = whole(truth), whole(said)
+    neg = t.startswith("-")
     if right:
         return f"The solution says {said}: {'negative, ' * neg}it ends in {t[-1]}.\nVerdict: Correct"
-    if said.startswith("-") != neg:
+    if n is None:
+        return f"The solution says {said}: not a whole number.\nVerdict: Incorrect"
+    if n.startswith("-") != neg:
         return f"The solution says {said}: it should be {'negative' if neg else 'positive'}.\nVerdict: Incorrect"
-    return f"The solution says {said}: it ends in {said[-1]}, not {t[-1]}.\nVerdict: Incorrect"
+    return f"The solution says {said}: it ends in {n[-1]}, not {t[-1]}.\nVerdict: Incorrect"
 
 
 STYLES = ("plain", "check", "blind", "digit")  # env_kwargs evaluator_prompt
@@ -119,6 +122,9 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
     if style not in STYLES:
         raise ValueError(f"math teacher: evaluator_prompt must be one of {STYLES}, got {style!r}")
     check, blind, digit = style == "check", style in ("blind", "digit"), style == "digit"
+    if digit:  # the check needs a digit: the teacher keeps whole-number tasks only
+        tasks = [t for t in tasks if whole(str(t.get("answer"))) is not None]
+        records = [(src, r) for src, r in records if whole(str((r.get("task") or {}).get("answer"))) is not None]
     rng = random.Random(seed)
     pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
 
@@ -160,7 +166,8 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
             wrong, src_wrong = rng.choice(e["wrong"]), "teacher:own_wrong"
         else:
             base = right[0] if _last_boxed(right[0]) is not None else f"The result is \\boxed{{{y}}}."
-            bad = perturb(base, y, rng, (lambda w: not digit_consistent(extract_answer(w), y)) if digit else None)
+            bad = perturb(base, y, rng, (lambda w: whole(extract_answer(w)) is not None and  # x/2: no digit to read
+                                         not digit_consistent(extract_answer(w), y)) if digit else None)
             wrong, src_wrong = ((bad, None), "teacher:perturbed") if bad is not None else (None, None)
         if wrong is None:
             counts["tasks_without_incorrect"] += 1

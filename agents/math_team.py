@@ -105,36 +105,46 @@ def check_line(truth: str) -> str:
 
 
 _OPS = re.compile(r"(-?\d{1,6})\s*([-+*x×])\s*(-?\d{1,6})")
-_CLAIM = re.compile(r"answer (is negative and )?ends in (\d)\b")
+_CLAIM = re.compile(r"answer (?:is (negative|positive),? and )?ends in (\d)\b")
+
+
+def whole(text: str | None) -> str | None:
+    """An answer as a whole number ("1,237" -> "1237", "57." and "57.0" -> "57", " -4 " -> "-4"), else None."""
+    if not isinstance(text, str):
+        return None
+    t = "".join(text.split()).replace(",", "")
+    t = t[:-2] if t.endswith(".0") else t[:-1] if t.endswith(".") else t
+    return t if re.fullmatch(r"-?\d{1,30}", t) else None
 
 
 def digit_check_line(problem: str, truth: str) -> str:
-    """The evaluator_digit judge's check, written from the problem (sft.py's teacher): the last digit worked
-    from the operands' last digits, and the sign, a necessary condition cheaper than the result (T1: a
-    small judge checks no better than it computes, and one digit is what it can compute), e.g. for
-    53 + 75 'Check: 3 + 5 = 8, so the answer ends in 8.'; for 41 - 88 'Check: 41 is less than 88, so the
-    answer is negative: 88 - 41, 8 - 1 = 7, so the answer is negative and ends in 7.' A problem of
-    another shape gets the claim only, from the truth."""
-    t = " ".join(str(truth).split())
-    if not re.fullmatch(r"-?\d{1,30}", t):
-        return "Check: I cannot check the last digit."
-    claim = f"so the answer {'is negative and ' * t.startswith('-')}ends in {t[-1]}."
+    """The evaluator_digit judge's check, written from the problem (sft_teachers.math_teacher): the last
+    digit worked from the operands' last digits, and the sign, a necessary condition cheaper than the
+    result (T1: a small judge checks no better than it computes, and one digit is what it can compute),
+    e.g. for 53 + 75 'Check: 3 + 5 = 8, so the answer ends in 8.'; for 41 - 88 'Check: 41 is less than 88,
+    so the answer is negative: 88 - 41, 8 - 1 = 7, so the answer is negative and ends in 7.' A problem of
+    another shape (not one operation on two non-negative numbers) gets the claim only, from the truth; a
+    truth that is not a whole number, no claim (the env pays that check 0)."""
+    t = whole(str(truth))
+    if t is None:
+        return "Check: the answer is not a whole number."
+    claim = f"the answer {'is negative and ' * t.startswith('-')}ends in {t[-1]}."
     m = _OPS.search(problem)
-    if m is None:
+    if m is None or m.group(1).startswith("-") or m.group(3).startswith("-"):
         return f"Check: {claim}"
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
     if str(a + b if op == "+" else a - b if op == "-" else a * b) != t:  # not a single operation: claim only
         return f"Check: {claim}"
     if op == "+":
-        return f"Check: {a % 10} + {b % 10} = {a % 10 + b % 10}, {claim}"
+        return f"Check: {a % 10} + {b % 10} = {a % 10 + b % 10}, so {claim}"
     if op in "*x×":
-        return f"Check: {a % 10} * {b % 10} = {(a % 10) * (b % 10)}, {claim}"
+        return f"Check: {a % 10} * {b % 10} = {(a % 10) * (b % 10)}, so {claim}"
     pre = ""
     if a < b:  # a - b = -(b - a)
         pre, a, b = f"{a} is less than {b}, so the answer is negative: {b} - {a}, ", b, a
     x, y = a % 10, b % 10
     step = f"{x} - {y} = {x - y}" if x >= y else f"{x + 10} - {y} = {x + 10 - y}"
-    return f"Check: {pre}{step}, {claim}"
+    return f"Check: {pre}{step}, so {claim}"
 
 
 def digit_claim(text: str) -> tuple[bool, str] | None:
@@ -143,21 +153,21 @@ def digit_claim(text: str) -> tuple[bool, str] | None:
     last = None
     for last in _CLAIM.finditer(text.lower() if isinstance(text, str) else ""):
         pass
-    return None if last is None else (last.group(1) is not None, last.group(2))
+    return None if last is None else (last.group(1) == "negative", last.group(2))
 
 
-def digit_check_right(text: str, truth: str) -> bool:
-    """Whether an evaluator_digit check claims the truth's sign and last digit (an integer truth)."""
-    t = " ".join(str(truth).split())
-    claim = digit_claim(text)
-    return claim is not None and bool(re.fullmatch(r"-?\d{1,30}", t)) and claim == (t.startswith("-"), t[-1])
+def digit_check_right(text: str, truth: str) -> bool | None:
+    """Whether an evaluator_digit check claims the truth's sign and last digit; None when the truth is not
+    a whole number (no digit to check)."""
+    t = whole(str(truth))
+    return None if t is None else digit_claim(text) == (t.startswith("-"), t[-1])
 
 
 def digit_consistent(answer: str | None, truth: str) -> bool:
-    """Whether an answer passes the evaluator_digit check of `truth`: an integer with its sign and last digit."""
-    a = None if answer is None else " ".join(answer.split())
-    return a is not None and bool(re.fullmatch(r"-?\d{1,30}", a)) and \
-        (a.startswith("-"), a[-1]) == (str(truth).strip().startswith("-"), str(truth).strip()[-1])
+    """Whether an answer passes the evaluator_digit check of a whole-number `truth`: a whole number with
+    the truth's sign and last digit."""
+    a, t = whole(answer), whole(str(truth))
+    return a is not None and t is not None and (a.startswith("-"), a[-1]) == (t.startswith("-"), t[-1])
 
 
 _NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"

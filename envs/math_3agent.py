@@ -47,7 +47,8 @@ agents.math_team.digit_check_line), and a verdict that compares the solution's a
 (e-blind)'s judge computed its full result blind and was right on 10-12% of val problems, a third of the
 generator's rate, so its faithful comparisons rejected right solutions; one digit is what a 135M judge
 can compute (T1, arXiv 2504.04718). The check turn is paid on its claim (sign and last digit) against
-the truth (digit_check_right); a wrong answer that ends in the right digit (a +-10 slip) passes it.
+the truth (digit_check_right; 0 where the truth is not a whole number); a wrong answer that ends in
+the right digit (a +-10 slip) passes it.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
@@ -138,7 +139,7 @@ class MathTeamEnv:
         if role == "evaluator_critique" and self.blind and self.check is None:  # the blind check: paid on its result
             self.check, self.check_right = reply, (digit_check_right(reply, self.answer) if self.blind_style ==
                                                    "evaluator_digit" else math_reward(reply, self.answer) == 1.0)
-            self._pay(self._judge_reward(self.check_right, True))
+            self._pay(0.0 if self.check_right is None else self._judge_reward(self.check_right, True))  # None: no digit
             return self._turn(role)
         self.history.append((role, reply if not (self.blind and role == "evaluator_critique")
                              else f"{self.check.strip()}\n{reply.strip()}"))

@@ -515,7 +515,13 @@ def test_the_digit_judge_checks_the_sign_and_last_digit_blind_and_is_paid_on_tha
         wrong.step("\\boxed{-47}")
         wrong.step(claim)
         assert wrong.turn_rewards() == [1.0, 1.0 if right else -1.0]
-    assert digit_check_right("so the answer ends in 8.", "138") and digit_claim("x" * 100_000) is None
+    assert digit_check_right("so the answer ends in 8.", "138") and digit_check_right("answer is positive, and ends in 8", "8")
+    assert digit_claim("answer is negative and " * 50_000) is None and digit_claim("ends in " * 100_000) is None
+    frac = MathTeamEnv(evaluator_prompt="digit")  # no whole-number truth: no digit to check, the check is paid 0
+    frac.reset({"question": "What is 5 / 2?", "answer": "2.5"})
+    frac.step("\\boxed{2.5}")
+    frac.step("Check: so the answer ends in 5.")
+    assert frac.turn_rewards() == [1.0, 0.0] and frac.check_right is None
     from config import load_config_file
     from workflows import check_roles
     tiny = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
@@ -541,11 +547,12 @@ def test_the_digit_teacher_checks_right_on_every_train_problem_and_its_verdicts_
     uncatchable = {"task": tasks[1], "turns": [{"role": "generator_initial", "reply": "\\boxed{63}"}]}  # 79 - 26 = 53
     catchable = {"task": tasks[1], "turns": [{"role": "generator_initial", "reply": "\\boxed{52}"}]}
     empty = {"task": tasks[2], "turns": [{"role": "generator_initial", "reply": "So \\boxed{}."}]}  # 9 + 7
-    ex, counts = math_teacher([("a:1", uncatchable), ("a:2", catchable), ("a:3", empty)], tasks, tok, "judge", 0, 0,
-                              "digit")
+    comma = {"task": tasks[3], "turns": [{"role": "generator_initial", "reply": "\\boxed{1,0.}"}]}
+    ex, counts = math_teacher([("a:1", uncatchable), ("a:2", catchable), ("a:3", empty), ("a:4", comma)], tasks, tok,
+                              "judge", 0, 0, "digit")
     truth = {t["question"]: t["answer"] for t in tasks}
     assert counts["teacher:check"] == len(truth) - counts.get("tasks_without_incorrect", 0) > 900
-    assert len(ex) == 3 * counts["teacher:check"] and counts["teacher:own_wrong"] == 2
+    assert len(ex) == 3 * counts["teacher:check"] and counts["teacher:own_wrong"] == 3
     assert any(e.reply == "The solution gives no final answer.\nVerdict: Incorrect" for e in ex)
     worked = 0
     for e in ex:
@@ -564,6 +571,7 @@ def test_the_digit_teacher_checks_right_on_every_train_problem_and_its_verdicts_
             solution = e.prompt.split("Solution:\n")[1].split("<|")[0].split("\n\nDoes the latest")[0]
             right = math_reward(solution, y) == 1.0
             assert parse_verdict(e.reply) == right and (right or not digit_consistent(extract_answer(solution), y))
+            assert not re.search(r"ends in (\S), not \1\b", e.reply), e.reply  # the reason agrees with the verdict
             assert "63" not in solution or q != tasks[1]["question"]
             assert e.prompt == tok.apply_chat_template(blind_messages(q, digit_check_line(q, y),
                                                                       [("generator_initial", solution)], "evaluator_digit"),

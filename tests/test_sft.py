@@ -437,3 +437,19 @@ def test_the_math_teacher_writes_the_blind_judges_two_turns_when_the_train_confi
         if r not in checks:
             truth = truths[next(q for q in truths if f"Problem: {q}\n" in r["prompt"])]
             assert r["reply"].startswith("The solution ") and r["prompt"].index(check_line(truth)) < r["prompt"].index("Solution:")
+
+
+def test_the_math_teacher_writes_the_digit_judges_two_turns_when_the_train_config_asks_for_it(_tiny_base, tmp_path):
+    """env_kwargs evaluator_prompt="digit": sft.py's teacher writes the digit judge's check turn (the sign
+    and last digit, the problem only) and its verdict turns after it, in the env's prompts."""
+    from agents.math_team import digit_check_line
+    rows, truths = _math_teacher_rows("digit", _tiny_base, tmp_path)
+    checks = [r for r in rows if "Solution:" not in r["prompt"]]
+    assert len(rows) == 9 and len(checks) == 3 and all("the sign and the last digit only" in r["prompt"] for r in rows)
+    for r in rows:
+        q = next(q for q in truths if f"Problem: {q}\n" in r["prompt"])
+        if r in checks:
+            assert r["reply"] == digit_check_line(q, truths[q]) and "ends in" in r["reply"]
+        else:
+            assert r["reply"].startswith("The solution ") and "end in your digit" in r["prompt"]
+            assert r["prompt"].index(digit_check_line(q, truths[q])) < r["prompt"].index("Solution:")
