@@ -4,7 +4,7 @@ necessary condition, the sign and the last digit worked from the operands' last 
 evaluator_prompt="digit": "Check: 3 + 5 = 8, so the answer ends in 8."), not its full result, and its
 verdict compares the solution's answer against that. (e-blind)'s judge computed its full result blind and
 was right on 10-12% of val problems, so its faithful comparisons rejected right solutions. The check turn
-is paid on its claim (+-1); the longest teacher check is 46 tokens, so the judge's budget is 64 (48 in
+is paid on its claim (+-1); the longest teacher check is 47 tokens (88 - 95), so the judge's budget is 64 (48 in
 (e-blind)). Run after its SFT (configs/sft/smollm2_math_judge_digit.py):
     python train.py --config configs/smollm2_math_judge_digit.py \\
         --roles.1.init-from runs/smollm2_sft_digit/evaluator_critique
