@@ -122,6 +122,7 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
     if style not in STYLES:
         raise ValueError(f"math teacher: evaluator_prompt must be one of {STYLES}, got {style!r}")
     check, blind, digit = style == "check", style in ("blind", "digit"), style == "digit"
+    kind = "evaluator_digit" if digit else "evaluator_blind"  # a blind judge's prompt style
     if digit:  # the check needs a digit: the teacher keeps whole-number tasks only
         tasks = [t for t in tasks if whole(str(t.get("answer"))) is not None]
         records = [(src, r) for src, r in records if whole(str((r.get("task") or {}).get("answer"))) is not None]
@@ -173,7 +174,6 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
             counts["tasks_without_incorrect"] += 1
             continue
         if blind:
-            kind = "evaluator_digit" if digit else "evaluator_blind"
             line = digit_check_line(q, y) if digit else check_line(y)
             out.append(Example(adapter, "evaluator_critique", chat(blind_messages(q, None, [], kind)), line, True,
                                "teacher:check"))

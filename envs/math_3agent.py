@@ -89,8 +89,8 @@ class MathTeamEnv:
         need_bool("probes", probes)
         if evaluator_prompt not in ("plain", "check", "blind", "digit"):
             raise ValueError(f"evaluator_prompt must be 'plain', 'check', 'blind' or 'digit', got {evaluator_prompt!r}")
-        self.blind = evaluator_prompt in ("blind", "digit")  # a check turn of its own, before the solution
-        self.blind_style = "evaluator_digit" if evaluator_prompt == "digit" else "evaluator_blind"
+        self.blind_style = {"blind": "evaluator_blind", "digit": "evaluator_digit"}.get(evaluator_prompt)
+        self.blind = self.blind_style is not None  # a check turn of its own, before the solution
         self.judge_prompt = {"plain": "evaluator_critique", "check": "evaluator_check"}.get(evaluator_prompt)
         fix_bonus, break_penalty = need_number("fix_bonus", fix_bonus, 0, 10), need_number("break_penalty", break_penalty, 0, 10)
         if refiner_reward == "relative" and (fix_bonus or break_penalty):
