@@ -11,7 +11,8 @@ The stages, each a fresh process (one at a time; the machine's cores are theirs)
 output is complete, so a killed run resumes where it stopped (train.py itself resumes from its last
 checkpoint):
   1. sft      sft.py --teacher scripted: the workflow module's scripted_replies(task) (a perfect team) played
-              on the first SFT['teacher_tasks'] training tasks, every role's turns -> <out>/sft/<adapter>/
+              on the first SFT['teacher_tasks'] training tasks, every role's turns (and, where the workflow
+              has one, its scripted_repair(task) lesson's turns after the mistake) -> <out>/sft/<adapter>/
   2. base     eval.py --base: the base model on the val set, greedy                    -> <out>/base/
   3. rl       train.py with every role's adapter from the SFT; its val at step 0 is the SFT start,
               its last val the end                                                    -> <out>/rl/

@@ -198,26 +198,40 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
     """Examples from a scripted perfect team: the env's `scripted_replies(task)` method, else the workflow
     module's function (replies in turn order), played through a fresh env per task; each turn the env asked for gives (the
     chat-formatted prompt that role saw -> the scripted reply) when its env reward >= min_reward.
-    Returns (examples, counts: per role kept, and below min_reward)."""
-    if not hasattr(module, "scripted_replies") and not hasattr(make_env(), "scripted_replies"):
+    Where the workflow also defines `scripted_repair(task)` (the code team: [a near-miss first reply, the
+    fix]), that episode is played too and every turn after its first is kept the same way: the roles a
+    perfect team never calls (the refiner) get their lessons. The first reply, the mistake, is never taught.
+    Returns (examples, counts: per role kept, below min_reward, and mistakes left out)."""
+    probe = make_env()
+    if not hasattr(module, "scripted_replies") and not hasattr(probe, "scripted_replies"):
         raise ValueError(f"teacher=scripted: the workflow module {module.__name__} defines no scripted_replies(task)")
+    episodes = [("scripted_replies", "scripted", 0)] + \
+        ([("scripted_repair", "repair", 1)] if hasattr(module, "scripted_repair") or hasattr(probe, "scripted_repair") else [])
     out, counts = [], defaultdict(int)
-    for task in (tasks[:n_tasks] if n_tasks else tasks):
+
+    def play(task, method, source, skip):
         env = make_env()  # the env's own method when it has one: it knows its env_kwargs (corpus, budgets, style)
-        play = getattr(env, "scripted_replies", None) or module.scripted_replies
+        fn = getattr(env, method, None) or getattr(module, method)
         turn, seen = env.reset(task), []
-        for reply in play(task):
+        for reply in fn(task) or ():
             if turn is None:
                 break
             seen.append((turn, reply))
             turn = env.step(reply)
-        for (t, reply), r in zip(seen, env.turn_rewards()):
+        for k, ((t, reply), r) in enumerate(zip(seen, env.turn_rewards())):
+            if k < skip:
+                counts[f"teacher:mistake/{t.role}"] += 1
+                continue
             if t.role not in roles:
                 continue
             if r < min_reward:
                 counts[f"teacher:below_min_reward/{t.role}"] += 1
                 continue
             prompt = tok.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False)
-            out.append(Example(adapter_of[t.role], t.role, prompt, reply, True, "teacher:scripted", float(r)))
-            counts[f"teacher:scripted/{t.role}"] += 1
+            out.append(Example(adapter_of[t.role], t.role, prompt, reply, True, f"teacher:{source}", float(r)))
+            counts[f"teacher:{source}/{t.role}"] += 1
+
+    for task in (tasks[:n_tasks] if n_tasks else tasks):
+        for method, source, skip in episodes:
+            play(task, method, source, skip)  # scripted_repair may give None (no lesson for this task)
     return out, dict(counts)

@@ -11,11 +11,14 @@ code does not run, with the sandbox's reason in the summary). Team reward = fina
 scripted_replies(task): the perfect team, for sft.py's scripted teacher: the generator writes the
 task's canonical_solution (HumanEval's, or data/code_data's synthetic family's) as a complete
 function in a ```python block; the tests pass and the episode ends there, so a perfect team's
-refiner never speaks (the teacher writes no refiner examples).
+refiner never speaks. scripted_repair(task): the refiner's lesson: a near-miss first solution (the
+reference with one comparison, operator, built-in or constant changed, failing at least one test;
+never taught) and the refiner's fix from the test results (the reference).
 """
 from __future__ import annotations
 
 import ast
+import random
 import re
 
 from agents.code_team import build_messages
@@ -76,12 +79,114 @@ def scripted_replies(task: dict) -> list[str]:
     return [f"```python\n{reference_solution(task).lstrip(chr(10)).rstrip()}\n```"]
 
 
+_SWAP = {ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+         ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add,
+         ast.FloorDiv: ast.Mod, ast.Mod: ast.FloorDiv}
+_SYMBOL = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!=", ast.In: " in ",
+           ast.NotIn: " not in ", ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_BUILTIN_SWAP = {"max": "min", "min": "max", "sum": "max", "any": "all", "all": "any", "sorted": "list", "abs": "int"}
+_METHOD_SWAP = {"upper": "lower", "lower": "upper", "startswith": "endswith", "endswith": "startswith",
+                "isdigit": "isalpha", "isalpha": "isdigit"}
+
+
+def _mutants(code: str, entry: str) -> list[str]:
+    """Every one-site change of the entry point's body, as code: a comparison or arithmetic operator
+    swapped, an int constant + 1, a built-in or a str method swapped for its neighbour, a string
+    constant's last character changed, a returned len(...) less one. Only that expression's text is
+    rewritten (comments, blank lines and the rest of the layout stay the reference's), and each mutant
+    is checked to parse to exactly the mutated tree; [] when the code does not parse or has no site."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry), None)
+    if fn is None:
+        return []
+    first = fn.body[0] if fn.body else None
+    doc = first.value if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else None
+    sites = []  # (the expression whose text is rewritten, holder, key, new value)
+    for node in (n for stmt in fn.body for n in ast.walk(stmt)):
+        if isinstance(node, ast.Compare):
+            sites += [(node, node.ops, i, _SWAP[type(op)]()) for i, op in enumerate(node.ops) if type(op) in _SWAP]
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in _SWAP:
+            sites.append((node, node.__dict__, "op", _SWAP[type(node.op)]()))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            sites.append((node, node.__dict__, "value", node.value + 1))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value and node is not doc:
+            sites.append((node, node.__dict__, "value", node.value[:-1] + ("b" if node.value[-1] == "a" else "a")))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BUILTIN_SWAP:
+            sites.append((node.func, node.func.__dict__, "id", _BUILTIN_SWAP[node.func.id]))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _METHOD_SWAP:
+            sites.append((node.func, node.func.__dict__, "attr", _METHOD_SWAP[node.func.attr]))
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and \
+                getattr(node.value.func, "id", None) == "len":
+            sites.append((node.value, node.__dict__, "value", ast.BinOp(node.value, ast.Sub(), ast.Constant(1))))
+    lines = code.encode().split(b"\n")  # AST offsets count UTF-8 bytes
+
+    def splice(a, b, text: str) -> str:  # the code with the text from position a to position b replaced
+        head, tail = lines[a[0] - 1][:a[1]], lines[b[0] - 1][b[1]:]
+        return b"\n".join(lines[:a[0] - 1] + [head + text.encode() + tail] + lines[b[0]:]).decode()
+
+    out = []
+    for span, holder, key, new in sites:
+        old, holder[key] = holder[key], new
+        after = new if isinstance(new, ast.expr) else span  # what now stands where span stood
+        want, edits = ast.dump(tree), []
+        if type(old) in _SYMBOL:  # an operator: rewrite its token between the operands, nothing else
+            left, right = {ast.Compare: lambda: ((span.comparators[key - 1] if key else span.left),
+                                                 span.comparators[key]),
+                           ast.BinOp: lambda: (span.left, span.right),
+                           ast.AugAssign: lambda: (span.target, span.value)}[type(span)]()
+            a, b = (left.end_lineno, left.end_col_offset), (right.lineno, right.col_offset)
+            gap = lines[a[0] - 1][a[1]:] if a[0] != b[0] else lines[a[0] - 1][a[1]:b[1]]
+            eq = "=" if isinstance(span, ast.AugAssign) else ""
+            if a[0] == b[0] and gap.decode().count(_SYMBOL[type(old)] + eq) == 1:
+                edits.append((a, b, gap.decode().replace(_SYMBOL[type(old)] + eq, _SYMBOL[type(new)] + eq)))
+        whole = ((span.lineno, span.col_offset), (span.end_lineno, span.end_col_offset))
+        if isinstance(new, str) and isinstance(span, ast.Constant):  # a string keeps its quotes
+            q = lines[span.lineno - 1][span.col_offset:span.col_offset + 1].decode()
+            edits.append((*whole, q + new + q))
+        edits += [(*whole, ast.unparse(after)), (*whole, f"({ast.unparse(after)})")]
+        for a, b, text in edits:
+            cand = splice(a, b, text)
+            try:
+                if ast.dump(ast.parse(cand)) == want:
+                    out.append(cand)
+                    break
+            except (SyntaxError, ValueError, RecursionError):
+                pass
+        holder[key] = old
+    return out
+
+
+def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8) -> list[str] | None:
+    """The refiner's lesson for sft.py's scripted teacher: [a near miss, the fix]. The near miss is the
+    reference (as scripted_replies writes it) with one site changed (`_mutants`, in an order seeded by the
+    task id): the first of `tries` candidates whose code loads and runs and fails at least one of the
+    task's tests (in the sandbox; a candidate that crashes on load or runs out of time is passed over);
+    the fix is scripted_replies' reference. The teacher never teaches the first reply (the mistake).
+    None when no candidate qualifies."""
+    right = scripted_replies(task)[0]
+    ref = right.removeprefix("```python\n").removesuffix("\n```")
+    cands = _mutants(ref, str(task["entry_point"]))
+    random.Random(f"repair:{task.get('task_id', task['prompt'])}").shuffle(cands)
+    for code in cands[:tries]:
+        res = run_tests(complete_code(code, task), task, timeout)
+        if res.reason == "tests failed" and res.failures:
+            return [f"```python\n{code}\n```", right]
+    return None
+
+
 class CodeTeamEnv:
     roles = ROLES
 
     def __init__(self, max_refinement_iterations: int = 2, timeout: float = 10.0):
         self.max_refinements = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.timeout = need_number("timeout", timeout, 0, 600, lo_open=True)
+
+    def scripted_repair(self, task):
+        """scripted_repair with this env's test timeout."""
+        return scripted_repair(task, self.timeout)
 
     def reset(self, task):
         self.task, self.history, self.rewards, self.passed_all, self.refinements = task, [], [], [], 0

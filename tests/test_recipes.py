@@ -72,15 +72,15 @@ def test_a_killed_recipe_resumes_without_redoing_finished_stages(tmp_path):
 
 @pytest.mark.parametrize("name", [n for n in recipes.recipes() if n != "video_qa"])  # video_qa: the test above
 def test_each_recipe_runs_teacher_sft_rl_eval_on_the_tiny_model(tmp_path, name):
-    """Every recipe's config, on the tiny model: the teacher's SFT writes an adapter for each role it gave
-    examples (every role but the code refiner), RL takes 2 steps from them, val at 0 and 2, the summary."""
+    """Every recipe's config, on the tiny model: the teacher's SFT writes an adapter for every role (the code
+    refiner's from its repair lessons), RL takes 2 steps from them, val at 0 and 2, the summary."""
     out = tmp_path / name
     r = subprocess.run([sys.executable, "recipes.py", name, "--tiny", "--out", str(out)], cwd=ROOT,
                        env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     _, cfg, _ = recipes.load_recipe(name)
     written = {ro.name for ro in cfg.roles if recipes.adapter_written(out, cfg, ro)}
-    assert written == {ro.name for ro in cfg.roles} - ({"refiner"} if name == "code" else set()), written
+    assert written == {ro.name for ro in cfg.roles}, written
     s = json.loads((out / "summary.json").read_text())
     assert s["steps"] == 2 and s["val_tasks"] >= 1 and all((out / f"{st}.done").exists() for st in recipes.STAGES)
 

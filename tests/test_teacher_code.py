@@ -17,7 +17,7 @@ from config import load_config_file
 from data.code_data import (FAMILIES, SYNTH_SIZES, _universe, load_code_tasks, load_humaneval, parse_synthetic,
                             synthetic_code_tasks, synthetic_split_size)
 from data.math_data import DataError
-from envs.code_team import CodeTeamEnv, complete_code, reference_solution, scripted_replies
+from envs.code_team import CodeTeamEnv, _mutants, complete_code, reference_solution, scripted_repair, scripted_replies
 from envs.sandbox import run_python
 from helpers import play
 
@@ -205,12 +205,49 @@ def test_a_wrong_solution_scores_less_and_the_refiner_can_fix_it(train):
     assert roles == ["generator", "refiner", "refiner"] and rew == [0.0, 0.0, 0.0] and m["team_reward"] == 0.0
 
 
+def test_the_repair_lesson_is_a_one_site_near_miss_that_fails_and_its_fix_passes(train):
+    """scripted_repair on one task of every family: the first reply changes one site of the reference
+    (one line differs), fails at least one test through the env, and the refiner's reply (the reference)
+    then passes them all; the lesson is the same on every call (seeded by the task id)."""
+    by = {}
+    for t in train:
+        by.setdefault(t["family"], t)
+    for fam, task in by.items():
+        lesson = scripted_repair(task)
+        assert lesson is not None and lesson == scripted_repair(task), fam
+        mistake, fix = lesson
+        assert fix == scripted_replies(task)[0]
+        ref = reference_solution(task).strip().splitlines()
+        bad = mistake.removeprefix("```python\n").removesuffix("\n```").strip().splitlines()
+        assert len(bad) == len(ref) and sum(a.strip() != b.strip() for a, b in zip(ref, bad)) == 1, (fam, bad)
+        roles, rew, m, _ = play(CodeTeamEnv(2), task, lesson)
+        assert roles == ["generator", "refiner"] and rew[0] < 1.0 and rew[1] == 1.0, (fam, rew)
+        assert m["refiner_fixed"] == 1.0 and m["generator_success"] == 0.0
+    # the sites, one change each; only the changed expression's text is rewritten (comments, layout and
+    # the docstring stay), parenthesised where the change would otherwise regroup its neighbours
+    code = ('def f(xs, s):\n    """Doc a."""\n    n = 0  # count\n\n    n *= c - a * b\n'
+            '    return max(xs) > 2 + len(xs) and s.upper() == "ab"\n')
+    edits = {m.splitlines()[k] for m in _mutants(code, "f") for k in range(6) if m.splitlines()[k] != code.splitlines()[k]}
+    assert all(len(m.splitlines()) == 6 and sum(a != b for a, b in zip(m.splitlines(), code.splitlines())) == 1
+               for m in _mutants(code, "f"))
+    assert edits == {
+        "    n = 1  # count", "    n += c - a * b", "    n *= c + a * b", "    n *= c - (a + b)",
+        '    return min(xs) > 2 + len(xs) and s.upper() == "ab"', '    return max(xs) >= 2 + len(xs) and s.upper() == "ab"',
+        '    return max(xs) > 2 - len(xs) and s.upper() == "ab"', '    return max(xs) > 3 + len(xs) and s.upper() == "ab"',
+        '    return max(xs) > 2 + len(xs) and s.lower() == "ab"', '    return max(xs) > 2 + len(xs) and s.upper() != "ab"',
+        '    return max(xs) > 2 + len(xs) and s.upper() == "aa"'}
+    assert _mutants("def f(t):\n    return len(t)\n", "f") == ["def f(t):\n    return len(t) - 1\n"]
+    assert _mutants("def f(:\n", "f") == [] and _mutants(code, "g") == []
+
+
 # ---------------------------------------------------------------------------------- sft.py's scripted teacher
 
 
-def test_sfts_scripted_teacher_writes_the_generators_turns(tiny, train, humaneval):
-    """A perfect generator passes, so the env never asks the refiner: the teacher writes generator
-    examples only (every task), each the chat-formatted prompt the env gave -> the scripted reply."""
+def test_sfts_scripted_teacher_writes_the_generators_turns_and_the_refiners_repairs(tiny, train, humaneval):
+    """A perfect generator passes, so the env never asks the refiner: the perfect team gives generator
+    examples (every task), each the chat-formatted prompt the env gave -> the scripted reply; the repair
+    lesson (scripted_repair) gives the refiner's: its prompt shows the near miss and its failing tests, its
+    reply is the reference; the near miss itself is never an example."""
     import sft
     from workflows import workflow
     _, tok = tiny
@@ -218,14 +255,25 @@ def test_sfts_scripted_teacher_writes_the_generators_turns(tiny, train, humaneva
     roles = {"generator": "generator", "refiner": "refiner"}
     tasks = train[:3] + humaneval[:1]
     ex, counts = sft.scripted_teacher(make_env, module, tasks, tok, roles, set(roles), 0, 1.0)
-    assert counts == {"teacher:scripted/generator": 4} and [e.role for e in ex] == ["generator"] * 4
-    for e, task in zip(ex, tasks):
+    assert counts == {"teacher:scripted/generator": 4, "teacher:mistake/generator": 4, "teacher:repair/refiner": 4}
+    gen, ref = [e for e in ex if e.role == "generator"], [e for e in ex if e.role == "refiner"]
+    assert len(gen) == len(ref) == 4 and {e.source for e in ref} == {"teacher:repair"}
+    for e, r, task in zip(gen, ref, tasks):
         want = tok.apply_chat_template(make_env().reset(task).messages, add_generation_prompt=True, tokenize=False)
         assert (e.prompt, e.reply, e.reward, e.adapter) == (want, scripted_replies(task)[0], 1.0, "generator")
         assert task["prompt"].strip() in e.prompt
+        mistake = scripted_repair(task)[0]
+        assert (r.reply, r.reward, r.adapter) == (scripted_replies(task)[0], 1.0, "refiner")
+        shown = mistake.removeprefix("```python\n").removesuffix("\n```")
+        assert shown in r.prompt and "Test results:\n" in r.prompt and "Failures:" in r.prompt
+        assert all(x.reply != mistake for x in ex)
+    # the refiner's lessons go only where the refiner is trained
+    ex, counts = sft.scripted_teacher(make_env, module, tasks[:2], tok, roles, {"generator"}, 0, 1.0)
+    assert counts == {"teacher:scripted/generator": 2, "teacher:mistake/generator": 2} and len(ex) == 2
     # a team whose generator errs: its turn is left out (below min_reward), the refiner's fix is kept
     repair = types.SimpleNamespace(__name__="repair", scripted_replies=lambda t: [
         scripted_replies(t)[0].replace(t["canonical_solution"].strip(), "return None")] + scripted_replies(t))
     ex, counts = sft.scripted_teacher(make_env, repair, train[:1], tok, roles, set(roles), 0, 1.0)
-    assert counts == {"teacher:below_min_reward/generator": 1, "teacher:scripted/refiner": 1}
+    assert counts == {"teacher:below_min_reward/generator": 1, "teacher:scripted/refiner": 1,  # (+ the env's
+                      "teacher:mistake/generator": 1, "teacher:repair/refiner": 1}  # own repair lesson)
     assert ex[0].role == "refiner" and "Test results:\n0/4 tests passed" in ex[0].prompt

@@ -2,8 +2,10 @@
 on the synthetic family of short functions (data/code_data.py synthetic:train / synthetic:val; HumanEval
 stays configs/code.py's, for GPUs). SFT on the teacher's reference solutions for 64 training tasks, then
 12 GRPO steps of 4 tasks x 4 chains; val: 200 held-out functions (none of them in train), greedy, at step
-0 (the SFT start) and step 12. The teacher writes right solutions only, so the refiner has no SFT example
-and starts from the base model."""
+0 (the SFT start) and step 12. The teacher also plays each task's repair lesson (envs/code_team.py's
+scripted_repair: a one-site near miss that fails a test, then the reference as the refiner's fix), so the
+refiner starts from up to 64 examples of fixing code from its failing tests (one a task that has such a near
+miss), not from the base model."""
 import dataclasses
 from pathlib import Path
 
