@@ -76,7 +76,16 @@ def _without_docstring(prompt: str, entry: str) -> str:
 def scripted_replies(task: dict) -> list[str]:
     """The perfect team's replies: the generator's canonical solution, which passes every test, so
     the env asks for no refiner turn."""
-    return [f"```python\n{reference_solution(task).lstrip(chr(10)).rstrip()}\n```"]
+    return [_block(_reference_code(task))]
+
+
+def _reference_code(task: dict) -> str:
+    """The reference as the scripted replies write it: no leading blank lines, no trailing space."""
+    return reference_solution(task).lstrip("\n").rstrip()
+
+
+def _block(code: str) -> str:
+    return f"```python\n{code}\n```"
 
 
 _SWAP = {ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
@@ -133,15 +142,17 @@ def _mutants(code: str, entry: str) -> list[str]:
         after = new if isinstance(new, ast.expr) else span  # what now stands where span stood
         want, edits = ast.dump(tree), []
         if type(old) in _SYMBOL:  # an operator: rewrite its token between the operands, nothing else
-            left, right = {ast.Compare: lambda: ((span.comparators[key - 1] if key else span.left),
-                                                 span.comparators[key]),
-                           ast.BinOp: lambda: (span.left, span.right),
-                           ast.AugAssign: lambda: (span.target, span.value)}[type(span)]()
+            if isinstance(span, ast.Compare):
+                left, right = (span.comparators[key - 1] if key else span.left), span.comparators[key]
+            elif isinstance(span, ast.BinOp):
+                left, right = span.left, span.right
+            else:  # AugAssign
+                left, right = span.target, span.value
             a, b = (left.end_lineno, left.end_col_offset), (right.lineno, right.col_offset)
-            gap = lines[a[0] - 1][a[1]:] if a[0] != b[0] else lines[a[0] - 1][a[1]:b[1]]
             eq = "=" if isinstance(span, ast.AugAssign) else ""
-            if a[0] == b[0] and gap.decode().count(_SYMBOL[type(old)] + eq) == 1:
-                edits.append((a, b, gap.decode().replace(_SYMBOL[type(old)] + eq, _SYMBOL[type(new)] + eq)))
+            gap = lines[a[0] - 1][a[1]:b[1]].decode() if a[0] == b[0] else ""
+            if gap.count(_SYMBOL[type(old)] + eq) == 1:
+                edits.append((a, b, gap.replace(_SYMBOL[type(old)] + eq, _SYMBOL[type(new)] + eq)))
         whole = ((span.lineno, span.col_offset), (span.end_lineno, span.end_col_offset))
         if isinstance(new, str) and isinstance(span, ast.Constant):  # a string keeps its quotes
             q = lines[span.lineno - 1][span.col_offset:span.col_offset + 1].decode()
@@ -166,14 +177,13 @@ def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8) -> list[s
     task's tests (in the sandbox; a candidate that crashes on load or runs out of time is passed over);
     the fix is scripted_replies' reference. The teacher never teaches the first reply (the mistake).
     None when no candidate qualifies."""
-    right = scripted_replies(task)[0]
-    ref = right.removeprefix("```python\n").removesuffix("\n```")
+    ref = _reference_code(task)
     cands = _mutants(ref, str(task["entry_point"]))
     random.Random(f"repair:{task.get('task_id', task['prompt'])}").shuffle(cands)
     for code in cands[:tries]:
         res = run_tests(complete_code(code, task), task, timeout)
         if res.reason == "tests failed" and res.failures:
-            return [f"```python\n{code}\n```", right]
+            return [_block(code), _block(ref)]
     return None
 
 
