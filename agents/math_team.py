@@ -156,7 +156,7 @@ def digit_claim(text: str) -> tuple[bool, str] | None:
     return None if last is None else (last.group(1) == "negative", last.group(2))
 
 
-def _sign_digit(number: str | None) -> tuple[bool, str] | None:
+def sign_digit(number: str | None) -> tuple[bool, str] | None:
     """(negative, last digit) of a whole number (whole()), else None: what the digit check compares."""
     n = whole(number)
     return None if n is None else (n.startswith("-"), n[-1])
@@ -165,15 +165,15 @@ def _sign_digit(number: str | None) -> tuple[bool, str] | None:
 def digit_check_right(text: str, truth: str) -> bool | None:
     """Whether an evaluator_digit check claims the truth's sign and last digit; None when the truth is not
     a whole number (no digit to check)."""
-    t = _sign_digit(str(truth))
+    t = sign_digit(str(truth))
     return None if t is None else digit_claim(text) == t
 
 
 def digit_consistent(answer: str | None, truth: str) -> bool:
     """Whether an answer passes the evaluator_digit check of a whole-number `truth`: a whole number with
     the truth's sign and last digit."""
-    a = _sign_digit(answer)
-    return a is not None and a == _sign_digit(str(truth))
+    a = sign_digit(answer)
+    return a is not None and a == sign_digit(str(truth))
 
 
 _NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"

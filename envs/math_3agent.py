@@ -49,6 +49,14 @@ generator's rate, so its faithful comparisons rejected right solutions; one digi
 can compute (T1, arXiv 2504.04718). The check turn is paid on its claim (sign and last digit) against
 the truth (digit_check_right; 0 where the truth is not a whole number); a wrong answer that ends in
 the right digit (a +-10 slip) passes it.
+verdict_from_check=True (with evaluator_prompt="digit"): the judge writes its check and nothing else; each
+verdict is the comparison the check asks for, made by the env (the solution's answer has the claimed sign
+and last digit: Correct, else Incorrect; a check that claims no digit: no verdict, so the team refines), and
+the team sees "Check: ...\nVerdict: ..." as before. In arm (e-digit) the judge's own verdicts followed its
+check in 97% of cases at step 0 and 83% at step 24 (it rejected 63 of 182 right answers its check cleared):
+the comparison is the part RL eroded, and it is the part that needs no learning. The judge then learns
+only what a judge must: the check (paid on its claim as above); probes are judged the same way and count
+in probe_* but train nothing (no model turn). Off = the judge writes its verdicts.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
@@ -67,7 +75,7 @@ import re
 import zlib
 from collections import defaultdict
 
-from agents.math_team import blind_messages, build_messages, digit_check_right, parse_verdict
+from agents.math_team import blind_messages, build_messages, digit_check_right, digit_claim, parse_verdict, sign_digit
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
@@ -79,7 +87,8 @@ class MathTeamEnv:
 
     def __init__(self, max_refinement_iterations: int = 3, evaluator_reward: str = "symmetric",
                  evaluator_mixed_groups_only: bool = True, refiner_reward: str = "relative", fix_bonus: float = 0.0,
-                 break_penalty: float = 0.0, probes: bool = False, evaluator_prompt: str = "plain"):
+                 break_penalty: float = 0.0, probes: bool = False, evaluator_prompt: str = "plain",
+                 verdict_from_check: bool = False):
         if evaluator_reward not in ("symmetric", "accuracy"):
             raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
         if refiner_reward not in ("relative", "correctness"):
@@ -89,6 +98,10 @@ class MathTeamEnv:
         need_bool("probes", probes)
         if evaluator_prompt not in ("plain", "check", "blind", "digit"):
             raise ValueError(f"evaluator_prompt must be 'plain', 'check', 'blind' or 'digit', got {evaluator_prompt!r}")
+        if need_bool("verdict_from_check", verdict_from_check) and evaluator_prompt != "digit":
+            raise ValueError(f"verdict_from_check needs evaluator_prompt='digit' (a check that claims a sign and a "
+                             f"last digit to compare against), got evaluator_prompt={evaluator_prompt!r}")
+        self.derived = verdict_from_check
         self.blind_style = {"blind": "evaluator_blind", "digit": "evaluator_digit"}.get(evaluator_prompt)
         self.blind = self.blind_style is not None  # a check turn of its own, before the solution
         self.judge_prompt = {"plain": "evaluator_critique", "check": "evaluator_check"}.get(evaluator_prompt)
@@ -140,7 +153,7 @@ class MathTeamEnv:
             self.check, self.check_right = reply, (digit_check_right(reply, self.answer) if self.blind_style ==
                                                    "evaluator_digit" else math_reward(reply, self.answer) == 1.0)
             self._pay(0.0 if self.check_right is None else self._judge_reward(self.check_right, True))  # None: no digit
-            return self._turn(role)
+            return self._judged(self._check_verdict(self.history[-1][1])) if self.derived else self._turn(role)
         self.history.append((role, reply if not (self.blind and role == "evaluator_critique")
                              else f"{self.check.strip()}\n{reply.strip()}"))
         if role in ("generator_initial", "generator_refinement"):
@@ -155,13 +168,31 @@ class MathTeamEnv:
                 self.refinements += 1
             self.solution_correct.append(ok)
             self._pay(r)
+            if self.derived and self.check is not None:  # the check is written once; each verdict is its comparison
+                return self._judged(self._check_verdict(reply))
             return self._turn("evaluator_critique")
-        # evaluator
-        verdict = parse_verdict(reply)
-        truth = self.solution_correct[-1]
+        verdict = parse_verdict(reply)  # the judge's own verdict
+        self._pay(self._judge_reward(verdict, self.solution_correct[-1]), self.solution_correct[-1])
+        return self._judged(verdict)
+
+    def _check_says(self, solution: str) -> bool | None:
+        """verdict_from_check: whether the solution's answer has the sign and last digit the judge's check
+        claims (an answer that is not a whole number has neither: Incorrect); None when the check claims none."""
+        claim = digit_claim(self.check)
+        return None if claim is None else sign_digit(extract_answer(solution)) == claim
+
+    def _check_verdict(self, solution: str) -> bool | None:
+        """The check's verdict on the team's latest solution; the team sees the check and it as the critique."""
+        verdict = self._check_says(solution)
+        said = {True: "Verdict: Correct", False: "Verdict: Incorrect", None: "No verdict."}[verdict]
+        self.history.append(("evaluator_critique", f"{self.check.strip()}\n{said}"))
+        return verdict
+
+    def _judged(self, verdict: bool | None) -> Prompt | None:
+        """After a verdict on the latest solution (the judge's, or its check's): count it, then accept,
+        stop, or ask for a refinement."""
         self.verdicts.append(verdict)
-        self.judged.append(truth)
-        self._pay(self._judge_reward(verdict, truth), truth)
+        self.judged.append(self.solution_correct[-1])
         if verdict is True or self.refinements >= self.max_refinements:
             self.probe_queue = self._probes() if self.probes else []
             return self._next_probe()
@@ -182,6 +213,9 @@ class MathTeamEnv:
         return pair
 
     def _next_probe(self) -> Prompt | None:
+        while self.derived and self.probe_queue:  # judged by the check's comparison: no model turn, no reward
+            shown, truth = self.probe_queue.pop(0)
+            self.probe_results.append((self._check_says(shown), truth))
         if not self.probe_queue:
             self.done = True
             return None

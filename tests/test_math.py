@@ -532,6 +532,51 @@ def test_the_digit_judge_checks_the_sign_and_last_digit_blind_and_is_paid_on_tha
     assert cfg.data.env_kwargs["evaluator_prompt"] == "digit" and cfg.roles[1].max_tokens == 64
 
 
+def test_verdict_from_check_makes_every_verdict_the_checks_comparison_and_trains_only_the_check():
+    """verdict_from_check=True: the judge's only turn is its blind digit check (paid on its claim); every
+    verdict, on each solution and on the probes, is the env's comparison of the answer with the claimed
+    sign and last digit, shown to the team as "check + Verdict"; a wrong answer that fits the claim
+    passes (the check's blind spot), a right one that does not is rejected (a wrong check); probes count
+    but add no turn; off = today's judge-written verdicts; only with evaluator_prompt="digit"."""
+    task = {"question": "What is 41 - 88?", "answer": "-47"}
+    check = "Check: 41 is less than 88, so the answer is negative: 88 - 41, 8 - 1 = 7, so the answer is negative and ends in 7."
+    env = MathTeamEnv(max_refinement_iterations=2, probes=True, evaluator_prompt="digit", verdict_from_check=True)
+    env.reset(task)
+    assert env.step("So \\boxed{47}.").role == "evaluator_critique"  # the check turn, blind
+    refine = env.step(check)  # no verdict turn: the env compares 47 with (negative, 7): Incorrect
+    assert refine.role == "generator_refinement" and f"{check}\nVerdict: Incorrect" in refine.messages[-1]["content"]
+    assert env.step("Then \\boxed{-48}.").role == "generator_refinement"  # the sign fixed, not the digit: Incorrect
+    assert env.step("It is \\boxed{-47}.") is None  # fits the claim: Correct, the team stops; a right first
+    m = env.metrics()  # answer is needed for probes, so none here
+    assert env.turn_rewards() == [0.0, 1.0, 0.0, 1.0] and env.verdicts == [False, False, True]
+    assert (m["eval_tn"], m["eval_tp"], m["refine_fixed"], m["eval_checks"], m["eval_check_right"]) == (2, 1, 1, 1.0, 1.0)
+    blind_spot = MathTeamEnv(evaluator_prompt="digit", verdict_from_check=True, probes=True)
+    blind_spot.reset(task)
+    blind_spot.step("\\boxed{-57}")  # a tens slip: ends in 7, negative, so the check passes it
+    assert blind_spot.step(check) is None and blind_spot.metrics()["eval_fp"] == 1 and blind_spot.turn_rewards() == [0.0, 1.0]
+    probed = MathTeamEnv(evaluator_prompt="digit", verdict_from_check=True, probes=True, max_refinement_iterations=0)
+    probed.reset(task)
+    probed.step("41 - 88 = -47, so \\boxed{-47}.")
+    assert probed.step("Check: so the answer ends in 7.") is None  # a wrong claim (no sign): rejects the right answer
+    m = probed.metrics()  # and its probes: the right solution rejected; the near miss's fate is its digit's
+    assert probed.turn_rewards() == [1.0, -1.0] and m["eval_fn"] == 1  # the generator and the check: no probe turns
+    assert (m["probes"], m["probe_fn"], m["probe_tn"]) == (2, 1, 1)
+    mute = MathTeamEnv(evaluator_prompt="digit", verdict_from_check=True, max_refinement_iterations=1)
+    mute.reset(task)
+    mute.step("\\boxed{-47}")
+    assert "I cannot tell.\nNo verdict." in mute.step("I cannot tell.").messages[-1]["content"] and mute.verdicts == [None]
+    with pytest.raises(ValueError, match="verdict_from_check needs evaluator_prompt='digit'"):
+        MathTeamEnv(evaluator_prompt="blind", verdict_from_check=True)
+    with pytest.raises(ConfigError, match="verdict_from_check"):
+        MathTeamEnv(evaluator_prompt="digit", verdict_from_check="yes")
+    from config import load_config_file
+    from workflows import check_roles
+    cfg = load_config_file(str(ROOT / "configs" / "smollm2_math_judge_derived.py"))
+    check_roles(cfg)
+    assert cfg.data.env_kwargs == {"probes": True, "evaluator_prompt": "digit", "verdict_from_check": True}
+    assert not cfg.roles[1].balance_labels and cfg.roles[1].train_windows == ((9, 16),)
+
+
 def test_the_digit_teacher_checks_right_on_every_train_problem_and_its_verdicts_follow_the_check():
     """sft.py's math teacher for the digit judge: per task a check turn worked from the operands (right
     sign and last digit on every train problem, and consistent: its arithmetic step ends in the digit it
