@@ -9,7 +9,8 @@ A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data,
 step 0 and at the end) and `SFT` (sft.py options for the teacher's SFT, e.g. teacher_tasks, lr, epochs).
 The stages, each a fresh process (one at a time; the machine's cores are theirs), each skipped when its
 output is complete, so a killed run resumes where it stopped (train.py itself resumes from its last
-checkpoint):
+checkpoint); a stage finished under another config, SFT options or teacher code (the workflow's module and
+what it uses) is refused, not reused:
   1. sft      sft.py --teacher scripted: the workflow module's scripted_replies(task) (a perfect team) played
               on the first SFT['teacher_tasks'] training tasks, every role's turns (and, where the workflow
               has one, its scripted_repair(task) lesson's turns after the mistake) -> <out>/sft/<adapter>/
@@ -102,15 +103,19 @@ def mark(out: Path, stage: str, seconds: float, fingerprint: str):
 
 
 def fingerprint(out: Path, sft: dict, tiny: bool) -> str:
-    """What a finished stage was made with: the effective train config, the SFT options, --tiny."""
+    """What a finished stage was made with: the effective train config, the SFT options, --tiny, and the
+    teacher's code (sft_teachers.teacher_code: a stage made by an older teacher or reward is not reused silently)."""
     from config import load_config_file, to_dict
-    cfg = to_dict(load_config_file(str(out / "recipe_config.py")))
-    return hashlib.sha256(json.dumps({"config": cfg, "sft": sft, "tiny": tiny}, sort_keys=True,
+    from sft_teachers import teacher_code
+    from workflows import workflow
+    cfg = load_config_file(str(out / "recipe_config.py"))
+    code = teacher_code(workflow(cfg)[1])
+    return hashlib.sha256(json.dumps({"config": to_dict(cfg), "sft": sft, "tiny": tiny, "code": code}, sort_keys=True,
                                      default=str).encode()).hexdigest()[:16]
 
 
 def stale(out: Path, fp: str) -> list[str]:
-    """Finished stages made with another recipe (its config, SFT options or --tiny changed since)."""
+    """Finished stages made with another recipe (its config, SFT options, --tiny or the teacher's code changed since)."""
     return [s for s in STAGES if done(out, s) and json.loads((out / f"{s}.done").read_text()).get("fingerprint") != fp]
 
 
@@ -186,7 +191,7 @@ def main(argv=None):
     fp = fingerprint(out, sft, a.tiny)
     if old := stale(out, fp):
         sys.exit(f"recipes.py: {out} holds stage(s) {', '.join(old)} done with another recipe (configs/cpu/"
-                 f"{a.workflow}.py, its SFT options or --tiny changed since): give --out a new directory, or delete {out}")
+                 f"{a.workflow}.py, its SFT options, --tiny or the teacher's code changed since): give --out a new directory, or delete {out}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     for k, stage in enumerate(STAGES):
         if done(out, stage):

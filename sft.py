@@ -430,7 +430,8 @@ def fingerprint(cfg: SFTConfig, tc, records, inits: dict) -> dict:
     shows progress), the parts of the train config SFT reads (model, LoRA, roles' adapters and sampling,
     the workflow and its tasks, rollout, seed: not the RL algorithm or the run's length), the base model
     (a local file or directory: its files' names, sizes and mtimes), the training records, the task file
-    (teacher, rejection sampling) and every init_from adapter's bytes. summary.json keeps it; a rerun
+    (teacher, rejection sampling), the teacher's code (sft_teachers.teacher_code: the workflow's module and
+    what it uses) and every init_from adapter's bytes. summary.json keeps it; a rerun
     whose fingerprint differs from a finished SFT's in the same directory is refused (run_sft)."""
     def h(x):
         return hashlib.sha256(json.dumps(x, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -453,6 +454,10 @@ def fingerprint(cfg: SFTConfig, tc, records, inits: dict) -> dict:
                                                                       "max_refinement_iterations", "reward_weights")},
                                    "tasks": file_bytes(tc.data.train_files)})
         spec, dtype, seed = tc.model.spec, tc.model.dtype, tc.trainer.seed
+        if cfg.teacher != "none":
+            from sft_teachers import teacher_code
+            from workflows import workflow
+            parts["teacher"] = h(teacher_code(workflow(tc)[1]))
     p = Path(spec)  # a preset (tiny: random weights from the seed), a hub id, or local files
     files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p] if p.is_file() else []
     parts["base_model"] = h([spec, dtype, seed] + [(x.name, x.stat().st_size, x.stat().st_mtime_ns) for x in files])

@@ -5,13 +5,19 @@ they write (sft.py trains on these):
   scripted_teacher  any workflow: a scripted perfect team's replies (the env's or its module's
                     scripted_replies(task)) played through a fresh env; every turn is an example
   tokenize          an Example's token ids: prompt + reply (+ EOS), the loss on the reply
+  teacher_code      a hash of the code that writes a workflow's teacher turns and pays them (what a
+                    finished SFT or recipe stage records, so an older teacher's output is not reused)
 Plain Python over a tokenizer: no torch, no model."""
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
+import sys
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agents.math_team import blind_messages, build_messages, check_line, digit_check_line, digit_consistent, whole
 from rewards.math import _last_boxed, extract_answer, math_reward
@@ -235,3 +241,29 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
         for method, source, skip in episodes:
             play(task, method, source, skip)  # scripted_repair may give None (no lesson for this task)
     return out, dict(counts)
+
+
+def teacher_sources(module) -> list[Path]:
+    """The files whose code writes a workflow's teacher turns and pays them: this file, the workflow's module
+    and the troupe modules it takes names from, and theirs in turn (agents/, envs/, rewards/, data/: prompts,
+    parsers, rewards, the sandbox)."""
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if getattr(m, "__file__", None) is None or m.__file__ in seen:
+            continue
+        seen.add(m.__file__)
+        for v in vars(m).values():  # a package's submodules are its attributes once imported anywhere: not followed
+            if inspect.ismodule(v) and hasattr(m, "__path__"):
+                continue
+            n = v.__name__ if inspect.ismodule(v) else getattr(v, "__module__", None)
+            if isinstance(n, str) and n.split(".")[0] in ("agents", "envs", "rewards", "data") and n in sys.modules:
+                todo.append(sys.modules[n])
+    return sorted({Path(f).resolve() for f in seen} | {Path(__file__).resolve()})
+
+
+def teacher_code(module) -> dict:
+    """{file (relative to the repo where it is inside it): sha256 of its bytes} over teacher_sources(module)."""
+    root = Path(__file__).resolve().parent
+    return {str(f.relative_to(root)) if f.is_relative_to(root) else str(f): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in teacher_sources(module)}
