@@ -302,6 +302,29 @@ def _task(fam: _Family, name: str, params: tuple, k, split: str) -> dict:
             "family": fam.id}
 
 
+def wrong_approaches(task: dict) -> list[str]:
+    """A synthetic task's wrong approaches: every other family's function on the same signature (parameter
+    types and return type), written with this task's name and parameters and one of that family's constants
+    (drawn by the task id), as complete code without a docstring, e.g. for `leading(arr)` (the first 4 items)
+    `return [v for v in arr if v > 3]`: the kind of mistake the code recipe's generator makes (a filter where
+    a slice was asked for), not a one-site slip. [] for a task of no synthetic family."""
+    fam = next((f for f in FAMILIES if f.id == task.get("family")), None)
+    try:
+        fn = ast.parse(str(task.get("prompt", ""))).body[0]
+    except (SyntaxError, ValueError, IndexError):
+        return []
+    if fam is None or not isinstance(fn, ast.FunctionDef) or fn.name != task.get("entry_point"):
+        return []
+    params, rng, out = tuple(a.arg for a in fn.args.args), random.Random(f"approach:{task.get('task_id')}"), []
+    for other in FAMILIES:
+        if other.id == fam.id or other.sig != fam.sig or other.ret != fam.ret or len(other.params[0]) != len(params):
+            continue
+        k = rng.choice(other.consts)
+        body = "    " + _fill(other.body, other, params, k).replace("\n", "\n    ")
+        out.append(f"def {fn.name}({_fill(other.sig, other, params, k)}) -> {other.ret}:\n{body}")
+    return out
+
+
 def synthetic_split_size(split: str) -> int:
     """How many tasks the split has (the most synthetic_code_tasks gives)."""
     return sum(map(len, _universe(split).values()))

@@ -11,9 +11,13 @@ code does not run, with the sandbox's reason in the summary). Team reward = fina
 scripted_replies(task): the perfect team, for sft.py's scripted teacher: the generator writes the
 task's canonical_solution (HumanEval's, or data/code_data's synthetic family's) as a complete
 function in a ```python block; the tests pass and the episode ends there, so a perfect team's
-refiner never speaks. scripted_repair(task): the refiner's lesson: a near-miss first solution (the
-reference with one comparison, operator, built-in or constant changed, failing at least one test;
-never taught) and the refiner's fix from the test results (the reference).
+refiner never speaks. scripted_repair(task): the refiner's lesson: a failing first solution (never
+taught) and the refiner's fix from the test results (the reference). The env's repair_mistake picks the
+mistake: "near_miss" (default) the reference with one comparison, operator, built-in or constant changed;
+"approach" another synthetic family's function on the same signature (data.code_data.wrong_approaches: a
+filter where a slice was asked for; a near miss for a task of no family, e.g. HumanEval's). The code
+recipe's SFT'd refiner, taught on near misses, copied the failing code in 54 of 62 val turns: its lesson
+differed from its answer in one token; the generator's real mistakes are wrong approaches.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import random
 import re
 
 from agents.code_team import build_messages
+from data.code_data import wrong_approaches
 from envs import Prompt, need_int, need_number
 from rewards.code import extract_code, run_tests
 
@@ -170,16 +175,26 @@ def _mutants(code: str, entry: str) -> list[str]:
     return out
 
 
-def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8) -> list[str] | None:
-    """The refiner's lesson for sft.py's scripted teacher: [a near miss, the fix]. The near miss is the
-    reference (as scripted_replies writes it) with one site changed (`_mutants`, in an order seeded by the
-    task id): the first of `tries` candidates whose code loads and runs and fails at least one of the
-    task's tests (in the sandbox; a candidate that crashes on load or runs out of time is passed over);
-    the fix is scripted_replies' reference. The teacher never teaches the first reply (the mistake).
-    None when no candidate qualifies."""
-    ref = _reference_code(task)
+REPAIR_MISTAKES = ("near_miss", "approach")
+
+
+def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8, mistake: str = "near_miss") -> list[str] | None:
+    """The refiner's lesson for sft.py's scripted teacher: [a mistake, the fix]. mistake="near_miss": the
+    reference (as scripted_replies writes it) with one site changed (`_mutants`); "approach": another
+    family's function on the same signature (`wrong_approaches`), then near misses where the task has none
+    left; candidates in an order seeded by the task id. The mistake is the first of `tries` candidates whose
+    code loads and runs and fails at least one of the task's tests (in the sandbox; a candidate that crashes
+    on load or runs out of time is passed over); the fix is scripted_replies' reference. The teacher never
+    teaches the first reply (the mistake). None when no candidate qualifies."""
+    if mistake not in REPAIR_MISTAKES:
+        raise ValueError(f"repair_mistake must be one of {REPAIR_MISTAKES}, got {mistake!r}")
+    ref, rng = _reference_code(task), random.Random(f"repair:{task.get('task_id', task['prompt'])}")
     cands = _mutants(ref, str(task["entry_point"]))
-    random.Random(f"repair:{task.get('task_id', task['prompt'])}").shuffle(cands)
+    rng.shuffle(cands)
+    if mistake == "approach":
+        approaches = wrong_approaches(task)
+        rng.shuffle(approaches)
+        cands = approaches + cands
     for code in cands[:tries]:
         res = run_tests(complete_code(code, task), task, timeout)
         if res.reason == "tests failed" and res.failures:
@@ -190,13 +205,17 @@ def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8) -> list[s
 class CodeTeamEnv:
     roles = ROLES
 
-    def __init__(self, max_refinement_iterations: int = 2, timeout: float = 10.0):
+    def __init__(self, max_refinement_iterations: int = 2, timeout: float = 10.0, repair_mistake: str = "near_miss"):
         self.max_refinements = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.timeout = need_number("timeout", timeout, 0, 600, lo_open=True)
+        if repair_mistake not in REPAIR_MISTAKES:
+            raise ValueError(f"config field data.env_kwargs.repair_mistake: must be one of {REPAIR_MISTAKES}, "
+                             f"got {repair_mistake!r}")
+        self.repair_mistake = repair_mistake
 
     def scripted_repair(self, task):
-        """scripted_repair with this env's test timeout."""
-        return scripted_repair(task, self.timeout)
+        """scripted_repair with this env's test timeout and repair_mistake (only sft.py's teacher calls it)."""
+        return scripted_repair(task, self.timeout, mistake=self.repair_mistake)
 
     def reset(self, task):
         self.task, self.history, self.rewards, self.passed_all, self.refinements = task, [], [], [], 0

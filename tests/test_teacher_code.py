@@ -240,6 +240,41 @@ def test_the_repair_lesson_is_a_one_site_near_miss_that_fails_and_its_fix_passes
     assert _mutants("def f(:\n", "f") == [] and _mutants(code, "g") == []
 
 
+def test_repair_mistake_approach_teaches_a_rewrite_from_another_familys_function(train, humaneval):
+    """repair_mistake="approach": the refiner's lesson starts from another family's function on the same
+    signature (a wrong approach: its body is not a one-site change of the reference), written with this
+    task's name and parameters, failing a test through the env; the fix passes. A family with no other
+    family on its signature, and a HumanEval task, fall back to a near miss; a bad value is one line."""
+    from data.code_data import wrong_approaches
+    by = {}
+    for t in train:
+        by.setdefault(t["family"], t)
+    rewrites = 0
+    for fam, task in by.items():
+        env = CodeTeamEnv(2, repair_mistake="approach")
+        lesson = env.scripted_repair(task)
+        assert lesson is not None and lesson == env.scripted_repair(task), fam
+        mistake = lesson[0].removeprefix("```python\n").removesuffix("\n```")
+        assert lesson[1] == scripted_replies(task)[0] and mistake.startswith(f"def {task['entry_point']}(")
+        approaches = wrong_approaches(task)
+        if approaches:
+            assert mistake in approaches, fam
+            rewrites += mistake not in _mutants(reference_solution(task).strip(), task["entry_point"])
+        else:
+            assert lesson == scripted_repair(task)  # the near miss
+        roles, rew, m, _ = play(CodeTeamEnv(2), task, lesson)
+        assert roles == ["generator", "refiner"] and rew[0] < 1.0 and rew[1] == 1.0 and m["refiner_fixed"] == 1.0, fam
+    assert rewrites >= len(by) - 3, rewrites  # max / min of two: the other family is one site away; contains: none
+    first_k = next(t for t in train if t["family"] == "first_k")
+    assert any("for v in" in w and " if " in w for w in wrong_approaches(first_k))  # a filter for a slice
+    he = humaneval[0]
+    assert wrong_approaches(he) == [] and scripted_repair(he, mistake="approach") == scripted_repair(he)
+    with pytest.raises(ValueError, match="config field data.env_kwargs.repair_mistake: must be one of"):
+        CodeTeamEnv(2, repair_mistake="typo")
+    cfg = load_config_file(os.path.join(ROOT, "configs", "cpu", "code.py"))
+    assert cfg.data.env_kwargs == {"repair_mistake": "approach"}
+
+
 # ---------------------------------------------------------------------------------- sft.py's scripted teacher
 
 
