@@ -19,7 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.math_team import blind_messages, build_messages, check_line, digit_check_line, digit_consistent, whole
+from agents.math_team import (blind_messages, build_messages, check_line, digit_check_line, digit_consistent,
+                              digit_verdict, whole)
 from rewards.math import _last_boxed, extract_answer, math_reward
 
 GENERATORS = ("generator_initial", "generator_refinement", "solver")
@@ -96,21 +97,13 @@ def teacher_verdict(solution: str, right: bool) -> str:
 
 def teacher_digit_verdict(solution: str, truth: str, right: bool) -> str:
     """The evaluator_digit judge's verdict turn: the solution's answer against the check's sign and last
-    digit ("The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"). The teacher only shows it
-    wrong solutions that fail the check, so the verdict that follows the check is also the true one."""
+    digit ("The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"; agents.math_team.digit_verdict).
+    The teacher only shows it wrong solutions that fail the check, so the verdict that follows the check is
+    also the true one."""
     said = extract_answer(solution)
     said = None if said is None else " ".join(said.split())[:60]
-    if not said:  # none, or an empty \\boxed{}
-        return "The solution gives no final answer.\nVerdict: Incorrect"
-    t, n = whole(truth), whole(said)
-    neg = t.startswith("-")
-    if right:
-        return f"The solution says {said}: {'negative, ' * neg}it ends in {t[-1]}.\nVerdict: Correct"
-    if n is None:
-        return f"The solution says {said}: not a whole number.\nVerdict: Incorrect"
-    if n.startswith("-") != neg:
-        return f"The solution says {said}: it should be {'negative' if neg else 'positive'}.\nVerdict: Incorrect"
-    return f"The solution says {said}: it ends in {n[-1]}, not {t[-1]}.\nVerdict: Incorrect"
+    t = whole(truth)
+    return digit_verdict(said, t if right else whole(said), (t.startswith("-"), t[-1]))[1]
 
 
 STYLES = ("plain", "check", "blind", "digit")  # env_kwargs evaluator_prompt

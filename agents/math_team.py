@@ -117,6 +117,33 @@ def whole(text: str | None) -> str | None:
     return t if re.fullmatch(r"-?\d{1,30}", t) else None
 
 
+def answer_number(answer: str | None) -> str | None:
+    """The whole number an answer stands for, read as math_reward reads it (normalised: LaTeX and $ dropped,
+    "-47.00" and "(-47)" -> "-47"), after the right side of its last "=" ("91 + 57 = 148" -> "148") and a
+    Unicode minus; None when it is none."""
+    if not isinstance(answer, str):
+        return None
+    from rewards.math import answer_key
+    return whole(answer_key(answer.rsplit("=", 1)[-1].replace("\u2212", "-")).strip("()"))
+
+
+def digit_verdict(said: str | None, number: str | None, claim: tuple[bool, str]) -> tuple[bool, str]:
+    """The evaluator_digit verdict: an answer (`said`, as written; `number`, the whole number it stands for,
+    None when it is not one) against a check's claim (negative, last digit), and the words of that verdict
+    turn, e.g. (False, "The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"): what sft.py's
+    teacher teaches the judge (with the truth's claim) and what the env writes under verdict_from_check."""
+    neg, digit = claim
+    if not said:  # none, or an empty \boxed{}
+        return False, "The solution gives no final answer.\nVerdict: Incorrect"
+    if number is None:
+        return False, f"The solution says {said}: not a whole number.\nVerdict: Incorrect"
+    if number.startswith("-") != neg:
+        return False, f"The solution says {said}: it should be {'negative' if neg else 'positive'}.\nVerdict: Incorrect"
+    if number[-1] != digit:
+        return False, f"The solution says {said}: it ends in {number[-1]}, not {digit}.\nVerdict: Incorrect"
+    return True, f"The solution says {said}: {'negative, ' * neg}it ends in {digit}.\nVerdict: Correct"
+
+
 def digit_check_line(problem: str, truth: str) -> str:
     """The evaluator_digit judge's check, written from the problem (sft_teachers.math_teacher): the last
     digit worked from the operands' last digits, and the sign, a necessary condition cheaper than the
@@ -156,7 +183,7 @@ def digit_claim(text: str) -> tuple[bool, str] | None:
     return None if last is None else (last.group(1) == "negative", last.group(2))
 
 
-def sign_digit(number: str | None) -> tuple[bool, str] | None:
+def _sign_digit(number: str | None) -> tuple[bool, str] | None:
     """(negative, last digit) of a whole number (whole()), else None: what the digit check compares."""
     n = whole(number)
     return None if n is None else (n.startswith("-"), n[-1])
@@ -165,15 +192,15 @@ def sign_digit(number: str | None) -> tuple[bool, str] | None:
 def digit_check_right(text: str, truth: str) -> bool | None:
     """Whether an evaluator_digit check claims the truth's sign and last digit; None when the truth is not
     a whole number (no digit to check)."""
-    t = sign_digit(str(truth))
+    t = _sign_digit(str(truth))
     return None if t is None else digit_claim(text) == t
 
 
 def digit_consistent(answer: str | None, truth: str) -> bool:
     """Whether an answer passes the evaluator_digit check of a whole-number `truth`: a whole number with
     the truth's sign and last digit."""
-    a = sign_digit(answer)
-    return a is not None and a == sign_digit(str(truth))
+    a = _sign_digit(answer)
+    return a is not None and a == _sign_digit(str(truth))
 
 
 _NEG = r"(incorrect|not\s+correct|wrong|false|invalid|no)"

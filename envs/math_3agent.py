@@ -53,7 +53,7 @@ verdict_from_check=True (with evaluator_prompt="digit"): the judge writes its ch
 verdict is the comparison the check asks for, made by the env (the solution's answer has the claimed sign
 and last digit: Correct, else Incorrect; a check that claims no digit: no verdict, so the team refines), and
 the team sees "Check: ...\nVerdict: ..." as before. In arm (e-digit) the judge's own verdicts followed its
-check in 97% of cases at step 0 and 83% at step 24 (it rejected 63 of 182 right answers its check cleared):
+check in 94% of cases at step 0, 97% at step 12 and 83% at step 24 (it rejected 63 of 182 right answers its check cleared):
 the comparison is the part RL eroded, and it is the part that needs no learning. The judge then learns
 only what a judge must: the check (paid on its claim as above); probes are judged the same way and count
 in probe_* but train nothing (no model turn). Off = the judge writes its verdicts.
@@ -75,7 +75,8 @@ import re
 import zlib
 from collections import defaultdict
 
-from agents.math_team import blind_messages, build_messages, digit_check_right, digit_claim, parse_verdict, sign_digit
+from agents.math_team import (answer_number, blind_messages, build_messages, digit_check_right, digit_claim, digit_verdict,
+                              parse_verdict)
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
@@ -175,16 +176,22 @@ class MathTeamEnv:
         self._pay(self._judge_reward(verdict, self.solution_correct[-1]), self.solution_correct[-1])
         return self._judged(verdict)
 
-    def _check_says(self, solution: str) -> bool | None:
-        """verdict_from_check: whether the solution's answer has the sign and last digit the judge's check
-        claims (an answer that is not a whole number has neither: Incorrect); None when the check claims none."""
+    def _check_says(self, solution: str) -> tuple[bool | None, str]:
+        """verdict_from_check: the verdict on a solution and its words (agents.math_team.digit_verdict, as
+        sft.py's teacher taught them: "The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"):
+        whether its answer (the whole number it stands for, as math_reward reads it) has the sign and last
+        digit the judge's check claims; (None, "No verdict.") when the check claims none."""
         claim = digit_claim(self.check)
-        return None if claim is None else sign_digit(extract_answer(solution)) == claim
+        if claim is None:
+            return None, "No verdict."
+        said = extract_answer(solution)
+        said = None if said is None else " ".join(said.split())[:60]
+        return digit_verdict(said, answer_number(said), claim)
 
     def _check_verdict(self, solution: str) -> bool | None:
-        """The check's verdict on the team's latest solution; the team sees the check and it as the critique."""
-        verdict = self._check_says(solution)
-        said = {True: "Verdict: Correct", False: "Verdict: Incorrect", None: "No verdict."}[verdict]
+        """The check's verdict on the team's latest solution; the team sees the check and its words as the
+        judge's critique, as it saw the judge's own check and verdict turns."""
+        verdict, said = self._check_says(solution)
         self.history.append(("evaluator_critique", f"{self.check.strip()}\n{said}"))
         return verdict
 
@@ -215,7 +222,7 @@ class MathTeamEnv:
     def _next_probe(self) -> Prompt | None:
         while self.derived and self.probe_queue:  # judged by the check's comparison: no model turn, no reward
             shown, truth = self.probe_queue.pop(0)
-            self.probe_results.append((self._check_says(shown), truth))
+            self.probe_results.append((self._check_says(shown)[0], truth))
         if not self.probe_queue:
             self.done = True
             return None

@@ -533,23 +533,37 @@ def test_the_digit_judge_checks_the_sign_and_last_digit_blind_and_is_paid_on_tha
 
 
 def test_verdict_from_check_makes_every_verdict_the_checks_comparison_and_trains_only_the_check():
-    """verdict_from_check=True: the judge's only turn is its blind digit check (paid on its claim); every
-    verdict, on each solution and on the probes, is the env's comparison of the answer with the claimed
-    sign and last digit, shown to the team as "check + Verdict"; a wrong answer that fits the claim
-    passes (the check's blind spot), a right one that does not is rejected (a wrong check); probes count
-    but add no turn; off = today's judge-written verdicts; only with evaluator_prompt="digit"."""
+    """verdict_from_check=True: the judge's only turn is its blind digit check (paid on its claim, unlabelled);
+    every verdict, on each solution and on the probes, is the env's comparison of the answer (the whole number
+    it stands for, as math_reward reads it) with the claimed sign and last digit, shown to the team in the
+    words sft.py's teacher taught the judge; a wrong answer that fits the claim passes (the check's blind
+    spot), a right one that does not is rejected (a wrong check); probes count but add no turn; off = the
+    judge's own verdict turns; only with evaluator_prompt="digit"."""
     task = {"question": "What is 41 - 88?", "answer": "-47"}
     check = "Check: 41 is less than 88, so the answer is negative: 88 - 41, 8 - 1 = 7, so the answer is negative and ends in 7."
     env = MathTeamEnv(max_refinement_iterations=2, probes=True, evaluator_prompt="digit", verdict_from_check=True)
     env.reset(task)
-    assert env.step("So \\boxed{47}.").role == "evaluator_critique"  # the check turn, blind
+    check_turn = env.step("So \\boxed{47}.")
+    assert check_turn.role == "evaluator_critique" and "boxed{47}" not in str(check_turn.messages)  # blind
     refine = env.step(check)  # no verdict turn: the env compares 47 with (negative, 7): Incorrect
-    assert refine.role == "generator_refinement" and f"{check}\nVerdict: Incorrect" in refine.messages[-1]["content"]
-    assert env.step("Then \\boxed{-48}.").role == "generator_refinement"  # the sign fixed, not the digit: Incorrect
-    assert env.step("It is \\boxed{-47}.") is None  # fits the claim: Correct, the team stops; a right first
-    m = env.metrics()  # answer is needed for probes, so none here
+    assert refine.role == "generator_refinement"
+    assert f"{check}\nThe solution says 47: it should be negative.\nVerdict: Incorrect" in refine.messages[-1]["content"]
+    again = env.step("Then \\boxed{-48}.")  # the sign fixed, not the digit: Incorrect
+    assert again.role == "generator_refinement" and "The solution says -48: it ends in 8, not 7." in again.messages[-1]["content"]
+    assert env.step("It is \\boxed{$-47$}.") is None  # read as math_reward reads it: fits the claim, Correct; the
+    m = env.metrics()  # team stops; no right first answer, so no probes
     assert env.turn_rewards() == [0.0, 1.0, 0.0, 1.0] and env.verdicts == [False, False, True]
+    assert env.turn_labels() == [None] * 4  # the check is paid on its claim, not on a solution's truth
     assert (m["eval_tn"], m["eval_tp"], m["refine_fixed"], m["eval_checks"], m["eval_check_right"]) == (2, 1, 1, 1.0, 1.0)
+    off = MathTeamEnv(max_refinement_iterations=2, evaluator_prompt="digit")  # the same replies, verdicts by the judge
+    off.reset(task)
+    off.step("So \\boxed{47}.")
+    assert off.step(check).role == "evaluator_critique" and off.turn_rewards() == [0.0, 1.0]
+    for shown in ("\\boxed{91 + 57 = -47}", "\\boxed{\u221247}", "\\boxed{-47.00}", "\\boxed{(-47)}"):  # right answers
+        right = MathTeamEnv(evaluator_prompt="digit", verdict_from_check=True)
+        right.reset(task)
+        right.step(shown)
+        assert right.step(check) is None and right.verdicts == [True], shown
     blind_spot = MathTeamEnv(evaluator_prompt="digit", verdict_from_check=True, probes=True)
     blind_spot.reset(task)
     blind_spot.step("\\boxed{-57}")  # a tens slip: ends in 7, negative, so the check passes it
