@@ -98,25 +98,38 @@ def done(out: Path, stage: str) -> bool:
     return (out / f"{stage}.done").is_file()
 
 
-def mark(out: Path, stage: str, seconds: float, fingerprint: str):
-    (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds, "fingerprint": fingerprint}) + "\n")
+def mark(out: Path, stage: str, seconds: float, fingerprint: str, code: dict):
+    (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds, "fingerprint": fingerprint, "code": code}) + "\n")
 
 
-def fingerprint(out: Path, sft: dict, tiny: bool) -> str:
-    """What a finished stage was made with: the effective train config, the SFT options, --tiny, and the
-    teacher's code (sft_teachers.teacher_code: a stage made by an older teacher or reward is not reused silently)."""
+def fingerprint(out: Path, sft: dict, tiny: bool) -> tuple[str, dict]:
+    """What a finished stage was made with: a hash of the effective train config, the SFT options and --tiny;
+    and the teacher's code, per file (sft_teachers.teacher_code: a stage made by an older teacher or reward is
+    not reused silently; docstrings and comments do not count)."""
     from config import load_config_file, to_dict
     from sft_teachers import teacher_code
     from workflows import workflow
     cfg = load_config_file(str(out / "recipe_config.py"))
-    code = teacher_code(workflow(cfg)[1])
-    return hashlib.sha256(json.dumps({"config": to_dict(cfg), "sft": sft, "tiny": tiny, "code": code}, sort_keys=True,
-                                     default=str).encode()).hexdigest()[:16]
+    _, module, loader = workflow(cfg)
+    return hashlib.sha256(json.dumps({"config": to_dict(cfg), "sft": sft, "tiny": tiny}, sort_keys=True,
+                                     default=str).encode()).hexdigest()[:16], teacher_code(module, loader)
 
 
-def stale(out: Path, fp: str) -> list[str]:
-    """Finished stages made with another recipe (its config, SFT options, --tiny or the teacher's code changed since)."""
-    return [s for s in STAGES if done(out, s) and json.loads((out / f"{s}.done").read_text()).get("fingerprint") != fp]
+def stale(out: Path, fp: str, code: dict) -> list[str]:
+    """Finished stages made with another recipe: its config, SFT options or --tiny changed since, or the
+    teacher's code (the changed files named). A stage finished before the code was recorded is taken as it
+    is, with a note."""
+    old = []
+    for s in (s for s in STAGES if done(out, s)):
+        m = json.loads((out / f"{s}.done").read_text())
+        if m.get("fingerprint") != fp:
+            old.append(s)
+        elif "code" not in m:
+            print(f"  note: stage {s} was finished before recipes.py recorded the teacher's code: not checked")
+        elif m["code"] != code:
+            changed = sorted(f for f in set(m["code"]) | set(code) if m["code"].get(f) != code.get(f))
+            old.append(f"{s} (the teacher's code changed: {', '.join(changed)})")
+    return old
 
 
 def compare_rows(out: Path, arms: list[str], name: str) -> list[dict]:
@@ -188,8 +201,8 @@ def main(argv=None):
         return None
     out.mkdir(parents=True, exist_ok=True)
     write_config(out / "recipe_config.py", recipe, out, a.tiny)
-    fp = fingerprint(out, sft, a.tiny)
-    if old := stale(out, fp):
+    fp, code = fingerprint(out, sft, a.tiny)
+    if old := stale(out, fp, code):
         sys.exit(f"recipes.py: {out} holds stage(s) {', '.join(old)} done with another recipe (configs/cpu/"
                  f"{a.workflow}.py, its SFT options, --tiny or the teacher's code changed since): give --out a new directory, or delete {out}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
@@ -212,7 +225,10 @@ def main(argv=None):
             if rc:
                 sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
                          "run the same command again to resume")
-        mark(out, stage, time.time() - t0, fp)
+        if (fp, code) != fingerprint(out, sft, a.tiny):  # each stage imported the code when it started
+            sys.exit(f"recipes.py: the recipe or the teacher's code changed while stage {stage} ran: it is not marked "
+                     f"done; run the same command again to redo it with the code as it is now")
+        mark(out, stage, time.time() - t0, fp, code)
         print(f"[{time.strftime('%H:%M:%S')}] {stage} done in {(time.time() - t0) / 60:.1f} min", flush=True)
     summary = json.loads((out / "summary.json").read_text())
     se = summary["se"]

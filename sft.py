@@ -454,10 +454,11 @@ def fingerprint(cfg: SFTConfig, tc, records, inits: dict) -> dict:
                                                                       "max_refinement_iterations", "reward_weights")},
                                    "tasks": file_bytes(tc.data.train_files)})
         spec, dtype, seed = tc.model.spec, tc.model.dtype, tc.trainer.seed
-        if cfg.teacher != "none":
+        if cfg.teacher != "none" or cfg.rejection_k:  # the teacher's turns, or the env that scores the samples
             from sft_teachers import teacher_code
             from workflows import workflow
-            parts["teacher"] = h(teacher_code(workflow(tc)[1]))
+            _, module, loader = workflow(tc)
+            parts["teacher"] = h(teacher_code(module, loader))
     p = Path(spec)  # a preset (tiny: random weights from the seed), a hub id, or local files
     files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p] if p.is_file() else []
     parts["base_model"] = h([spec, dtype, seed] + [(x.name, x.stat().st_size, x.stat().st_mtime_ns) for x in files])
@@ -527,6 +528,10 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         old_fp = old.get("fingerprint") if isinstance(old, dict) and isinstance(old.get("fingerprint"), dict) else {}
         if old_fp == fp:
             print_(f"SFT: {done} holds the SFT of this config, base model and data: not run again")
+            return old
+        if "teacher" in fp and "teacher" not in old_fp and old_fp == {k: v for k, v in fp.items() if k != "teacher"}:
+            print_(f"SFT: {done} holds the SFT of this config, base model and data, finished before sft.py recorded "
+                   "the teacher's code (not checked): not run again")
             return old
         differ = [k for k in fp if old_fp.get(k) != fp[k]]
         raise ValueError(f"{out} holds a finished SFT of another {', '.join(differ)} ({done}): refusing to overwrite "

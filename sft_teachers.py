@@ -5,11 +5,13 @@ they write (sft.py trains on these):
   scripted_teacher  any workflow: a scripted perfect team's replies (the env's or its module's
                     scripted_replies(task)) played through a fresh env; every turn is an example
   tokenize          an Example's token ids: prompt + reply (+ EOS), the loss on the reply
-  teacher_code      a hash of the code that writes a workflow's teacher turns and pays them (what a
-                    finished SFT or recipe stage records, so an older teacher's output is not reused)
+  teacher_code      per file, a hash of the code that writes a workflow's teacher turns and pays them
+                    (what a finished SFT or recipe stage records, so an older teacher's output is not
+                    reused; docstrings and comments do not count)
 Plain Python over a tokenizer: no torch, no model."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import math
@@ -236,27 +238,76 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
     return out, dict(counts)
 
 
-def teacher_sources(module) -> list[Path]:
-    """The files whose code writes a workflow's teacher turns and pays them: this file, the workflow's module
-    and the troupe modules it takes names from, and theirs in turn (agents/, envs/, rewards/, data/: prompts,
-    parsers, rewards, the sandbox)."""
-    seen, todo = set(), [module]
+_PACKAGES = ("agents", "envs", "rewards", "data")  # troupe's leaves: what a teacher's code is made of
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of a troupe module named in code ("data.code_data", or "envs" for its package), else None."""
+    import importlib.util
+    if name.split(".")[0] not in _PACKAGES:
+        return None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    return Path(spec.origin).resolve() if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
+def _names(code) -> set[str]:
+    """Every name a code object and the code objects inside it use (imports included: `from data.code_data
+    import x` puts "data.code_data" among them, at module level or inside a function)."""
+    out, todo = set(), [code]
     while todo:
-        m = todo.pop()
-        if getattr(m, "__file__", None) is None or m.__file__ in seen:
+        c = todo.pop()
+        out.update(c.co_names)
+        todo += [k for k in c.co_consts if inspect.iscode(k)]
+    return out
+
+
+def teacher_sources(module, loader=None) -> list[Path]:
+    """The files whose code writes a workflow's teacher turns and pays them: this file, the workflow's module,
+    the module of its task loader, and the troupe modules (agents/, envs/, rewards/, data/: prompts, parsers,
+    rewards, the sandbox, data) they import, anywhere in their code, and theirs in turn."""
+    seeds = [getattr(module, "__file__", None)]
+    if loader is not None:  # a loader may be a lambda in workflows.py: what it calls
+        cv = inspect.getclosurevars(loader) if inspect.isfunction(loader) else None
+        for f in [loader, *((cv.nonlocals | cv.globals).values() if cv else ())]:
+            mod = sys.modules.get(getattr(f, "__module__", None) or "")
+            if mod is not None and mod.__name__.split(".")[0] in _PACKAGES:
+                seeds.append(mod.__file__)
+    seen, todo = set(), [Path(f).resolve() for f in seeds if f]
+    while todo:
+        f = todo.pop()
+        if f in seen or not f.is_file():
             continue
-        seen.add(m.__file__)
-        for v in vars(m).values():  # a package's submodules are its attributes once imported anywhere: not followed
-            if inspect.ismodule(v) and hasattr(m, "__path__"):
-                continue
-            n = v.__name__ if inspect.ismodule(v) else getattr(v, "__module__", None)
-            if isinstance(n, str) and n.split(".")[0] in ("agents", "envs", "rewards", "data") and n in sys.modules:
-                todo.append(sys.modules[n])
-    return sorted({Path(f).resolve() for f in seen} | {Path(__file__).resolve()})
+        seen.add(f)
+        try:
+            code = compile(f.read_text(), str(f), "exec")
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        todo += [p for p in map(_module_file, _names(code)) if p is not None]
+    return sorted(seen | {Path(__file__).resolve()})
 
 
-def teacher_code(module) -> dict:
-    """{file (relative to the repo where it is inside it): sha256 of its bytes} over teacher_sources(module)."""
+def _code_hash(path: Path) -> str:
+    """sha256 of a file's code: its syntax tree without docstrings (comments are not in it), so an edit of
+    words only leaves it unchanged; the bytes where it does not parse."""
+    text = path.read_bytes()
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return hashlib.sha256(text).hexdigest()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+def teacher_code(module, loader=None) -> dict:
+    """{file (relative to the repo where it is inside it): the hash of its code} over teacher_sources."""
     root = Path(__file__).resolve().parent
-    return {str(f.relative_to(root)) if f.is_relative_to(root) else str(f): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in teacher_sources(module)}
+    return {str(f.relative_to(root)) if f.is_relative_to(root) else str(f): _code_hash(f)
+            for f in teacher_sources(module, loader)}

@@ -315,7 +315,7 @@ def wrong_approaches(task: dict) -> list[str]:
         return []
     if fam is None or not isinstance(fn, ast.FunctionDef) or fn.name != task.get("entry_point"):
         return []
-    params, rng, out = tuple(a.arg for a in fn.args.args), random.Random(f"approach:{task.get('task_id')}"), []
+    params, rng, out = tuple(a.arg for a in fn.args.args), random.Random(f"approach:{task.get('task_id', task.get('prompt'))}"), []
     for other in FAMILIES:
         if other.id == fam.id or other.sig != fam.sig or other.ret != fam.ret or len(other.params[0]) != len(params):
             continue

@@ -181,8 +181,8 @@ REPAIR_MISTAKES = ("near_miss", "approach")
 def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8, mistake: str = "near_miss") -> list[str] | None:
     """The refiner's lesson for sft.py's scripted teacher: [a mistake, the fix]. mistake="near_miss": the
     reference (as scripted_replies writes it) with one site changed (`_mutants`); "approach": another
-    family's function on the same signature (`wrong_approaches`), then near misses where the task has none
-    left; candidates in an order seeded by the task id. The mistake is the first of `tries` candidates whose
+    family's function on the same signature (`wrong_approaches`), then near misses (reached only when fewer than
+    `tries` approaches load and fail a test); candidates in an order seeded by the task id. The mistake is the first of `tries` candidates whose
     code loads and runs and fails at least one of the task's tests (in the sandbox; a candidate that crashes
     on load or runs out of time is passed over); the fix is scripted_replies' reference. The teacher never
     teaches the first reply (the mistake). None when no candidate qualifies."""

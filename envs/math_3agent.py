@@ -50,13 +50,18 @@ can compute (T1, arXiv 2504.04718). The check turn is paid on its claim (sign an
 the truth (digit_check_right; 0 where the truth is not a whole number); a wrong answer that ends in
 the right digit (a +-10 slip) passes it.
 verdict_from_check=True (with evaluator_prompt="digit"): the judge writes its check and nothing else; each
-verdict is the comparison the check asks for, made by the env (the solution's answer has the claimed sign
-and last digit: Correct, else Incorrect; a check that claims no digit: no verdict, so the team refines), and
-the team sees "Check: ...\nVerdict: ..." as before. In arm (e-digit) the judge's own verdicts followed its
-check in 94% of cases at step 0, 97% at step 12 and 83% at step 24 (it rejected 63 of 182 right answers its check cleared):
+verdict is the comparison the check asks for, made by the env (the whole number the solution's answer stands
+for, read as math_reward reads it, has the claimed sign and last digit: Correct, else Incorrect; a check that
+claims no digit: no verdict, so the team refines), and the team sees the check and the verdict in the words
+the teacher taught the judge's verdict turn (agents.math_team.digit_verdict), as it saw the judge's own. In
+arm (e-digit) the judge's own verdicts followed its check in 94% of cases at step 0, 97% at step 12 and 83% at
+step 24 (it rejected 63 of 182 right answers its check cleared):
 the comparison is the part RL eroded, and it is the part that needs no learning. The judge then learns
 only what a judge must: the check (paid on its claim as above); probes are judged the same way and count
-in probe_* but train nothing (no model turn). Off = the judge writes its verdicts.
+in probe_* but train nothing (no model turn); there probe_* measure the check against the near misses drawn
+(a +-10 miss always passes a right check), not a judge's reading, so they do not compare with a judging arm's.
+A truth that is not a whole number has no digit to claim: the check claims none, no verdict is given and the
+team refines to its limit (the arithmetic data is all whole numbers). Off = the judge writes its verdicts.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first

@@ -93,41 +93,48 @@ def test_plan_and_list_run_nothing(tmp_path, capsys):
     assert "1. sft      [to do]" in text and "--teacher scripted" in text and not out.exists()
 
 
-def test_a_change_to_the_teachers_code_makes_finished_stages_stale(tmp_path):
-    """The fingerprint a finished stage carries covers the teacher's code, not only the config: the
-    workflow's module and the troupe modules it takes names from (its prompts, parsers, rewards) and
-    sft_teachers.py; editing the workflow's module changes it, editing a file it does not use does not;
-    sft.py's own done-check (its fingerprint's "teacher" part) sees the same change."""
+def test_a_change_to_the_teachers_code_makes_finished_stages_stale(tmp_path, capsys):
+    """The fingerprint a finished stage carries covers the teacher's code, per file, not only the config:
+    the workflow's module, its task loader's, and the troupe modules they import anywhere in their code
+    (prompts, parsers, rewards, the sandbox), and sft_teachers.py. A code edit there makes the stage stale,
+    naming the file; a docstring or comment edit does not; a stage finished before the code was recorded is
+    taken with a note; sft.py's own done-check (its fingerprint's "teacher" part) sees the same change."""
     from config import load_config_file
     from sft_teachers import teacher_sources
     from workflows import workflow
 
     def sources(path):
-        return teacher_sources(workflow(load_config_file(str(path)))[1])
+        _, module, loader = workflow(load_config_file(str(path)))
+        return {str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else f.name for f in teacher_sources(module, loader)}
     code = sources(ROOT / "configs" / "cpu" / "code.py")
-    names = {str(f.relative_to(ROOT)) for f in code}
-    assert {"sft_teachers.py", "envs/code_team.py", "envs/sandbox.py", "rewards/code.py"} <= names, names
+    assert {"sft_teachers.py", "envs/code_team.py", "envs/sandbox.py", "rewards/code.py", "data/code_data.py"} <= code
+    assert "data/swe_data.py" in sources(ROOT / "configs" / "cpu" / "swe.py")  # the loader's module
     env = tmp_path / "my_env.py"
-    env.write_text("from rewards.math import math_reward\nfrom envs.toy import ToyEnv as Env\n")
+    env.write_text('"""My env."""\nfrom envs.toy import ToyEnv as Env\n\n\ndef helper():\n'
+                   '    from rewards.math import math_reward  # imported inside a function\n    return math_reward\n')
     out = tmp_path / "rec"
     out.mkdir()
     (out / "recipe_config.py").write_text(
         "import dataclasses\nfrom config import load_config_file\n"
         f"config = load_config_file({str(ROOT / 'configs' / 'tiny_toy.py')!r})\n"
         f"config = dataclasses.replace(config, data=dataclasses.replace(config.data, env={str(env) + ':Env'!r}))\n")
-    names = {str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else f.name
-             for f in sources(out / "recipe_config.py")}
+    names = sources(out / "recipe_config.py")
     assert {"my_env.py", "rewards/math.py", "envs/toy.py", "sft_teachers.py"} <= names, names
     assert not names & {"envs/code_team.py", "envs/math_3agent.py", "rewards/code.py"}, names  # loaded, not used
     import sft
     tc = load_config_file(str(out / "recipe_config.py"))
     sft_fp = sft.fingerprint(sft.SFTConfig(teacher="scripted", out=str(tmp_path / "s")), tc, [], {})
-    fp = recipes.fingerprint(out, {"lr": 1e-4}, False)
-    (tmp_path / "unused.py").write_text("x = 1\n")
-    assert recipes.fingerprint(out, {"lr": 1e-4}, False) == fp
-    recipes.mark(out, "sft", 1.0, fp)
-    env.write_text(env.read_text() + "# the teacher changed\n")
+    fp, code = recipes.fingerprint(out, {"lr": 1e-4}, False)
+    recipes.mark(out, "sft", 1.0, fp, code)
+    assert recipes.stale(out, *recipes.fingerprint(out, {"lr": 1e-4}, False)) == []
+    assert recipes.stale(out, *recipes.fingerprint(out, {"lr": 2e-4}, False)) == ["sft"]  # another SFT option
+    env.write_text(env.read_text().replace('"""My env."""', '"""My env, its docstring reworded."""') + "# a comment\n")
+    assert recipes.fingerprint(out, {"lr": 1e-4}, False) == (fp, code)  # words only: the same code
+    env.write_text(env.read_text() + "X = 2\n")
     new = recipes.fingerprint(out, {"lr": 1e-4}, False)
-    assert new != fp and recipes.stale(out, new) == ["sft"] and recipes.stale(out, fp) == []
+    assert new[0] == fp and new[1] != code and recipes.stale(out, *new) == [f"sft (the teacher's code changed: {env})"]
     changed = sft.fingerprint(sft.SFTConfig(teacher="scripted", out=str(tmp_path / "s")), tc, [], {})
     assert [k for k in changed if changed[k] != sft_fp[k]] == ["teacher"]  # sft.py's own rerun check sees it too
+    (out / "sft.done").write_text(json.dumps({"seconds": 1.0, "fingerprint": fp}) + "\n")  # before code was recorded
+    capsys.readouterr()
+    assert recipes.stale(out, *new) == [] and "finished before recipes.py recorded the teacher's code" in capsys.readouterr().out

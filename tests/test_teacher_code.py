@@ -264,7 +264,7 @@ def test_repair_mistake_approach_teaches_a_rewrite_from_another_familys_function
             assert lesson == scripted_repair(task)  # the near miss
         roles, rew, m, _ = play(CodeTeamEnv(2), task, lesson)
         assert roles == ["generator", "refiner"] and rew[0] < 1.0 and rew[1] == 1.0 and m["refiner_fixed"] == 1.0, fam
-    assert rewrites >= len(by) - 3, rewrites  # max / min of two: the other family is one site away; contains: none
+    assert rewrites >= len(by) - 3, rewrites  # max / min of two drew each other (one site); contains: none
     first_k = next(t for t in train if t["family"] == "first_k")
     assert any("for v in" in w and " if " in w for w in wrong_approaches(first_k))  # a filter for a slice
     he = humaneval[0]
