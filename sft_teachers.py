@@ -102,9 +102,7 @@ def teacher_digit_verdict(solution: str, truth: str, right: bool) -> str:
     digit ("The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"; agents.math_team.digit_verdict).
     The teacher only shows it wrong solutions that fail the check, so the verdict that follows the check is
     also the true one."""
-    said = extract_answer(solution)
-    said = None if said is None else " ".join(said.split())[:60]
-    t = whole(truth)
+    said, t = extract_answer(solution), whole(truth)
     return digit_verdict(said, t if right else whole(said), (t.startswith("-"), t[-1]))[1]
 
 

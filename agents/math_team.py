@@ -128,11 +128,12 @@ def answer_number(answer: str | None) -> str | None:
 
 
 def digit_verdict(said: str | None, number: str | None, claim: tuple[bool, str]) -> tuple[bool, str]:
-    """The evaluator_digit verdict: an answer (`said`, as written; `number`, the whole number it stands for,
+    """The evaluator_digit verdict: an answer (`said`, as extracted; `number`, the whole number it stands for,
     None when it is not one) against a check's claim (negative, last digit), and the words of that verdict
     turn, e.g. (False, "The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"): what sft.py's
     teacher teaches the judge (with the truth's claim) and what the env writes under verdict_from_check."""
     neg, digit = claim
+    said = None if said is None else " ".join(said.split())[:60]
     if not said:  # none, or an empty \boxed{}
         return False, "The solution gives no final answer.\nVerdict: Incorrect"
     if number is None:

@@ -159,6 +159,7 @@ class MathTeamEnv:
             self.check, self.check_right = reply, (digit_check_right(reply, self.answer) if self.blind_style ==
                                                    "evaluator_digit" else math_reward(reply, self.answer) == 1.0)
             self._pay(0.0 if self.check_right is None else self._judge_reward(self.check_right, True))  # None: no digit
+            self.claim = digit_claim(reply) if self.derived else None
             return self._judged(self._check_verdict(self.history[-1][1])) if self.derived else self._turn(role)
         self.history.append((role, reply if not (self.blind and role == "evaluator_critique")
                              else f"{self.check.strip()}\n{reply.strip()}"))
@@ -186,12 +187,10 @@ class MathTeamEnv:
         sft.py's teacher taught them: "The solution says 120: it ends in 0, not 8.\nVerdict: Incorrect"):
         whether its answer (the whole number it stands for, as math_reward reads it) has the sign and last
         digit the judge's check claims; (None, "No verdict.") when the check claims none."""
-        claim = digit_claim(self.check)
-        if claim is None:
+        if self.claim is None:
             return None, "No verdict."
         said = extract_answer(solution)
-        said = None if said is None else " ".join(said.split())[:60]
-        return digit_verdict(said, answer_number(said), claim)
+        return digit_verdict(said, answer_number(said), self.claim)
 
     def _check_verdict(self, solution: str) -> bool | None:
         """The check's verdict on the team's latest solution; the team sees the check and its words as the
