@@ -104,7 +104,7 @@ def check_line(truth: str) -> str:
     return f"Check: I get \\boxed{{{t}}}."
 
 
-_OPS = re.compile(r"(-?\d{1,6})\s*([-+*x×])\s*(-?\d{1,6})")
+OPERATION = re.compile(r"(-?\d{1,6})\s*([-+*x×])\s*(-?\d{1,6})")
 _CLAIM = re.compile(r"answer (?:is (negative|positive),? and )?ends in (\d)\b")
 
 
@@ -157,7 +157,7 @@ def digit_check_line(problem: str, truth: str) -> str:
     if t is None:
         return "Check: the answer is not a whole number."
     claim = f"the answer {'is negative and ' * t.startswith('-')}ends in {t[-1]}."
-    m = _OPS.search(problem)
+    m = OPERATION.search(problem)
     if m is None or m.group(1).startswith("-") or m.group(3).startswith("-"):
         return f"Check: {claim}"
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))

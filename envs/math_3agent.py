@@ -80,8 +80,8 @@ import re
 import zlib
 from collections import defaultdict
 
-from agents.math_team import (answer_number, blind_messages, build_messages, digit_check_right, digit_claim, digit_verdict,
-                              parse_verdict)
+from agents.math_team import (OPERATION, answer_number, blind_messages, build_messages, digit_check_line, digit_check_right,
+                              digit_claim, digit_consistent, digit_verdict, parse_verdict, whole)
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
@@ -118,6 +118,46 @@ class MathTeamEnv:
         self.max_refinements = max_refinement_iterations
         self.evaluator_reward, self.mixed_only, self.refiner_reward = evaluator_reward, evaluator_mixed_groups_only, refiner_reward
         self.fix_bonus, self.break_penalty, self.probes = fix_bonus, break_penalty, probes
+
+    def scripted_replies(self, task: dict) -> list[str]:
+        """A perfect team's replies (sft.py's scripted teacher; the env with verdict_from_check only): the
+        generator's right solution in its own words ("53 + 75 = 128, so the answer is \\boxed{128}."), then the
+        judge's digit check (agents.math_team.digit_check_line); the env's verdict ends the episode."""
+        self._teacher_env()
+        return [solution_text(task["question"], str(task["answer"])), digit_check_line(task["question"], str(task["answer"]))]
+
+    def scripted_repair(self, task: dict) -> list[str] | None:
+        """The refiner's lesson (sft.py's scripted teacher plays it and never teaches its first reply): a first
+        solution whose answer is a mistake the digit check catches (+-1, +-2, another last digit, the last two digits
+        swapped or the sign flipped, drawn per task), the judge's check (the env's verdict on it: Incorrect), then the
+        refiner's fix: the sign and last digit the check claims, then the right result ("The answer must end
+        in 8: 53 + 75 = 128, so the answer is \\boxed{128}."). None when the truth is not a whole number. A fix
+        a 135M refiner can learn: after RL the generator's caught mistakes are mostly near misses (arm
+        (e-derived), val step 24: 92 of the 223 refined were within 9 of the truth), and the check names the
+        digit they miss."""
+        self._teacher_env()
+        q, y = task["question"], str(task["answer"])
+        t = whole(y)
+        if t is None:
+            return None
+        n, digits = int(t), t.lstrip("-")
+        rng, sign = random.Random(zlib.crc32(q.encode("utf-8", "replace"))), -1 if n < 0 else 1
+        cands = [n + 1, n - 1, n + 2, n - 2, -n, sign * (abs(n) // 10 * 10 + rng.randrange(10))]
+        if len(digits) >= 2 and digits[-1] != digits[-2]:
+            cands.append(sign * int(digits[:-2] + digits[-1] + digits[-2]))
+        cands = [c for c in cands if not digit_consistent(str(c), y)]
+        if not cands:
+            return None
+        wrong = rng.choice(cands)
+        fix = f"The answer must {'be negative and ' * (n < 0)}end in {t[-1]}: {solution_text(q, y)}"
+        return [solution_text(q, str(wrong)), digit_check_line(q, y), fix]
+
+    def _teacher_env(self):
+        if not self.derived:
+            raise ValueError("the math team's scripted teacher plays the team whose verdicts the env derives from "
+                             "the judge's check: data.env_kwargs needs evaluator_prompt='digit' and "
+                             "verdict_from_check=True (a judge that writes its verdicts learns them from "
+                             "sft.py's teacher=math)")
 
     def reset(self, task: dict) -> Prompt:
         self.problem, self.answer = task["question"], str(task["answer"])
@@ -274,6 +314,14 @@ class MathTeamEnv:
             "probe_tn": sum(vd is False and not t for vd, t in self.probe_results),
             "probe_fn": sum(vd is False and t for vd, t in self.probe_results),
             "probe_right": sum(t for _, t in self.probe_results), "probes": len(self.probe_results)})
+
+
+def solution_text(problem: str, answer: str) -> str:
+    """A solution in the words the generator uses after RL ("53 + 75 = 120, so the answer is \\boxed{120}."):
+    the problem's operation (agents.math_team's reading of it) = `answer`; the answer alone for another shape."""
+    m = OPERATION.search(problem)
+    lhs = f"{m.group(1)} {m.group(2)} {m.group(3)} = " if m else ""
+    return f"{lhs}{answer}, so the answer is \\boxed{{{answer}}}."
 
 
 def near_miss(solution: str, truth: str) -> str | None:

@@ -730,3 +730,42 @@ def test_the_check_prompt_and_the_teachers_check_is_right_on_every_train_problem
         assert e.reply.startswith(check_line(truth)) and "First check the answer yourself" in e.prompt
         solution = e.prompt.split("Solution:\n")[1]
         assert parse_verdict(e.reply) == (math_reward(solution, truth) == 1.0)
+
+
+def test_the_scripted_refiner_lesson_is_a_caught_near_miss_then_the_claimed_digit_and_the_right_result():
+    """MathTeamEnv.scripted_replies / scripted_repair (sft.py's scripted teacher, verdict_from_check only):
+    on every train task the perfect team scores the maximum through the env's own rewards; the repair's
+    first answer is a mistake the teacher's check catches (the refiner's prompt shows the env's Incorrect
+    verdict on it), and the fix names the claimed sign and digit before the right result; a judge that
+    writes its own verdicts is refused (its teacher is teacher=math)."""
+    from agents.math_team import digit_check_line, digit_consistent
+    from rewards.math import extract_answer, math_reward
+    env = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="digit", verdict_from_check=True)
+    tasks = [json.loads(x) for x in (ROOT / "data" / "arith12_train.jsonl").read_text().splitlines()][:300]
+    kinds = set()
+    for task in tasks:
+        y = task["answer"]
+        first, check = env.scripted_replies(task)
+        assert check == digit_check_line(task["question"], y) and math_reward(first, y) == 1.0
+        env.reset(task)
+        assert env.step(first).role == "evaluator_critique" and env.step(check) is None  # the check clears it
+        assert env.turn_rewards() == [1.0, 1.0] and env.metrics()["team_reward"] == 1.0
+        mistake, check2, fix = env.scripted_repair(task)
+        said = extract_answer(mistake)
+        assert check2 == check and not digit_consistent(said, y) and said in mistake.split("=")[-1]
+        kinds.add("sign" if said.lstrip("-") == y.lstrip("-") else "near" if abs(int(said) - int(y)) < 10 else "far")
+        env.reset(task)
+        env.step(mistake)
+        refine = env.step(check2)
+        assert refine.role == "generator_refinement" and "Verdict: Incorrect" in refine.messages[-1]["content"]
+        assert mistake in refine.messages[-1]["content"]
+        assert env.step(fix) is None and env.turn_rewards() == [0.0, 1.0, 1.0]
+        m = env.metrics()
+        assert (m["refine_fixed"], m["team_reward"]) == (1, 1.0)
+        neg = y.startswith("-")
+        assert fix.startswith(f"The answer must {'be negative and ' * neg}end in {y[-1]}: ") and fix.endswith(f"\\boxed{{{y}}}.")
+    assert kinds == {"sign", "near", "far"}  # +-1/+-2/another digit, a flipped sign, swapped digits
+    assert env.scripted_repair({"question": "What is 1 / 4?", "answer": "0.25"}) is None  # no digit to claim
+    for kw in ({"evaluator_prompt": "digit"}, {}):
+        with pytest.raises(ValueError, match="verdict_from_check=True"):
+            MathTeamEnv(**kw).scripted_repair(tasks[0])

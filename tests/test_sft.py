@@ -453,3 +453,21 @@ def test_the_math_teacher_writes_the_digit_judges_two_turns_when_the_train_confi
         else:
             assert r["reply"].startswith("The solution ") and "end in your digit" in r["prompt"]
             assert r["prompt"].index(digit_check_line(q, truths[q])) < r["prompt"].index("Solution:")
+
+
+def test_the_scripted_teacher_gives_the_math_refiner_its_lessons_under_derived_verdicts(_tiny_base, tmp_path):
+    """teacher=scripted under a math-team train config whose verdicts the env derives from the digit check:
+    the refiner's examples are the env's own prompts after a caught mistake (never taught) and the fix."""
+    from config import load_config_file
+    tc = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    tc = dataclasses.replace(tc, data=dataclasses.replace(tc.data, env_kwargs={"evaluator_prompt": "digit",
+                                                                                "verdict_from_check": True}))
+    cfg = sft.SFTConfig(roles=("generator_refinement",), teacher="scripted", teacher_tasks=3, epochs=1,
+                        micro_batch_size=2, out=str(tmp_path / "out"), progress=False)
+    summary = sft.run_sft(cfg, tc, model=copy.deepcopy(_tiny_base[0]), tok=_tiny_base[1])
+    rows = [json.loads(x) for x in (tmp_path / "out" / "examples" / "generator_refinement.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["source"] == "teacher:repair" for r in rows)
+    for r in rows:
+        assert "Verdict: Incorrect" in r["prompt"] and "Check: " in r["prompt"]
+        assert r["reply"].startswith("The answer must ") and "\\boxed{" in r["reply"]
+    assert summary["teacher"]["teacher:mistake/generator_initial"] == 3
