@@ -37,8 +37,9 @@ The pipeline, as this file reads top to bottom:
      team): a scripted perfect team's replies are played through a fresh env on the train config's
      training tasks; every turn the env asks for becomes an example (the chat-formatted prompt the
      role saw -> the scripted reply) when its env reward >= min_reward. A workflow that also defines
-     `scripted_repair(task)` (the code team) has a second episode played per task, [a near miss, the
-     fix]: the roles a perfect team never calls (the refiner) get examples; the near miss is never one.
+     `scripted_repair(task)` (the code team, the math team with derived verdicts) has a second episode
+     played per task, [a near miss, the fix]: the roles a perfect team never calls (the refiner) get
+     examples; the near miss is never one.
   5. train, one adapter after another on one shared base: AdamW on that adapter's parameters only
      (every other adapter and the base stay bit-exact), micro-batches of `micro_batch_size`,
      `grad_accum` of them per optimizer step, the loss the token mean over the optimizer step's

@@ -197,9 +197,10 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
     """Examples from a scripted perfect team: the env's `scripted_replies(task)` method, else the workflow
     module's function (replies in turn order), played through a fresh env per task; each turn the env asked for gives (the
     chat-formatted prompt that role saw -> the scripted reply) when its env reward >= min_reward.
-    Where the workflow also defines `scripted_repair(task)` (the code team: [a near-miss first reply, the
-    fix]), that episode is played too and every turn after its first is kept the same way: the roles a
-    perfect team never calls (the refiner) get their lessons. The first reply, the mistake, is never taught.
+    Where the workflow also defines `scripted_repair(task)` (the code team, the math team with derived
+    verdicts: [a near-miss first reply, (the judge's turns,) the fix]), that episode is played too and every
+    turn after its first is kept the same way: the roles a perfect team never calls (the refiner) get their
+    lessons. The first reply, the mistake, is never taught.
     Returns (examples, counts: per role kept, below min_reward, and mistakes left out)."""
     probe = make_env()
     if not hasattr(module, "scripted_replies") and not hasattr(probe, "scripted_replies"):

@@ -2,9 +2,9 @@
 (e-derived), configs/smollm2_math_judge_derived.py, with ONE change: the refiner starts from an SFT on the
 scripted teacher's repair lessons (configs/sft/smollm2_math_refiner.py: after a mistake the digit check
 catches, the claimed sign and last digit, then the right result). (e-derived)'s judge held through RL
-(balanced accuracy 0.930 -> 0.899) but its refiner, untaught, fixed none of the 241 caught wrong first answers
-at step 24 and broke 5: nothing had shown it how to use the check's digit, and the generator's caught
-mistakes are mostly near misses of the truth by then. Run after both SFTs:
+(balanced accuracy 0.930 -> 0.899) but its refiner, untaught, fixed none of the 223 caught wrong first answers
+it refined at step 24 and broke 5: nothing had shown it how to use the check's digit, and by then 92 of those
+mistakes were within 9 of the truth (49 a slip of the last digit or the sign that the check named rightly). Run after both SFTs:
     python sft.py --config configs/sft/smollm2_math_refiner.py   # -> runs/smollm2_sft_refiner/generator_refinement
     python train.py --config configs/smollm2_math_refiner.py \\
         --roles.1.init-from runs/smollm2_sft_digit/evaluator_critique \\

@@ -120,25 +120,25 @@ class MathTeamEnv:
         self.fix_bonus, self.break_penalty, self.probes = fix_bonus, break_penalty, probes
 
     def scripted_replies(self, task: dict) -> list[str]:
-        """A perfect team's replies (sft.py's scripted teacher; the env with verdict_from_check only): the
+        """A perfect team's replies (sft.py's scripted teacher), for the env with verdict_from_check: the
         generator's right solution in its own words ("53 + 75 = 128, so the answer is \\boxed{128}."), then the
-        judge's digit check (agents.math_team.digit_check_line); the env's verdict ends the episode."""
-        self._teacher_env()
-        return [solution_text(task["question"], str(task["answer"])), digit_check_line(task["question"], str(task["answer"]))]
+        judge's digit check (agents.math_team.digit_check_line); the env's verdict ends the episode. [] for a
+        judge that writes its own verdicts (its teacher is sft.py's teacher=math)."""
+        q, y = task["question"], str(task["answer"])
+        return [solution_text(q, y), digit_check_line(q, y)] if self.derived else []
 
     def scripted_repair(self, task: dict) -> list[str] | None:
-        """The refiner's lesson (sft.py's scripted teacher plays it and never teaches its first reply): a first
-        solution whose answer is a mistake the digit check catches (+-1, +-2, another last digit, the last two digits
-        swapped or the sign flipped, drawn per task), the judge's check (the env's verdict on it: Incorrect), then the
-        refiner's fix: the sign and last digit the check claims, then the right result ("The answer must end
-        in 8: 53 + 75 = 128, so the answer is \\boxed{128}."). None when the truth is not a whole number. A fix
-        a 135M refiner can learn: after RL the generator's caught mistakes are mostly near misses (arm
-        (e-derived), val step 24: 92 of the 223 refined were within 9 of the truth), and the check names the
-        digit they miss."""
-        self._teacher_env()
+        """The refiner's lesson (sft.py's scripted teacher plays it and never teaches its first reply), for the
+        env with verdict_from_check: a first solution whose answer is a mistake the digit check catches (+-1,
+        +-2, another last digit, the last two digits swapped or the sign flipped, drawn per task), the judge's
+        check (the env's verdict on it: Incorrect), then the refiner's fix: the sign and last digit the check
+        claims, then the right result ("The answer must end in 8: 53 + 75 = 128, so the answer is
+        \\boxed{128}."). None when the truth is not a whole number, or the judge writes its own verdicts. A fix
+        a 135M refiner can learn where its mistake is a slip of the last digit or the sign and the check is
+        right: in arm (e-derived) at val step 24, 49 of the 223 caught wrong first answers it refined."""
         q, y = task["question"], str(task["answer"])
         t = whole(y)
-        if t is None:
+        if t is None or not self.derived:
             return None
         n, digits = int(t), t.lstrip("-")
         rng, sign = random.Random(zlib.crc32(q.encode("utf-8", "replace"))), -1 if n < 0 else 1
@@ -150,14 +150,7 @@ class MathTeamEnv:
             return None
         wrong = rng.choice(cands)
         fix = f"The answer must {'be negative and ' * (n < 0)}end in {t[-1]}: {solution_text(q, y)}"
-        return [solution_text(q, str(wrong)), digit_check_line(q, y), fix]
-
-    def _teacher_env(self):
-        if not self.derived:
-            raise ValueError("the math team's scripted teacher plays the team whose verdicts the env derives from "
-                             "the judge's check: data.env_kwargs needs evaluator_prompt='digit' and "
-                             "verdict_from_check=True (a judge that writes its verdicts learns them from "
-                             "sft.py's teacher=math)")
+        return [solution_text(q, y, str(wrong)), digit_check_line(q, y), fix]
 
     def reset(self, task: dict) -> Prompt:
         self.problem, self.answer = task["question"], str(task["answer"])
@@ -316,12 +309,17 @@ class MathTeamEnv:
             "probe_right": sum(t for _, t in self.probe_results), "probes": len(self.probe_results)})
 
 
-def solution_text(problem: str, answer: str) -> str:
+def solution_text(problem: str, truth: str, said: str | None = None) -> str:
     """A solution in the words the generator uses after RL ("53 + 75 = 120, so the answer is \\boxed{120}."):
-    the problem's operation (agents.math_team's reading of it) = `answer`; the answer alone for another shape."""
+    the problem's one operation (agents.math_team's reading of it, written only when it gives `truth`) =
+    `said` (default: the truth); the answer alone for another shape."""
+    said = truth if said is None else said
     m = OPERATION.search(problem)
-    lhs = f"{m.group(1)} {m.group(2)} {m.group(3)} = " if m else ""
-    return f"{lhs}{answer}, so the answer is \\boxed{{{answer}}}."
+    if m:
+        a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+        value = {"+": a + b, "-": a - b}.get(op, a * b)  # OPERATION's others: *, x, ×
+    lhs = f"{m.group(1)} {op} {m.group(3)} = " if m and str(value) == whole(truth) else ""
+    return f"{lhs}{said}, so the answer is \\boxed{{{said}}}."
 
 
 def near_miss(solution: str, truth: str) -> str | None:

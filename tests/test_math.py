@@ -737,8 +737,9 @@ def test_the_scripted_refiner_lesson_is_a_caught_near_miss_then_the_claimed_digi
     on every train task the perfect team scores the maximum through the env's own rewards; the repair's
     first answer is a mistake the teacher's check catches (the refiner's prompt shows the env's Incorrect
     verdict on it), and the fix names the claimed sign and digit before the right result; a judge that
-    writes its own verdicts is refused (its teacher is teacher=math)."""
+    writes its own verdicts gets none (its teacher is teacher=math)."""
     from agents.math_team import digit_check_line, digit_consistent
+    from envs.math_3agent import solution_text
     from rewards.math import extract_answer, math_reward
     env = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="digit", verdict_from_check=True)
     tasks = [json.loads(x) for x in (ROOT / "data" / "arith12_train.jsonl").read_text().splitlines()][:300]
@@ -766,6 +767,6 @@ def test_the_scripted_refiner_lesson_is_a_caught_near_miss_then_the_claimed_digi
         assert fix.startswith(f"The answer must {'be negative and ' * neg}end in {y[-1]}: ") and fix.endswith(f"\\boxed{{{y}}}.")
     assert kinds == {"sign", "near", "far"}  # +-1/+-2/another digit, a flipped sign, swapped digits
     assert env.scripted_repair({"question": "What is 1 / 4?", "answer": "0.25"}) is None  # no digit to claim
-    for kw in ({"evaluator_prompt": "digit"}, {}):
-        with pytest.raises(ValueError, match="verdict_from_check=True"):
-            MathTeamEnv(**kw).scripted_repair(tasks[0])
+    assert solution_text("What is 3 + 4 * 2?", "11") == "11, so the answer is \\boxed{11}."  # not one operation
+    for kw in ({"evaluator_prompt": "digit"}, {}):  # a judge that writes its verdicts: its teacher is teacher=math
+        assert MathTeamEnv(**kw).scripted_replies(tasks[0]) == [] and MathTeamEnv(**kw).scripted_repair(tasks[0]) is None
