@@ -462,8 +462,9 @@ class TrainerConfig:
     """seed of everything: model init (tiny), data order, sampling, dropout"""
     threads: int = 0
     """torch CPU threads of this process. 0 = auto: OMP_NUM_THREADS when set, else the cores left free at
-    start-up (cores minus the 1-minute load average, at least 1). More threads than free cores made
-    PyTorch's CPU runs 3-30x slower (docs/benchmarks.md "Threads"); a busy machine is named in one line at start"""
+    start-up (cores minus the cores busy over a quarter second, session.busy_cores, at least 1). More threads
+    than free cores made PyTorch's CPU runs 3-30x slower (docs/benchmarks.md "Threads"); a busy machine is
+    named in one line at start"""
     trajectory_sample: float = 0.25
     """fraction of each step's training episodes written to runs/X/trajectories/ (every validation
     episode is written at each eval); 0 = none. The format: trajectories.py"""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -61,19 +62,40 @@ class Run:
                 + (f", {torch.get_num_threads()} torch thread(s)" if self.device.type == "cpu" else ""))
 
 
+def busy_cores(interval: float = 0.25) -> float | None:
+    """How many cores are busy now: the non-idle share of all CPU time in /proc/stat over `interval` seconds,
+    times the CPUs; None where there is no /proc/stat. Unlike the 1-minute load average it does not still count
+    a job that ended a moment ago (a recipe's previous stage: on an idle machine its RL stage took 1 thread)."""
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # all, idle + iowait
+    try:
+        t0, i0 = read()
+        time.sleep(interval)
+        t1, i1 = read()
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, 1 - (i1 - i0) / max(1, t1 - t0)) * (os.cpu_count() or 1)
+
+
 def pick_threads(requested: int) -> tuple[int, str | None]:
     """(torch threads, a note when the machine looks oversubscribed). requested 0 = auto: OMP_NUM_THREADS
-    when set (plain ASCII digits; anything else is ignored), else the cores the 1-minute load average
-    leaves free, at least 1. Never more than the cores: torch.set_num_threads(99999) ends in SIGSEGV."""
+    when set (plain ASCII digits; anything else is ignored), else the cores left free by what is busy now
+    (busy_cores; the 1-minute load average where /proc/stat is missing), at least 1. An explicit count is
+    kept and named when the load average says the machine is busy. Never more than the cores:
+    torch.set_num_threads(99999) ends in SIGSEGV."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     from_env = int(env) if env.isascii() and env.isdigit() and int(env) > 0 else 0  # "²".isdigit() is True
+    now = None if requested or from_env else busy_cores()
+    load = now if now is not None else os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     n = min(cores, requested or from_env or max(1, round(cores - load)))
     busy = load + n > cores + 0.5
-    return n, (f"note: this machine looks busy (load average {load:.1f} on {cores} cores) and torch will use {n} "
-               f"thread(s): expect slow steps; more threads than free cores made CPU runs 3-30x slower (docs/benchmarks.md "
-               f"\"Threads\"; set --trainer.threads)" if busy else None)
+    what = f"{load:.1f} of {cores} cores busy" if now is not None else f"load average {load:.1f} on {cores} cores"
+    return n, (f"note: this machine looks busy ({what}) and torch will use {n} thread(s): expect slow steps; more "
+               f"threads than free cores made CPU runs 3-30x slower (docs/benchmarks.md \"Threads\"; set "
+               f"--trainer.threads)" if busy else None)
 
 
 def check_targets(cfg: Config, model):

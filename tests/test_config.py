@@ -152,15 +152,36 @@ def test_threads_auto_takes_the_free_cores_and_names_a_busy_machine(monkeypatch)
     import session
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(session.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
-    assert session.pick_threads(0) == (2, None)  # idle: both cores
-    monkeypatch.setattr(session.os, "getloadavg", lambda: (2.6, 2.0, 1.0))
+    monkeypatch.setattr(session, "busy_cores", lambda: 0.1)
+    monkeypatch.setattr(session.os, "getloadavg", lambda: (2.6, 2.0, 1.0))  # a job that just ended: lags
+    assert session.pick_threads(0) == (2, None)  # idle now: both cores, whatever the load average still holds
+    monkeypatch.setattr(session, "busy_cores", lambda: 1.2)
+    assert session.pick_threads(0) == (1, None)  # one core busy now: the other
+    monkeypatch.setattr(session, "busy_cores", lambda: 2.6)
     n, note = session.pick_threads(0)
-    assert n == 1 and "looks busy (load average 2.6 on 2 cores)" in note  # never more threads than free cores
+    assert n == 1 and "looks busy (2.6 of 2 cores busy)" in note  # never more threads than free cores
+    monkeypatch.setattr(session, "busy_cores", lambda: None)  # no /proc/stat: the load average
+    assert session.pick_threads(0)[0] == 1 and "load average 2.6 on 2 cores" in session.pick_threads(0)[1]
     assert session.pick_threads(2)[0] == 2 and "2 thread(s)" in session.pick_threads(2)[1]  # asked for: kept, named
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(session.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert session.pick_threads(0) == (1, None)  # the environment's choice wins over auto
+
+
+def test_busy_cores_reads_what_runs_now():
+    """session.busy_cores: at least about one core busy while this process spins (other jobs on the machine
+    can only add to it), never more than the CPUs."""
+    import threading
+    import session
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)])
+    spinner.start()
+    try:
+        spinning = session.busy_cores(0.5)
+    finally:
+        stop.set()
+        spinner.join()
+    assert spinning is not None and 0.7 <= spinning <= os.cpu_count()
 
 
 def test_the_threads_setting_reaches_torch(tmp_path):

@@ -73,6 +73,7 @@ def test_threads_never_exceed_the_cores_and_a_strange_omp_setting_is_ignored(mon
     import session
     monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(session.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(session, "busy_cores", lambda: 0.0)
     for env, want in [("99999", 2), ("²", 2), ("1", 1), (" 1 ", 1), ("-3", 2), ("abc", 2), ("", 2)]:
         monkeypatch.setenv("OMP_NUM_THREADS", env)
         assert session.pick_threads(0)[0] == want, env
