@@ -175,6 +175,19 @@ def digit_check_line(problem: str, truth: str) -> str:
     return f"Check: {pre}{step}, so {claim}"
 
 
+def solution_text(problem: str, truth: str, said: str | None = None) -> str:
+    """A solution in the words the generator uses after RL ("53 + 75 = 120, so the answer is \\boxed{120}."):
+    the problem's one operation (OPERATION's reading of it, written only when it gives `truth`) =
+    `said` (default: the truth); the answer alone for another shape."""
+    said = truth if said is None else said
+    m = OPERATION.search(problem)
+    if m:
+        a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+        value = {"+": a + b, "-": a - b}.get(op, a * b)  # OPERATION's others: *, x, ×
+    lhs = f"{m.group(1)} {op} {m.group(3)} = " if m and str(value) == whole(truth) else ""
+    return f"{lhs}{said}, so the answer is \\boxed{{{said}}}."
+
+
 def digit_claim(text: str) -> tuple[bool, str] | None:
     """(negative, last digit) claimed by an evaluator_digit check ("... answer is negative and ends in 7"),
     the last claim in the text; None when it makes none. Linear time."""

@@ -80,8 +80,8 @@ import re
 import zlib
 from collections import defaultdict
 
-from agents.math_team import (OPERATION, answer_number, blind_messages, build_messages, digit_check_line, digit_check_right,
-                              digit_claim, digit_consistent, digit_verdict, parse_verdict, whole)
+from agents.math_team import (answer_number, blind_messages, build_messages, digit_check_line, digit_check_right, digit_claim,
+                              digit_consistent, digit_verdict, parse_verdict, solution_text, whole)
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool, need_int, need_number
 
@@ -307,19 +307,6 @@ class MathTeamEnv:
             "probe_tn": sum(vd is False and not t for vd, t in self.probe_results),
             "probe_fn": sum(vd is False and t for vd, t in self.probe_results),
             "probe_right": sum(t for _, t in self.probe_results), "probes": len(self.probe_results)})
-
-
-def solution_text(problem: str, truth: str, said: str | None = None) -> str:
-    """A solution in the words the generator uses after RL ("53 + 75 = 120, so the answer is \\boxed{120}."):
-    the problem's one operation (agents.math_team's reading of it, written only when it gives `truth`) =
-    `said` (default: the truth); the answer alone for another shape."""
-    said = truth if said is None else said
-    m = OPERATION.search(problem)
-    if m:
-        a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-        value = {"+": a + b, "-": a - b}.get(op, a * b)  # OPERATION's others: *, x, ×
-    lhs = f"{m.group(1)} {op} {m.group(3)} = " if m and str(value) == whole(truth) else ""
-    return f"{lhs}{said}, so the answer is \\boxed{{{said}}}."
 
 
 def near_miss(solution: str, truth: str) -> str | None:

@@ -15,7 +15,7 @@ revisions, not among first answers.
 """
 from __future__ import annotations
 
-from agents.math_team import build_messages
+from agents.math_team import build_messages, solution_text
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
 from envs import Prompt, need_bool
 
@@ -45,6 +45,14 @@ class MathSingleEnv:
         if self.self_refine and len(self.replies) == 1:  # one revision of its own solution
             return Prompt("solver", build_messages("solver_revision", self.problem, [("solver", reply)]))
         return None
+
+    def scripted_replies(self, task: dict) -> list[str]:
+        """A perfect solver (sft.py's scripted teacher): the right solution in the words the math team's teacher
+        gives its refiner ("79 - 26 = 53, so the answer is \\boxed{53}."; agents.math_team.solution_text), and
+        under self_refine the same again as its revision. The control for a team whose roles were taught: one
+        agent given the same teacher's solutions (arm a-sft, docs/experiments.md)."""
+        sol = solution_text(task["question"], str(task["answer"]))
+        return [sol, sol] if self.self_refine else [sol]
 
     def final_answer(self) -> str | None:
         """The answer this episode ends with (eval.py's majority vote)."""

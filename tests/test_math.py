@@ -739,7 +739,7 @@ def test_the_scripted_refiner_lesson_is_a_caught_near_miss_then_the_claimed_digi
     verdict on it), and the fix names the claimed sign and digit before the right result; a judge that
     writes its own verdicts gets none (its teacher is teacher=math)."""
     from agents.math_team import digit_check_line, digit_consistent
-    from envs.math_3agent import solution_text
+    from agents.math_team import solution_text
     from rewards.math import extract_answer, math_reward
     env = MathTeamEnv(max_refinement_iterations=1, probes=True, evaluator_prompt="digit", verdict_from_check=True)
     tasks = [json.loads(x) for x in (ROOT / "data" / "arith12_train.jsonl").read_text().splitlines()][:300]
@@ -770,3 +770,19 @@ def test_the_scripted_refiner_lesson_is_a_caught_near_miss_then_the_claimed_digi
     assert solution_text("What is 3 + 4 * 2?", "11") == "11, so the answer is \\boxed{11}."  # not one operation
     for kw in ({"evaluator_prompt": "digit"}, {}):  # a judge that writes its verdicts: its teacher is teacher=math
         assert MathTeamEnv(**kw).scripted_replies(tasks[0]) == [] and MathTeamEnv(**kw).scripted_repair(tasks[0]) is None
+
+
+def test_the_single_solvers_scripted_reply_is_the_teachers_right_solution():
+    """MathSingleEnv.scripted_replies (arm a-sft's SFT): the solution the team's refiner is taught, right on
+    every train task through the env's reward; under self_refine, kept as the revision."""
+    from agents.math_team import solution_text
+    from envs.math_single import MathSingleEnv
+    for kw, n in (({}, 1), ({"self_refine": True}, 2)):
+        env = MathSingleEnv(**kw)
+        for task in [json.loads(x) for x in (ROOT / "data" / "arith12_train.jsonl").read_text().splitlines()][:300]:
+            replies = env.scripted_replies(task)
+            assert len(replies) == n and replies[0] == solution_text(task["question"], task["answer"])
+            turn = env.reset(task)
+            for r in replies:
+                turn = env.step(r)
+            assert turn is None and env.turn_rewards() == [1.0] * n and env.metrics()["team_reward"] == 1.0
