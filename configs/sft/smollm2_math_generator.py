@@ -1,0 +1,16 @@
+"""SFT of arm (h)'s generator (docs/experiments.md): sft.py's scripted teacher on the team whose verdicts the env
+derives from the judge's digit check (configs/smollm2_math_refiner_nophases.py), the first 200 training tasks,
+the generator's turns only: the right solution in the words the refiner is taught and arm (a-sft)'s solver
+learned ("79 - 26 = 53, so the answer is \\boxed{53}."; MathTeamEnv.scripted_replies), in the generator's own
+prompt. The settings of the other SFTs (lr 2e-4, 2 epochs, micro-batch 4 x 2):
+    python sft.py --config configs/sft/smollm2_math_generator.py  # -> runs/smollm2_sft_generator/generator_initial
+Training tasks only: the validation set is never read."""
+from sft import SFTConfig
+
+config = SFTConfig(
+    train_config="configs/smollm2_math_refiner_nophases.py",
+    roles=("generator_initial",),
+    teacher="scripted", teacher_tasks=200, min_reward=0.7,
+    lr=2e-4, epochs=2, micro_batch_size=4, grad_accum=2, val_frac=0.1,
+    out="runs/smollm2_sft_generator",
+)
