@@ -5,12 +5,10 @@ learned ("79 - 26 = 53, so the answer is \\boxed{53}."; MathTeamEnv.scripted_rep
 prompt. The settings of the other SFTs (lr 2e-4, 2 epochs, micro-batch 4 x 2):
     python sft.py --config configs/sft/smollm2_math_generator.py  # -> runs/smollm2_sft_generator/generator_initial
 Training tasks only: the validation set is never read."""
-from sft import SFTConfig
+import dataclasses
+from pathlib import Path
 
-config = SFTConfig(
-    train_config="configs/smollm2_math_refiner_nophases.py",
-    roles=("generator_initial",),
-    teacher="scripted", teacher_tasks=200, min_reward=0.7,
-    lr=2e-4, epochs=2, micro_batch_size=4, grad_accum=2, val_frac=0.1,
-    out="runs/smollm2_sft_generator",
-)
+from sft import load_sft_config
+
+refiner = load_sft_config(str(Path(__file__).with_name("smollm2_math_refiner.py")))
+config = dataclasses.replace(refiner, train_config="configs/smollm2_math_refiner_nophases.py", roles=("generator_initial",), out="runs/smollm2_sft_generator")

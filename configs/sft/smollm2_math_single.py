@@ -5,12 +5,10 @@ the teacher's solutions that arm (e-refine)'s refiner saw, given to one agent. T
 SFT (configs/sft/smollm2_math_refiner.py: lr 2e-4, 2 epochs, micro-batch 4 x 2):
     python sft.py --config configs/sft/smollm2_math_single.py  # -> runs/smollm2_sft_single/solver
 Training tasks only: the validation set is never read."""
-from sft import SFTConfig
+import dataclasses
+from pathlib import Path
 
-config = SFTConfig(
-    train_config="configs/math_single.py",
-    roles=("solver",),
-    teacher="scripted", teacher_tasks=200, min_reward=0.7,
-    lr=2e-4, epochs=2, micro_batch_size=4, grad_accum=2, val_frac=0.1,
-    out="runs/smollm2_sft_single",
-)
+from sft import load_sft_config
+
+refiner = load_sft_config(str(Path(__file__).with_name("smollm2_math_refiner.py")))
+config = dataclasses.replace(refiner, train_config="configs/math_single.py", roles=("solver",), out="runs/smollm2_sft_single")
