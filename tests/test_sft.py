@@ -471,3 +471,16 @@ def test_the_scripted_teacher_gives_the_math_refiner_its_lessons_under_derived_v
         assert "Verdict: Incorrect" in r["prompt"] and "Check: " in r["prompt"]
         assert r["reply"].startswith("The answer must ") and "\\boxed{" in r["reply"]
     assert summary["teacher"]["teacher:mistake/generator_initial"] == 3
+
+
+def test_every_shipped_sft_config_loads_with_its_train_config():
+    """configs/sft/*.py: each loads, names a train config that loads, and trains roles that config has."""
+    from config import load_config_file
+    paths = sorted((ROOT / "configs" / "sft").glob("*.py"))
+    assert len(paths) >= 7
+    for p in paths:
+        cfg = sft.load_sft_config(str(p))
+        if cfg.train_config is None:
+            continue
+        tc = load_config_file(str(ROOT / cfg.train_config))
+        assert set(cfg.roles) <= {r.name for r in tc.roles}, p.name
