@@ -62,6 +62,9 @@ in probe_* but train nothing (no model turn); there probe_* measure the check ag
 (a +-10 miss always passes a right check), not a judge's reading, so they do not compare with a judging arm's.
 A truth that is not a whole number has no digit to claim: the check claims none, no verdict is given and the
 team refines to its limit (the arithmetic data is all whole numbers). Off = the judge writes its verdicts.
+With verdict_from_check the env also plays a perfect team for sft.py's scripted teacher: scripted_replies (the
+right solution, then the check) and scripted_repair (the refiner's lesson: a mistake the check catches, never
+taught, then "The answer must end in d: ..." and the right result); arm (e-refine) started its refiner from it.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
