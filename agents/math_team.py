@@ -145,6 +145,16 @@ def digit_verdict(said: str | None, number: str | None, claim: tuple[bool, str])
     return True, f"The solution says {said}: {'negative, ' * neg}it ends in {digit}.\nVerdict: Correct"
 
 
+def operation(problem: str) -> tuple[str, str, str, int] | None:
+    """The problem's first "a op b" (OPERATION) as written, and its value: ("53", "+", "75", 128); None when
+    it has none."""
+    m = OPERATION.search(problem)
+    if m is None:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    return m.group(1), op, m.group(3), a + b if op == "+" else a - b if op == "-" else a * b
+
+
 def digit_check_line(problem: str, truth: str) -> str:
     """The evaluator_digit judge's check, written from the problem (sft_teachers.math_teacher): the last
     digit worked from the operands' last digits, and the sign, a necessary condition cheaper than the
@@ -157,12 +167,10 @@ def digit_check_line(problem: str, truth: str) -> str:
     if t is None:
         return "Check: the answer is not a whole number."
     claim = f"the answer {'is negative and ' * t.startswith('-')}ends in {t[-1]}."
-    m = OPERATION.search(problem)
-    if m is None or m.group(1).startswith("-") or m.group(3).startswith("-"):
-        return f"Check: {claim}"
-    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-    if str(a + b if op == "+" else a - b if op == "-" else a * b) != t:  # not a single operation: claim only
-        return f"Check: {claim}"
+    o = operation(problem)
+    if o is None or o[0].startswith("-") or o[2].startswith("-") or str(o[3]) != t:  # not one operation on two
+        return f"Check: {claim}"                                                     # non-negatives: claim only
+    a, op, b = int(o[0]), o[1], int(o[2])
     if op == "+":
         return f"Check: {a % 10} + {b % 10} = {a % 10 + b % 10}, so {claim}"
     if op in "*x×":
@@ -180,11 +188,8 @@ def solution_text(problem: str, truth: str, said: str | None = None) -> str:
     the problem's one operation (OPERATION's reading of it, written only when it gives `truth`) =
     `said` (default: the truth); the answer alone for another shape."""
     said = truth if said is None else said
-    m = OPERATION.search(problem)
-    if m:
-        a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-        value = {"+": a + b, "-": a - b}.get(op, a * b)  # OPERATION's others: *, x, ×
-    lhs = f"{m.group(1)} {op} {m.group(3)} = " if m and str(value) == whole(truth) else ""
+    o = operation(problem)
+    lhs = f"{o[0]} {o[1]} {o[2]} = " if o and str(o[3]) == whole(truth) else ""
     return f"{lhs}{said}, so the answer is \\boxed{{{said}}}."
 
 

@@ -143,12 +143,11 @@ class MathTeamEnv:
         t = whole(y)
         if t is None or not self.derived:
             return None
-        n, digits = int(t), t.lstrip("-")
-        rng, sign = random.Random(zlib.crc32(q.encode("utf-8", "replace"))), -1 if n < 0 else 1
-        cands = [n + 1, n - 1, n + 2, n - 2, -n, sign * (abs(n) // 10 * 10 + rng.randrange(10))]
-        if len(digits) >= 2 and digits[-1] != digits[-2]:
-            cands.append(sign * int(digits[:-2] + digits[-1] + digits[-2]))
-        cands = [c for c in cands if not digit_consistent(str(c), y)]
+        n = int(t)
+        rng = random.Random(zlib.crc32(q.encode("utf-8", "replace")))
+        cands = [n + 1, n - 1, n + 2, n - 2, -n, (-1 if n < 0 else 1) * (abs(n) // 10 * 10 + rng.randrange(10)),
+                 _swap_last_two(n)]
+        cands = [c for c in cands if c is not None and not digit_consistent(str(c), y)]
         if not cands:
             return None
         wrong = rng.choice(cands)
@@ -312,6 +311,12 @@ class MathTeamEnv:
             "probe_right": sum(t for _, t in self.probe_results), "probes": len(self.probe_results)})
 
 
+def _swap_last_two(v: int) -> int | None:
+    """v with its last two digits swapped (-47 -> -74); None when it has one digit or they are equal."""
+    d = str(abs(v))
+    return None if len(d) < 2 or d[-1] == d[-2] else (-1 if v < 0 else 1) * int(d[:-2] + d[-1] + d[-2])
+
+
 def near_miss(solution: str, truth: str) -> str | None:
     """The solution with its final (integer) answer turned into a near miss: +-1, +-2, +-10, or its last
     two digits swapped, drawn from the text; every standalone occurrence of the answer in the text is
@@ -322,10 +327,7 @@ def near_miss(solution: str, truth: str) -> str | None:
         return None
     ans = ans.strip()
     v = int(ans)
-    cands = [v + 1, v - 1, v + 2, v - 2, v + 10, v - 10]
-    digits = str(abs(v))
-    if len(digits) >= 2 and digits[-1] != digits[-2]:
-        cands.append(int(("-" if v < 0 else "") + digits[:-2] + digits[-1] + digits[-2]))
+    cands = [c for c in (v + 1, v - 1, v + 2, v - 2, v + 10, v - 10, _swap_last_two(v)) if c is not None]
     random.Random(zlib.crc32(solution.encode("utf-8", "replace"))).shuffle(cands)
     for c in cands:
         miss = re.sub(rf"(?<![\d.]){re.escape(ans)}(?![\d.])", str(c), solution)
