@@ -9,7 +9,12 @@
 #
 #   bash bench/gpu_check.sh <tokenizer dir> [logs dir]     # e.g. ~/.cache/troupe/<a converted model>
 # Sizes are cut to fit minutes (random weights never stop early: every turn runs to its max_tokens);
-# STEP_LIMIT / BENCH_LIMIT (seconds), SHAPE (default qwen2.5-1.5b), MODEL_DIR and RUNS (the runs' dirs) override.
+# STEP_LIMIT / BENCH_LIMIT (seconds), SHAPE (default qwen2.5-1.5b), MODEL_DIR, RUNS (the runs' dirs) and
+# BENCH_ARGS (bench/gpu.py's arguments, e.g. "--models qwen2.5-1.5b") override; BENCH_LIMIT=0 skips gpu.py.
+# The machine needs requirements.txt's pure-Python packages beside its CUDA torch and transformers: on a
+# machine without network, `pip download --no-deps` tyro, docstring_parser, typeguard, math-verify,
+# latex2sympy2_extended and antlr4-python3-runtime (the pins in requirements.txt) elsewhere, carry the
+# wheels, and `pip install --no-deps --target DIR` them with PYTHONPATH=DIR (without tyro train.py stops).
 set -u
 TOK=${1:?a local model directory with tokenizer files}
 LOGS=${2:-runs/gpu_check}
@@ -46,7 +51,7 @@ run() {  # name, limit, command...
   tail -n 30 "$LOGS/$name.log" | cut -c1-260
 }
 
-run gpu_bench "$BENCH_LIMIT" python bench/gpu.py
+[ "$BENCH_LIMIT" = 0 ] || run gpu_bench "$BENCH_LIMIT" python bench/gpu.py ${BENCH_ARGS:-}  # BENCH_LIMIT=0 skips it
 FSDP=(torchrun --nproc_per_node 1 --master_port 29571 train.py --config configs/math_3agent.py "${SMALL[@]}"
       --trainer.output-dir "$RUNS/run_fsdp")
 run fsdp_nccl "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 2
