@@ -271,6 +271,21 @@ def split_levels_12(seed: int = 3, n_train: int = 2000, n_val: int = 500) -> tup
     return train, sorted(val, key=lambda r: distinct.index(r))
 
 
+def held_out_12(train: list[dict], val: list[dict], seed: int = 4, n: int = 500) -> list[dict]:
+    """A held-out test set for the levels 1-2 experiment, written after the arms had read val many times:
+    n distinct two-digit sums and differences (val's main family, 418 of its 500) that are in neither
+    train nor val. Level 1 and the one-digit products have too few questions (100 and 64) for a third
+    side, so the test set has none of them."""
+    seen = {r["question"] for r in train + val}
+    rng, out = random.Random(seed), {}
+    while len(out) < n:
+        a, b, op = rng.randint(10, 99), rng.randint(10, 99), rng.choice(["+", "-"])
+        q = f"What is {a} {op} {b}?"
+        if q not in seen and q not in out:
+            out[q] = {"question": q, "answer": str(a + b if op == "+" else a - b), "level": 2}
+    return list(out.values())
+
+
 if __name__ == "__main__":
     os.chdir(HERE)
     val = generate(200, seed=2)
@@ -281,5 +296,7 @@ if __name__ == "__main__":
     train12, val12 = split_levels_12()
     write_jsonl(train12, "arith12_train.jsonl")
     write_jsonl(val12, "arith12_val.jsonl")
+    write_jsonl(held_out_12(train12, val12), "arith12_test.jsonl")
     print("wrote data/arith_train.jsonl (2000), data/arith_val.jsonl (200), data/arith12_train.jsonl "
-          f"({len(train12)}) and data/arith12_val.jsonl ({len(val12)}: levels 1-2, no question shared with train)")
+          f"({len(train12)}), data/arith12_val.jsonl ({len(val12)}: levels 1-2, no question shared with train) and "
+          "data/arith12_test.jsonl (500 two-digit +/-, in neither)")
