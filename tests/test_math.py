@@ -786,3 +786,20 @@ def test_the_single_solvers_scripted_reply_is_the_teachers_right_solution():
             for r in replies:
                 turn = env.step(r)
             assert turn is None and env.turn_rewards() == [1.0] * n and env.metrics()["team_reward"] == 1.0
+
+
+def test_the_held_out_test_set_is_what_its_builder_writes_and_shares_no_question_with_train_or_val():
+    from data.math_data import held_out_12
+    read = lambda name: [json.loads(x) for x in open(ROOT / "data" / name)]  # noqa: E731
+    train, val, test = read("arith12_train.jsonl"), read("arith12_val.jsonl"), read("arith12_test.jsonl")
+    assert test == held_out_12(train, val)  # the shipped file is the builder's output, reproducible
+    questions = [r["question"] for r in test]
+    assert len(test) == len(set(questions)) == 500
+    assert not set(questions) & {r["question"] for r in train + val}
+    for r in test:
+        a, op, b = re.fullmatch(r"What is (\d\d) ([+-]) (\d\d)\?", r["question"]).groups()
+        assert int(r["answer"]) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+    assert {r["question"][11] for r in test} == {"+", "-"}
+    # the builder skips a question train or val holds: give it a val that holds its first draw
+    first = held_out_12(train, val, n=1)[0]
+    assert held_out_12(train, val + [first], n=1)[0] != first
