@@ -4,7 +4,7 @@
 #   1. the main command, distributed: torchrun on 1 rank = process group (gloo + NCCL) and FSDP2,
 #      configs/math_3agent.py with a random-weight model of Qwen2.5-1.5B's shape, TorchEngine
 #   2. the same config without torchrun (no FSDP) with rollout.compile (the decode step in CUDA graphs)
-#   3. the first run resumed from its step-2 checkpoint for one more step (FSDP2 checkpoint load)
+#   3. the first run resumed from its step-1 checkpoint for one more step (FSDP2 checkpoint load)
 # Each step runs under its own time limit and the next runs whatever the last did; logs go to $LOGS.
 #
 #   bash bench/gpu_check.sh <tokenizer dir> [logs dir]     # e.g. ~/.cache/troupe/<a converted model>
@@ -13,7 +13,7 @@
 # BENCH_ARGS (bench/gpu.py's arguments, e.g. "--models qwen2.5-1.5b") override; BENCH_LIMIT=0 skips gpu.py.
 # The machine needs requirements.txt's pure-Python packages beside its CUDA torch and transformers: on a
 # machine without network, `pip download --no-deps` tyro, docstring_parser, typeguard, math-verify,
-# latex2sympy2_extended and antlr4-python3-runtime (the pins in requirements.txt) elsewhere, carry the
+# latex2sympy2_extended and antlr4-python3-runtime (tyro and math-verify as requirements.txt pins them) elsewhere, carry the
 # wheels, and `pip install --no-deps --target DIR` them with PYTHONPATH=DIR (without tyro train.py stops).
 set -u
 TOK=${1:?a local model directory with tokenizer files}
@@ -53,9 +53,9 @@ run() {  # name, limit, command...
 
 [ "$BENCH_LIMIT" = 0 ] || run gpu_bench "$BENCH_LIMIT" python bench/gpu.py ${BENCH_ARGS:-}  # BENCH_LIMIT=0 skips it
 FSDP=(torchrun --nproc_per_node 1 --master_port 29571 train.py --config configs/math_3agent.py "${SMALL[@]}"
-      --trainer.output-dir "$RUNS/run_fsdp")
-run fsdp_nccl "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 2
+      --trainer.output-dir "$RUNS/run_fsdp" --trainer.save-freq 1)  # one step, then a resume: two FSDP steps
+run fsdp_nccl "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 1    # 2 steps + evals did not fit 130 s on 11-26/27
 run compile "$STEP_LIMIT" python train.py --config configs/math_3agent.py "${SMALL[@]}" --trainer.total-steps 2 \
     --rollout.compile --trainer.output-dir "$RUNS/run_compile"
-run fsdp_resume "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 3   # resumes the first run's step-2 checkpoint
+run fsdp_resume "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 2   # resumes the first run's step-1 checkpoint
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv 2>/dev/null | tee -a "$LOGS/env.log"
