@@ -73,3 +73,10 @@ def test_gpu_check_overrides_parse_into_the_main_config():
     assert cfg.rollout.engine == "torch" and not cfg.rollout.progress and cfg.trainer.logger == ("console",)
     assert cfg.data.batch_size == 8 and cfg.rollout.num_chains == 4 and cfg.data.train_files == "data/arith_train.jsonl"
     assert [r.max_tokens for r in cfg.roles] == [96, 64, 96]
+    # the FSDP form: one step saved every step, then a resume to step 2 (two steps did not fit the limit)
+    fsdp = subprocess.run(["bash", "-c", f'MODEL=/m; RUNS=/r; eval "$(sed -n "/^SMALL=(/,/)$/p;/^FSDP=(/,/)/p" {script})"; '
+                                         'printf "%s\\n" "${FSDP[@]}"'], capture_output=True, text=True, check=True)
+    fargs = fsdp.stdout.splitlines()
+    assert fargs[:3] == ["torchrun", "--nproc_per_node", "1"] and "train.py" in fargs
+    cfg = train.cli([*fargs[fargs.index("train.py") + 1:], "--trainer.total-steps", "1"])
+    assert cfg.trainer.save_freq == 1 and cfg.trainer.output_dir == "/r/run_fsdp" and cfg.data.batch_size == 8
