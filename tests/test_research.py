@@ -56,23 +56,26 @@ def test_writer_rewards_by_hand():
     env = ResearchEnv()
     base = perfect(T4)[:-1]
     cites = "Citations: [product4] [company11] [city8_2] [country8]"
-    # wrong answer, every citation right: 0.5 * F1 0 + 0.5 * citation F1 1
+    # wrong answer, every citation right: F1 0 * (0.5 + 0.5 * citation F1 1) = 0 (citations earn nothing
+    # beside a wrong answer: the additive mix paid 0.5 here, and RL collapsed the writer onto it)
     _, rew, m, _ = play(env, T4, base + ["Answer: Rutem\n" + cites])
-    assert rew[-1] == 0.5 and m["team_reward"] == 0.5 and m["f1"] == 0.0 and m["cite_f1"] == 1.0
+    assert rew[-1] == 0.0 and m["team_reward"] == 0.0 and m["f1"] == 0.0 and m["cite_f1"] == 1.0
+    _, rew, _, _ = play(env, T4, base + ["Answer: Felmi\n" + cites])
+    assert rew[-1] == 1.0
     assert rew[:-1] == [1.0] * 13  # the others did their part
-    # right answer, no citations: 0.5 * 1 + 0.5 * 0
+    # right answer, no citations: 1 * (0.5 + 0.5 * 0)
     _, rew, m, _ = play(env, T4, base + ["Answer: Felmi"])
     assert rew[-1] == 0.5 and m["cite_precision"] == 0.0 and m["cite_recall"] == 0.0 and m["em"] == 1.0
     # partial answer and citations on the answer line: F1("the Felmi republic", "Felmi") = 2/3 (P 1/2, R 1);
-    # citations P = 2/3, R = 2/4, F1 = 4/7; writer = 0.5 * 2/3 + 0.5 * 4/7 = 13/21
+    # citations P = 2/3, R = 2/4, F1 = 4/7; writer = 2/3 * (0.5 + 0.5 * 4/7) = 11/21
     _, rew, m, _ = play(env, T4, base + ["Answer: the Felmi republic [product4] [company11] [bogus7]"])
     assert m["f1"] == pytest.approx(2 / 3) and m["em"] == 0.0
     assert (m["cite_precision"], m["cite_recall"], m["cite_f1"]) == pytest.approx((2 / 3, 1 / 2, 4 / 7))
-    assert rew[-1] == pytest.approx(13 / 21) and m["team_reward"] == pytest.approx(13 / 21)
-    # citation_weight moves the mix: 0.75 * 2/3 + 0.25 * 4/7 = 1/2 + 1/7
+    assert rew[-1] == pytest.approx(11 / 21) and m["team_reward"] == pytest.approx(11 / 21)
+    # citation_weight moves the mix: 2/3 * (0.75 + 0.25 * 4/7) = 25/42
     _, rew, _, _ = play(ResearchEnv(citation_weight=0.25), T4, base + ["Answer: the Felmi republic [product4] "
                                                                        "[company11] [bogus7]"])
-    assert rew[-1] == pytest.approx(1 / 2 + 1 / 7)
+    assert rew[-1] == pytest.approx(25 / 42)
     # no answer at all
     _, rew, m, _ = play(env, T4, base + [""])
     assert rew[-1] == 0.0 and m["no_answer"] == 1.0

@@ -158,7 +158,7 @@ def test_research_wrong_answer_scores_less_and_no_play_outside_its_budgets():
         wrong = next(a for a in answers if a != task["answer"])
         _, rew, m, _ = play(make_env(), task, replies[:-1] + [replies[-1].replace(task["answer"], wrong, 1)])
         assert parse_citations(replies[-1]) == task["support"]
-        assert m["f1"] == 0 and m["cite_f1"] == 1 and m["team_reward"] == rew[-1] == 0.5 and rew[:-1] == [1.0] * (
+        assert m["f1"] == 0 and m["cite_f1"] == 1 and m["team_reward"] == rew[-1] == 0.0 and rew[:-1] == [1.0] * (
             len(rew) - 1)
     task = tasks[0]
     # configs/tiny_research.py's budgets (2 sub-questions, 2 actions) leave no perfect play; nor does a
