@@ -5,7 +5,12 @@ countries, people born in cities. Documents describe one entity each; questions 
 ("In which country is Vorla?") or two ("What is the capital of the country where Ana Brell was
 born?"). Each question lists the ids of the documents that support it.
 
-    python data/search_data.py   # writes data/search_{corpus,train,val}.jsonl
+    python data/search_data.py   # writes data/search_{corpus,train,val}.jsonl and data/search_world_*.jsonl
+
+data/search_{corpus,train,val}.jsonl is the small world (12 countries, 60 people: 78 train and 30 val
+questions) the search, react and research configs use; data/search_world_*.jsonl is a larger one of the
+same kind (30 countries, 180 people, seed 1: 100 train and 200 val questions), for a val set that can
+measure a recipe (configs/cpu/search.py).
 
 The questions load with data.math_data.load_math (rows {"question", "answer", "support", "hops"});
 the corpus with `load_corpus`, which checks every document before the BM25 index is built.
@@ -88,14 +93,22 @@ def load_corpus(path) -> list[dict]:
     return docs
 
 
+WORLDS = {"search": ({}, 30), "search_world": ({"seed": 1, "n_countries": 30, "n_people": 180}, 200)}
+"""file prefix -> (generate's arguments, val questions)"""
+
+
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    docs, qs = generate()
-    for name_, rows in (("search_corpus", docs), ("search_train", qs[:-30]), ("search_val", qs[-30:])):
-        with open(os.path.join(here, f"{name_}.jsonl"), "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-    print(f"{len(docs)} documents, {len(qs) - 30} train and 30 val questions")
+    for prefix, (kw, n_val) in WORLDS.items():
+        docs, qs = generate(**kw)
+        for name_, rows in (("corpus", docs), ("train", qs[:-n_val]), ("val", qs[-n_val:])):
+            with open(os.path.join(here, f"{prefix}_{name_}.jsonl"), "w") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\n")
+        print(f"{prefix}: {len(docs)} documents, {len(qs) - n_val} train and {n_val} val questions")
+    from data import research_data  # its documents follow the small world's in search_corpus.jsonl: put them back
+    n, a, b = research_data.write()
+    print(f"research: {n} documents appended to search_corpus.jsonl, {a} train and {b} val questions")
 
 
 @functools.lru_cache(maxsize=4)

@@ -212,3 +212,28 @@ def test_sft_scripted_teacher_gives_every_roles_examples(tiny):
         assert {e.role for e in ex} == set(roles) and all(e.reward == 1.0 for e in ex)
         assert all(e.prompt.startswith("<|im_start|>system\n") and e.prompt.endswith("<|im_start|>assistant\n")
                    for e in ex)
+
+
+def test_the_larger_search_world_is_its_builders_output_and_the_teacher_solves_every_recipe_task():
+    """configs/cpu/search.py's world (data/search_world_*.jsonl): the shipped files are what data/search_data.py's
+    WORLDS entry generates (seeded), train and val share no question, and on every train and val task the scripted
+    team scores the maximum through the recipe's own env (its corpus, 3 cycles)."""
+    import json
+
+    from data.search_data import WORLDS, generate
+    kw, n_val = WORLDS["search_world"]
+    docs, qs = generate(**kw)
+    read = lambda n: [json.loads(x) for x in open(os.path.join(ROOT, "data", f"search_world_{n}.jsonl"))]  # noqa: E731
+    assert read("corpus") == docs and read("train") == qs[:-n_val] and read("val") == qs[-n_val:]
+    assert len(read("train")) == 100 and len(read("val")) == 200
+    assert not {q["question"] for q in read("train")} & {q["question"] for q in read("val")}
+    cfg = load_config_file(os.path.join(ROOT, "configs", "cpu", "search.py")).validate()
+    assert cfg.data.val_size == 200 and cfg.data.env_kwargs["corpus"].endswith("search_world_corpus.jsonl")
+    make_env, module, _ = workflow(cfg)
+    train, val = load_data(cfg)
+    assert len(train) == 100 and len(val) == 200
+    for task in train + val:
+        env = make_env()
+        replies = env.scripted_replies(task)
+        roles, rew, m, _ = play(env, task, replies)
+        assert rew == [1.0] * len(roles) and m["team_reward"] == 1 and m["em"] == 1, task
