@@ -15,10 +15,13 @@ writer answers with citations to document ids.
     writer       one turn: 'Answer: ...' and citations '[doc id]' (agents/research_team.parse_report)
 
 Rewards, against the task's gold answer and supporting documents S (its "support" ids):
-    writer       F1(answer) * ((1 - citation_weight) + citation_weight * F1(citations)), where the
+    writer       EM(answer) * ((1 - citation_weight) + citation_weight * F1(citations)), where the
                  citations' precision = |cited ∩ S| / |cited| and recall = |cited ∩ S| / |S|: the
                  citations decide a share of a right answer's reward and earn nothing beside a wrong one
-                 (an additive mix paid a constant wrong answer for its citations, and RL found it)
+                 (an additive mix with F1(answer) paid a constant wrong answer for its citations, and RL
+                 collapsed the writer onto it; F1 in the gate would pay a hedge, 'Answer: <country>
+                 <capital>' earning 2/3 on any question whose chain was read). Exact match is SQuAD's
+                 (case, articles and punctuation aside), as Search-R1's reward; F1 is logged beside it.
     researcher   every round of sub-question i: 0.5 * [a document of S not read before i appeared in
                  its search results] + 0.5 * [it read such a document]
     planner      harmonic mean of precision = (sub-questions whose researcher read a new document of
@@ -208,9 +211,9 @@ class ResearchEnv:
         cp = hit / len(cited) if cited else 0.0
         cr = hit / len(S) if S else 0.0
         ans_f1 = f1(self.answer, self.gold) if self.answer is not None else 0.0
-        writer = ans_f1 * ((1 - self.w) + self.w * _f1(cp, cr))
-        return {"planner": planner, "researcher": sub_r, "writer": writer, "f1": ans_f1,
-                "em": exact_match(self.answer, self.gold) if self.answer is not None else 0.0,
+        em = exact_match(self.answer, self.gold) if self.answer is not None else 0.0
+        writer = em * ((1 - self.w) + self.w * _f1(cp, cr))
+        return {"planner": planner, "researcher": sub_r, "writer": writer, "f1": ans_f1, "em": em,
                 "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited),
                 "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,

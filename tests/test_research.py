@@ -56,26 +56,28 @@ def test_writer_rewards_by_hand():
     env = ResearchEnv()
     base = perfect(T4)[:-1]
     cites = "Citations: [product4] [company11] [city8_2] [country8]"
-    # wrong answer, every citation right: F1 0 * (0.5 + 0.5 * citation F1 1) = 0 (citations earn nothing
+    # wrong answer, every citation right: EM 0 * (0.5 + 0.5 * citation F1 1) = 0 (citations earn nothing
     # beside a wrong answer: the additive mix paid 0.5 here, and RL collapsed the writer onto it)
     _, rew, m, _ = play(env, T4, base + ["Answer: Rutem\n" + cites])
     assert rew[-1] == 0.0 and m["team_reward"] == 0.0 and m["f1"] == 0.0 and m["cite_f1"] == 1.0
     _, rew, _, _ = play(env, T4, base + ["Answer: Felmi\n" + cites])
     assert rew[-1] == 1.0
-    assert rew[:-1] == [1.0] * 13  # the others did their part
-    # right answer, no citations: 1 * (0.5 + 0.5 * 0)
-    _, rew, m, _ = play(env, T4, base + ["Answer: Felmi"])
+    # a hedge (two names, one right) has F1 2/3 but no exact match: 0, below the committed right answer
+    _, rew, m, _ = play(env, T4, base + ["Answer: Felmi Rutem\n" + cites])
+    assert m["f1"] == pytest.approx(2 / 3) and m["em"] == 0.0 and rew[-1] == 0.0
+    # right answer, no citations: 1 * (0.5 + 0.5 * 0); SQuAD normalisation (case, articles, punctuation)
+    _, rew, m, _ = play(env, T4, base + ["Answer: the felmi."])
     assert rew[-1] == 0.5 and m["cite_precision"] == 0.0 and m["cite_recall"] == 0.0 and m["em"] == 1.0
-    # partial answer and citations on the answer line: F1("the Felmi republic", "Felmi") = 2/3 (P 1/2, R 1);
-    # citations P = 2/3, R = 2/4, F1 = 4/7; writer = 2/3 * (0.5 + 0.5 * 4/7) = 11/21
+    # a partial answer scores its F1 in the metrics and 0 in the reward
     _, rew, m, _ = play(env, T4, base + ["Answer: the Felmi republic [product4] [company11] [bogus7]"])
-    assert m["f1"] == pytest.approx(2 / 3) and m["em"] == 0.0
+    assert m["f1"] == pytest.approx(2 / 3) and m["em"] == 0.0 and rew[-1] == 0.0
+    # right answer, citations on the answer line: P = 2/3, R = 2/4, F1 = 4/7; writer = 1 * (0.5 + 0.5 * 4/7) = 11/14
+    _, rew, m, _ = play(env, T4, base + ["Answer: Felmi [product4] [company11] [bogus7]"])
     assert (m["cite_precision"], m["cite_recall"], m["cite_f1"]) == pytest.approx((2 / 3, 1 / 2, 4 / 7))
-    assert rew[-1] == pytest.approx(11 / 21) and m["team_reward"] == pytest.approx(11 / 21)
-    # citation_weight moves the mix: 2/3 * (0.75 + 0.25 * 4/7) = 25/42
-    _, rew, _, _ = play(ResearchEnv(citation_weight=0.25), T4, base + ["Answer: the Felmi republic [product4] "
-                                                                       "[company11] [bogus7]"])
-    assert rew[-1] == pytest.approx(25 / 42)
+    assert rew[-1] == pytest.approx(11 / 14) and m["team_reward"] == pytest.approx(11 / 14)
+    # citation_weight moves the mix: 1 * (0.75 + 0.25 * 4/7) = 25/28
+    _, rew, _, _ = play(ResearchEnv(citation_weight=0.25), T4, base + ["Answer: Felmi [product4] [company11] [bogus7]"])
+    assert rew[-1] == pytest.approx(25 / 28)
     # no answer at all
     _, rew, m, _ = play(env, T4, base + [""])
     assert rew[-1] == 0.0 and m["no_answer"] == 1.0
