@@ -1,5 +1,5 @@
 """The search team (query writer -> BM25 search -> answerer, with refinement cycles) on the offline
-multi-hop set in data/search_*.jsonl (python data/search_data.py regenerates it)."""
+multi-hop set in data/search_{corpus,train,val}.jsonl (python data/search_data.py regenerates it)."""
 from config import AlgoConfig, Config, DataConfig, LoRAConfig, ModelConfig, RoleConfig, RolloutConfig, TrainerConfig
 
 config = Config(

@@ -13,8 +13,9 @@ and lists their ids in "support" (in chain order):
             What is the capital of the country where the company that makes {product} has its
             headquarters?                                                  product, company, city, country
 
-    python data/research_data.py   # appends the new documents to data/search_corpus.jsonl (after
-                                   # search_data.py's 120, unchanged) and writes research_{train,val}.jsonl
+    python data/research_data.py   # rewrites data/search_corpus.jsonl as search_data.py's small world (120
+                                   # documents, unchanged) + these 40, and writes research_{train,val}.jsonl
+                                   # (python data/search_data.py writes every world's files, these included)
 
 Train and val are disjoint by the question's first entity: a company or product asked about in
 val is never asked about in train. Everything is seeded: generate(seed) is the same every time.
@@ -174,12 +175,12 @@ def load_research(spec: str) -> list[dict]:
     return tasks
 
 
-def write(seed: int = 1) -> tuple[int, int, int]:
-    """data/search_corpus.jsonl = search_data's documents + ours; research_{train,val}.jsonl."""
+def write(seed: int = 1, dirpath: str = HERE) -> tuple[int, int, int]:
+    """dirpath/search_corpus.jsonl = search_data's documents + ours; research_{train,val}.jsonl."""
     docs, train, val = generate(seed)
     world = generate_world(0)[0]
     for name_, rows in (("search_corpus", world + docs), ("research_train", train), ("research_val", val)):
-        with open(os.path.join(HERE, f"{name_}.jsonl"), "w") as f:
+        with open(os.path.join(dirpath, f"{name_}.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
     return len(docs), len(train), len(val)
 

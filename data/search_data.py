@@ -5,7 +5,8 @@ countries, people born in cities. Documents describe one entity each; questions 
 ("In which country is Vorla?") or two ("What is the capital of the country where Ana Brell was
 born?"). Each question lists the ids of the documents that support it.
 
-    python data/search_data.py   # writes data/search_{corpus,train,val}.jsonl and data/search_world_*.jsonl
+    python data/search_data.py   # writes data/search_{corpus,train,val}.jsonl, data/search_world_*.jsonl and
+                                 # (data/research_data.py) research_{train,val}.jsonl + its documents in the corpus
 
 data/search_{corpus,train,val}.jsonl is the small world (12 countries, 60 people: 78 train and 30 val
 questions) the search, react and research configs use; data/search_world_*.jsonl is a larger one of the
@@ -94,21 +95,30 @@ def load_corpus(path) -> list[dict]:
 
 
 WORLDS = {"search": ({}, 30), "search_world": ({"seed": 1, "n_countries": 30, "n_people": 180}, 200)}
-"""file prefix -> (generate's arguments, val questions)"""
+"""file prefix -> (generate's arguments, val questions). data/research_data.py builds on the small world with
+generate()'s defaults, so "search" keeps none."""
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-if __name__ == "__main__":
-    here = os.path.dirname(os.path.abspath(__file__))
+def write(dirpath: str = HERE) -> None:
+    """Every file of the made-up worlds into dirpath, seeded (the shipped ones are this output): per WORLDS entry
+    <prefix>_{corpus,train,val}.jsonl, then data/research_data.write, whose documents follow the small world's in
+    search_corpus.jsonl (rewriting that world alone would drop them)."""
+    from data import research_data
+    assert WORLDS["search"][0] == {}, "data/research_data.py builds on generate()'s defaults"
     for prefix, (kw, n_val) in WORLDS.items():
         docs, qs = generate(**kw)
         for name_, rows in (("corpus", docs), ("train", qs[:-n_val]), ("val", qs[-n_val:])):
-            with open(os.path.join(here, f"{prefix}_{name_}.jsonl"), "w") as f:
+            with open(os.path.join(dirpath, f"{prefix}_{name_}.jsonl"), "w") as f:
                 for r in rows:
                     f.write(json.dumps(r) + "\n")
         print(f"{prefix}: {len(docs)} documents, {len(qs) - n_val} train and {n_val} val questions")
-    from data import research_data  # its documents follow the small world's in search_corpus.jsonl: put them back
-    n, a, b = research_data.write()
+    n, a, b = research_data.write(dirpath=dirpath)
     print(f"research: {n} documents appended to search_corpus.jsonl, {a} train and {b} val questions")
+
+
+if __name__ == "__main__":
+    write()
 
 
 @functools.lru_cache(maxsize=4)

@@ -214,24 +214,30 @@ def test_sft_scripted_teacher_gives_every_roles_examples(tiny):
                    for e in ex)
 
 
-def test_the_larger_search_world_is_its_builders_output_and_the_teacher_solves_every_recipe_task():
-    """configs/cpu/search.py's world (data/search_world_*.jsonl): the shipped files are what data/search_data.py's
-    WORLDS entry generates (seeded), train and val share no question, and on every train and val task the scripted
-    team scores the maximum through the recipe's own env (its corpus, 3 cycles)."""
-    import json
+def test_the_data_builders_write_every_shipped_world_file_byte_for_byte(tmp_path):
+    """python data/search_data.py (write) into a fresh directory: both worlds and research's files, equal byte for byte
+    to the shipped ones, search_corpus.jsonl with research's 40 documents after the small world's 120 (rewriting
+    the small world alone used to drop them)."""
+    from data.search_data import write
+    write(str(tmp_path))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([f"{w}_{n}.jsonl" for w in ("search", "search_world") for n in ("corpus", "train", "val")]
+                           + ["research_train.jsonl", "research_val.jsonl"])
+    for n in names:
+        assert (tmp_path / n).read_bytes() == open(os.path.join(ROOT, "data", n), "rb").read(), n
+    assert sum(1 for _ in open(tmp_path / "search_corpus.jsonl")) == 160
 
-    from data.search_data import WORLDS, generate
-    kw, n_val = WORLDS["search_world"]
-    docs, qs = generate(**kw)
-    read = lambda n: [json.loads(x) for x in open(os.path.join(ROOT, "data", f"search_world_{n}.jsonl"))]  # noqa: E731
-    assert read("corpus") == docs and read("train") == qs[:-n_val] and read("val") == qs[-n_val:]
-    assert len(read("train")) == 100 and len(read("val")) == 200
-    assert not {q["question"] for q in read("train")} & {q["question"] for q in read("val")}
+
+def test_the_larger_search_world_is_what_the_recipe_reads_and_the_teacher_solves_every_task():
+    """configs/cpu/search.py's world (data/search_world_*.jsonl): 100 train and 200 val questions, and on every one
+    the scripted team scores the maximum through the recipe's own env (its corpus, 3 cycles). Train and val are new
+    questions, not new facts: 31 of the 80 val one-hop cities lie on a train two-hop chain (12 of 16 in the small
+    world); the val answer still needs its searches (the facts are in no prompt)."""
     cfg = load_config_file(os.path.join(ROOT, "configs", "cpu", "search.py")).validate()
     assert cfg.data.val_size == 200 and cfg.data.env_kwargs["corpus"].endswith("search_world_corpus.jsonl")
     make_env, module, _ = workflow(cfg)
     train, val = load_data(cfg)
-    assert len(train) == 100 and len(val) == 200
+    assert len(train) == 100 and len(val) == 200 and sum(t["hops"] == 1 for t in val) == 80
     for task in train + val:
         env = make_env()
         replies = env.scripted_replies(task)
