@@ -571,6 +571,13 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     lora.set_adapter(model, None)
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
+    if all_sum(float((adv.abs() * rb.mask).sum())) == 0 and a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward):
+        # no signal: every advantage 0 (each group's rewards agree) and no loss term beside the policy's. The
+        # gradient is 0, but AdamW would still move the adapter along its momentum (a past step's update again,
+        # and a role with sparse signal moved most on the steps that told it nothing): like a role with no turns,
+        # it skips the step (its LR schedule too)
+        out["no_signal"] = 1.0
+        return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
     return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen,
                          pack=pk is not None, ref=ref), out

@@ -885,3 +885,37 @@ def test_prefill_tokens_are_logged_per_step(tmp_path):
     train.main(toy_cfg(tmp_path, trainer=dict(total_steps=1)))
     (row,) = [r for r in rows(tmp_path / "run" / "metrics.jsonl") if "time/step" in r]
     assert 32 * 5 <= row["perf/prefill_tokens"] <= 32 * 128
+
+
+def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_momentum(tmp_path):
+    """Step 1 has signal (rewards differ within groups): the adapter moves. Step 2's rewards all agree, so every
+    advantage is 0: the adapter is skipped (no_signal 1, weights and LR schedule untouched) where AdamW, stepped
+    on a zero gradient, would move it again along step 1's momentum. With a KL loss the step still trains."""
+    import copy
+
+    import session
+    from workflows import load_data
+    for algo, skips in ((dict(recompute_old_logprobs="always"), True),
+                        (dict(recompute_old_logprobs="always", kl_coef=0.1, kl_kind="low_var_kl"), False)):
+        cfg = toy_cfg(tmp_path, algo=algo)
+        run, _ = session.build(cfg, None)
+        tasks = load_data(cfg)[0][:4]
+        steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
+        weights = lambda: torch.cat([p.detach().flatten().clone() for p in lora.adapter_parameters(run.model, "speaker")])  # noqa: E731
+        first = copy.deepcopy(steps)
+        for i, s in enumerate(first):
+            s.reward = float(i % 2)
+        w0 = weights()
+        m1 = learner.update(run, first, 1, 0)
+        w1 = weights()
+        assert (w1 - w0).abs().max() > 0 and "train/no_signal/speaker" not in m1
+        flat = copy.deepcopy(steps)
+        for s in flat:
+            s.reward = 1.0
+        sched = run.scheds["speaker"].last_epoch
+        m2 = learner.update(run, flat, 2, 0)
+        moved = float((weights() - w1).abs().max())
+        if skips:
+            assert m2["train/no_signal/speaker"] == 1.0 and moved == 0.0 and run.scheds["speaker"].last_epoch == sched
+        else:
+            assert "train/no_signal/speaker" not in m2 and moved > 0
