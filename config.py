@@ -249,8 +249,9 @@ class AlgoConfig:
     weight_decay: float = 0.0
     """AdamW weight decay"""
     warmup_steps: int = 0
-    """linear LR warm-up over this many TRAINING steps (as verl counts them): step s of the run trains at
-    lr * min(1, s / warmup_steps), whatever the number of mini-batches and ppo_epochs in it"""
+    """linear LR warm-up over this many TRAINING steps (as verl counts them): an adapter's s-th training step
+    trains at lr * min(1, s / warmup_steps), whatever the number of mini-batches and ppo_epochs in it; the steps
+    counted are those that stepped the adapter (not those where it had no turns, was frozen, or had no signal)"""
     dynamic_sampling: bool = False
     """DAPO's filter: for roles whose estimator centres per group (grpo, rloo, reinforce++_baseline),
     groups (task, role) of several turns whose rewards all agree have zero advantage and leave the

@@ -513,7 +513,7 @@ def reference_logits(model, pieces, parts, device):
 
 def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
     """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
-    it is not updated: frozen, or the critic is warming up) and its metrics (keys without the name)."""
+    it is not updated: frozen, the critic warming up, or no signal) and its metrics (keys without the name)."""
     cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
     roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
     if not samples:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
@@ -571,11 +571,11 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     lora.set_adapter(model, None)
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
-    if all_sum(float((adv.abs() * rb.mask).sum())) == 0 and a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward):
+    out["no_signal"] = 0.0
+    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and all_sum(float((adv.abs() * rb.mask).sum())) == 0:
         # no signal: every advantage 0 (each group's rewards agree) and no loss term beside the policy's. The
-        # gradient is 0, but AdamW would still move the adapter along its momentum (a past step's update again,
-        # and a role with sparse signal moved most on the steps that told it nothing): like a role with no turns,
-        # it skips the step (its LR schedule too)
+        # gradient is 0, but AdamW would still move the adapter along its momentum, replaying a past step's update
+        # on a step that told it nothing: like a role with no turns, it skips the step (its LR schedule too)
         out["no_signal"] = 1.0
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted

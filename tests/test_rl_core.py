@@ -890,13 +890,15 @@ def test_prefill_tokens_are_logged_per_step(tmp_path):
 def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_momentum(tmp_path):
     """Step 1 has signal (rewards differ within groups): the adapter moves. Step 2's rewards all agree, so every
     advantage is 0: the adapter is skipped (no_signal 1, weights and LR schedule untouched) where AdamW, stepped
-    on a zero gradient, would move it again along step 1's momentum. With a KL loss the step still trains."""
+    on a zero gradient, would move it again along step 1's momentum. With a KL loss or an entropy bonus the step
+    still trains (no_signal 0)."""
     import copy
 
     import session
     from workflows import load_data
     for algo, skips in ((dict(recompute_old_logprobs="always"), True),
-                        (dict(recompute_old_logprobs="always", kl_coef=0.1, kl_kind="low_var_kl"), False)):
+                        (dict(recompute_old_logprobs="always", kl_coef=0.1, kl_kind="low_var_kl"), False),
+                        (dict(recompute_old_logprobs="always", entropy_coef=0.01), False)):
         cfg = toy_cfg(tmp_path, algo=algo)
         run, _ = session.build(cfg, None)
         tasks = load_data(cfg)[0][:4]
@@ -908,7 +910,7 @@ def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_mome
         w0 = weights()
         m1 = learner.update(run, first, 1, 0)
         w1 = weights()
-        assert (w1 - w0).abs().max() > 0 and "train/no_signal/speaker" not in m1
+        assert (w1 - w0).abs().max() > 0 and m1["train/no_signal/speaker"] == 0.0
         flat = copy.deepcopy(steps)
         for s in flat:
             s.reward = 1.0
@@ -918,4 +920,4 @@ def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_mome
         if skips:
             assert m2["train/no_signal/speaker"] == 1.0 and moved == 0.0 and run.scheds["speaker"].last_epoch == sched
         else:
-            assert "train/no_signal/speaker" not in m2 and moved > 0
+            assert m2["train/no_signal/speaker"] == 0.0 and moved > 0
