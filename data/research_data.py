@@ -185,6 +185,6 @@ def write(seed: int = 1, dirpath: str = HERE) -> tuple[int, int, int]:
     return len(docs), len(train), len(val)
 
 
-if __name__ == "__main__":
-    n, a, b = write()
+if __name__ == "__main__":  # python data/research_data.py [DIR]
+    n, a, b = write(dirpath=sys.argv[1] if len(sys.argv) > 1 else HERE)
     print(f"{n} new documents appended to search_corpus.jsonl, {a} train and {b} val questions")

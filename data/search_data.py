@@ -20,6 +20,7 @@ import functools
 import json
 import os
 import random
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,8 +104,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def write(dirpath: str = HERE) -> None:
     """Every file of the made-up worlds into dirpath, seeded (the shipped ones are this output): per WORLDS entry
     <prefix>_{corpus,train,val}.jsonl, then data/research_data.write, whose documents follow the small world's in
-    search_corpus.jsonl (rewriting that world alone would drop them)."""
-    from data import research_data
+    search_corpus.jsonl (rewriting that world alone would drop them). research_data imports this module, so it runs
+    as a process here, not an import."""
     assert WORLDS["search"][0] == {}, "data/research_data.py builds on generate()'s defaults"
     for prefix, (kw, n_val) in WORLDS.items():
         docs, qs = generate(**kw)
@@ -113,8 +114,7 @@ def write(dirpath: str = HERE) -> None:
                 for r in rows:
                     f.write(json.dumps(r) + "\n")
         print(f"{prefix}: {len(docs)} documents, {len(qs) - n_val} train and {n_val} val questions")
-    n, a, b = research_data.write(dirpath=dirpath)
-    print(f"research: {n} documents appended to search_corpus.jsonl, {a} train and {b} val questions")
+    subprocess.run([sys.executable, os.path.join(HERE, "research_data.py"), dirpath], check=True)
 
 
 if __name__ == "__main__":
