@@ -17,14 +17,13 @@ The questions load with data.math_data.load_math (rows {"question", "answer", "s
 the corpus with `load_corpus`, which checks every document before the BM25 index is built.
 """
 import functools
-import json
 import os
 import random
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data.math_data import DataError, read_rows  # noqa: E402
+from data.math_data import DataError, read_rows, write_jsonl  # noqa: E402
 
 SYL = ["ka", "lo", "mi", "ren", "sa", "tor", "vel", "qui", "zan", "bo", "dri", "fel", "gar", "hul", "ix", "jor", "ne",
        "pa", "ru", "sol", "tem", "ul", "wes", "yr"]
@@ -110,9 +109,7 @@ def write(dirpath: str = HERE) -> None:
     for prefix, (kw, n_val) in WORLDS.items():
         docs, qs = generate(**kw)
         for name_, rows in (("corpus", docs), ("train", qs[:-n_val]), ("val", qs[-n_val:])):
-            with open(os.path.join(dirpath, f"{prefix}_{name_}.jsonl"), "w") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
+            write_jsonl(rows, os.path.join(dirpath, f"{prefix}_{name_}.jsonl"))
         print(f"{prefix}: {len(docs)} documents, {len(qs) - n_val} train and {n_val} val questions")
     subprocess.run([sys.executable, os.path.join(HERE, "research_data.py"), dirpath], check=True)
 
