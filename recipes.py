@@ -14,7 +14,8 @@ what it uses) is refused, not reused:
   1. sft      sft.py --teacher scripted: the workflow module's scripted_replies(task) (a perfect team) played
               on the first SFT['teacher_tasks'] training tasks, every role's turns (and, where the workflow
               has one, its scripted_repair(task) lesson's turns after the mistake) -> <out>/sft/<adapter>/
-  2. base     eval.py --base: the base model on the val set, greedy                    -> <out>/base/
+  2. base     eval.py --base: the base model on the val set, greedy (on its first BASE_TASKS tasks where the
+              recipe sets BASE_TASKS; then compared with RL's end on those)           -> <out>/base/
   3. rl       train.py with every role's adapter from the SFT; its val at step 0 is the SFT start,
               its last val the end                                                    -> <out>/rl/
   4. compare  compare.py <out>/rl@0 <out>/rl <out>/base, and base against rl (paired on the same val tasks)
@@ -46,14 +47,29 @@ def recipes() -> list[str]:
     return sorted(p.stem for p in RECIPES.glob("*.py") if not p.name.startswith("_"))
 
 
-def load_recipe(name: str):
+def recipe_module(name: str):
     path = RECIPES / f"{name}.py"
     if not path.is_file():
         sys.exit(f"recipes.py: no recipe {name!r} (configs/cpu/{name}.py); the recipes: {', '.join(recipes())}")
     spec = importlib.util.spec_from_file_location(f"troupe_recipe_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return path, mod
+
+
+def load_recipe(name: str):
+    path, mod = recipe_module(name)
     return path, mod.config, dict(getattr(mod, "SFT", {}))
+
+
+def base_tasks(name: str) -> int | None:
+    """The recipe's BASE_TASKS: the base model is evaluated on the first N val tasks only (None: all of them).
+    An untrained base that never answers runs every turn of every episode, the dearest eval of a recipe."""
+    path, mod = recipe_module(name)
+    n = getattr(mod, "BASE_TASKS", None)
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        sys.exit(f"recipes.py: {path}: BASE_TASKS must be a positive int or None, got {n!r}")
+    return n
 
 
 def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
@@ -76,6 +92,7 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
 
 def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, list[str] | None]]:
     conf = str(out / "recipe_config.py")
+    n_base = None if tiny else base_tasks(name)  # --tiny evaluates its 2 val tasks
     sft = {**sft, **({"teacher_tasks": TINY["teacher_tasks"], "epochs": 1, "min_steps": 0} if tiny else {})}
     sft_cmd = [sys.executable, "sft.py", "--train-config", conf, "--teacher", "scripted", "--out", str(out / "sft"),
                "--no-progress"]
@@ -84,7 +101,8 @@ def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, li
     init = [x for i, r in enumerate(cfg.roles) if r.trainable and (not done(out, "sft") or adapter_written(out, cfg, r))
             for x in (f"--roles.{i}.init-from", str(out / "sft" / cfg.adapter_of(r)))]
     return [("sft", sft_cmd),
-            ("base", [sys.executable, "eval.py", "--config", conf, "--base", "--out", str(out / "base")]),
+            ("base", [sys.executable, "eval.py", "--config", conf, "--base", "--out", str(out / "base"),
+                      *(["--limit", str(n_base)] if n_base else [])]),
             ("rl", [sys.executable, "train.py", "--config", conf, *init]),
             ("compare", None)]  # in this process: compare.py's rows, the summary, the plot
 
@@ -102,8 +120,9 @@ def mark(out: Path, stage: str, seconds: float, fingerprint: str, code: dict):
     (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds, "fingerprint": fingerprint, "code": code}) + "\n")
 
 
-def fingerprint(out: Path, sft: dict, tiny: bool) -> tuple[str, dict]:
-    """What a finished stage was made with: a hash of the effective train config, the SFT options and --tiny;
+def fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None) -> tuple[str, dict]:
+    """What a finished stage was made with: a hash of the effective train config, the SFT options, --tiny and
+    BASE_TASKS (where set);
     and the teacher's code, per file (sft_teachers.teacher_code: a stage made by an older teacher or reward is
     not reused silently; docstrings and comments do not count)."""
     from config import load_config_file, to_dict
@@ -111,8 +130,9 @@ def fingerprint(out: Path, sft: dict, tiny: bool) -> tuple[str, dict]:
     from workflows import workflow
     cfg = load_config_file(str(out / "recipe_config.py"))
     _, module, loader = workflow(cfg)
-    return hashlib.sha256(json.dumps({"config": to_dict(cfg), "sft": sft, "tiny": tiny}, sort_keys=True,
-                                     default=str).encode()).hexdigest()[:16], teacher_code(module, loader)
+    what = {"config": to_dict(cfg), "sft": sft, "tiny": tiny, **({"base_tasks": base_tasks} if base_tasks else {})}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], \
+        teacher_code(module, loader)
 
 
 def stale(out: Path, fp: str, code: dict) -> list[str]:
@@ -201,7 +221,8 @@ def main(argv=None):
         return None
     out.mkdir(parents=True, exist_ok=True)
     write_config(out / "recipe_config.py", recipe, out, a.tiny)
-    fp, code = fingerprint(out, sft, a.tiny)
+    n_base = None if a.tiny else base_tasks(a.workflow)
+    fp, code = fingerprint(out, sft, a.tiny, n_base)
     if old := stale(out, fp, code):
         sys.exit(f"recipes.py: {out} holds stage(s) {', '.join(old)} done with another recipe (configs/cpu/"
                  f"{a.workflow}.py, its SFT options, --tiny or the teacher's code changed since): give --out a new directory, or delete {out}")
@@ -225,14 +246,15 @@ def main(argv=None):
             if rc:
                 sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
                          "run the same command again to resume")
-        if (fp, code) != fingerprint(out, sft, a.tiny):  # each stage imported the code when it started
+        if (fp, code) != fingerprint(out, sft, a.tiny, n_base):  # each stage imported the code when it started
             sys.exit(f"recipes.py: the recipe or the teacher's code changed while stage {stage} ran: it is not marked "
                      f"done; run the same command again to redo it with the code as it is now")
         mark(out, stage, time.time() - t0, fp, code)
         print(f"[{time.strftime('%H:%M:%S')}] {stage} done in {(time.time() - t0) / 60:.1f} min", flush=True)
     summary = json.loads((out / "summary.json").read_text())
     se = summary["se"]
-    print(f"{a.workflow}: val team reward base {summary['base']:.3f}, SFT start {summary['sft_start']:.3f} -> "
+    on = "" if summary["n_vs_base"] == summary["val_tasks"] else f" (its first {summary['n_vs_base']} tasks)"
+    print(f"{a.workflow}: val team reward base {summary['base']:.3f}{on}, SFT start {summary['sft_start']:.3f} -> "
           f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± "
           f"{'—' if se is None else f'{se:.3f}'} s.e., n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
     return summary

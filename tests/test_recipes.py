@@ -85,6 +85,42 @@ def test_each_recipe_runs_teacher_sft_rl_eval_on_the_tiny_model(tmp_path, name):
     assert s["steps"] == 2 and s["val_tasks"] >= 1 and all((out / f"{st}.done").exists() for st in recipes.STAGES)
 
 
+def test_base_tasks_limits_the_base_eval_and_its_pairing(tmp_path, monkeypatch):
+    """A recipe's BASE_TASKS = N: the base stage evaluates the first N val tasks (eval.py --limit N), the
+    summary pairs the base with RL's end on those N, and the SFT start with RL's end on all of them; N is part
+    of the fingerprint (a finished stage made with another N is stale), and a recipe without it keeps the
+    fingerprint it had. --tiny ignores it (its val is 2 tasks). A bad value is one clear line."""
+    _, cfg, sft = recipes.load_recipe("search")
+    assert recipes.base_tasks("search") == 60
+    base = dict(recipes.plan("search", tmp_path, cfg, sft, tiny=False))["base"]
+    assert base[base.index("--limit") + 1] == "60"
+    assert "--limit" not in dict(recipes.plan("search", tmp_path, cfg, sft, tiny=True))["base"]
+    assert "--limit" not in dict(recipes.plan("react", tmp_path, *recipes.load_recipe("react")[1:], tiny=False))["base"]
+    rec = tmp_path / "recipes"
+    rec.mkdir()
+    body = (f"from config import load_config_file\nimport dataclasses\nR = dataclasses.replace\n"
+            f"c = load_config_file({str(ROOT / 'configs' / 'cpu' / 'math_tool.py')!r})\n"
+            "config = R(c, model=R(c.model, spec='tiny'), rollout=R(c.rollout, num_chains=2, progress=False),\n"
+            "           data=R(c.data, batch_size=1, val_size=3), trainer=R(c.trainer, total_steps=1, test_freq=1))\n"
+            "SFT = {'teacher_tasks': 2, 'epochs': 1}\n")
+    (rec / "mine.py").write_text(body + "BASE_TASKS = 2\n")
+    (rec / "bad.py").write_text(body + "BASE_TASKS = 0\n")
+    monkeypatch.setattr(recipes, "RECIPES", rec)
+    with pytest.raises(SystemExit, match=r"bad.py: BASE_TASKS must be a positive int"):
+        recipes.base_tasks("bad")
+    out = tmp_path / "mine"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    s = recipes.main(["mine", "--out", str(out)])
+    assert (s["val_tasks"], s["n_vs_base"]) == (3, 2)  # SFT start vs end on all 3; base vs end on its 2
+    base_rows = [json.loads(x) for x in (out / "base" / "greedy.jsonl").read_text().splitlines() if x.strip()]
+    assert len(base_rows) == 2, len(base_rows)
+    fp = recipes.fingerprint(out, {'teacher_tasks': 2, 'epochs': 1}, False, 2)
+    assert recipes.stale(out, *fp) == []
+    assert set(recipes.stale(out, *recipes.fingerprint(out, {'teacher_tasks': 2, 'epochs': 1}, False, 3))) == \
+        set(recipes.STAGES)  # another N: every stage is stale
+    assert recipes.fingerprint(out, {}, False, None) == recipes.fingerprint(out, {}, False)
+
+
 def test_plan_and_list_run_nothing(tmp_path, capsys):
     assert recipes.main(["--list"]) is None and capsys.readouterr().out.split() == recipes.recipes()
     out = tmp_path / "p"
