@@ -19,7 +19,7 @@ set -u
 TOK=${1:?a local model directory with tokenizer files}
 LOGS=${2:-runs/gpu_check}
 SHAPE=${SHAPE:-qwen2.5-1.5b}
-STEP_LIMIT=${STEP_LIMIT:-130}
+STEP_LIMIT=${STEP_LIMIT:-170}
 BENCH_LIMIT=${BENCH_LIMIT:-150}
 MODEL=${MODEL_DIR:-/tmp/troupe_random_$SHAPE}
 RUNS=${RUNS:-$LOGS}  # the runs' output dirs
@@ -53,8 +53,10 @@ run() {  # name, limit, command...
 
 [ "$BENCH_LIMIT" = 0 ] || run gpu_bench "$BENCH_LIMIT" python bench/gpu.py ${BENCH_ARGS:-}  # BENCH_LIMIT=0 skips it
 FSDP=(torchrun --nproc_per_node 1 --master_port 29571 train.py --config configs/math_3agent.py "${SMALL[@]}"
-      --trainer.output-dir "$RUNS/run_fsdp" --trainer.save-freq 1)  # one step, then a resume: two FSDP steps
-run fsdp_nccl "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 1    # 2 steps + evals did not fit 130 s on 11-26/27
+      --trainer.output-dir "$RUNS/run_fsdp" --trainer.save-freq 1 --trainer.no-val-before-train --trainer.test-freq 100)
+# one step, then a resume: two FSDP steps, each with its end-of-run val only (with a step-0 val and 125 s, the
+# H100 of 11-27 was stopped before the checkpoint was written; without it: 102 s and 108 s)
+run fsdp_nccl "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 1
 run compile "$STEP_LIMIT" python train.py --config configs/math_3agent.py "${SMALL[@]}" --trainer.total-steps 2 \
     --rollout.compile --trainer.output-dir "$RUNS/run_compile"
 run fsdp_resume "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 2   # resumes the first run's step-1 checkpoint

@@ -80,3 +80,5 @@ def test_gpu_check_overrides_parse_into_the_main_config():
     assert fargs[:3] == ["torchrun", "--nproc_per_node", "1"] and "train.py" in fargs
     cfg = train.cli([*fargs[fargs.index("train.py") + 1:], "--trainer.total-steps", "1"])
     assert cfg.trainer.save_freq == 1 and cfg.trainer.output_dir == "/r/run_fsdp" and cfg.data.batch_size == 8
+    # no step-0 val and no periodic one: each FSDP run's time goes to its step, its end val and its checkpoint
+    assert not cfg.trainer.val_before_train and cfg.trainer.test_freq > cfg.trainer.total_steps
