@@ -66,9 +66,11 @@ def base_tasks(name: str) -> int | None:
     """The recipe's BASE_TASKS: the base model is evaluated on the first N val tasks only (None: all of them).
     An untrained base that never answers runs every turn of every episode, the dearest eval of a recipe."""
     path, mod = recipe_module(name)
-    n = getattr(mod, "BASE_TASKS", None)
+    n, val_size = getattr(mod, "BASE_TASKS", None), mod.config.data.val_size
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         sys.exit(f"recipes.py: {path}: BASE_TASKS must be a positive int or None, got {n!r}")
+    if n is not None and val_size is not None and n > val_size:  # eval.py's --limit would read past RL's val
+        sys.exit(f"recipes.py: {path}: BASE_TASKS = {n} is more than the recipe's data.val_size = {val_size}")
     return n
 
 
@@ -170,7 +172,7 @@ def compare_stage(out: Path, name: str) -> dict:
     summary = {"workflow": name, "val_tasks": gain["n"], "steps": end["step"], "base": base["team"],
                "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],
                "b": gain["b"], "c": gain["c"], "p": gain["p"], "n_vs_base": vs_base["n"], "diff_vs_base": vs_base["diff"],
-               "se_vs_base": vs_base["se"], "minutes": minutes, "total_minutes": sum(minutes.values()),
+               "se_vs_base": vs_base["se"], "rl_end_on_base_tasks": vs_base["y"], "minutes": minutes, "total_minutes": sum(minutes.values()),
                "learned": bool(gain["diff"] > 2 * gain["se"]) if math.isfinite(gain["se"]) else False}
     summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}  # JSON
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -246,7 +248,8 @@ def main(argv=None):
             if rc:
                 sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
                          "run the same command again to resume")
-        if (fp, code) != fingerprint(out, sft, a.tiny, n_base):  # each stage imported the code when it started
+        if (fp, code) != fingerprint(out, sft, a.tiny, None if a.tiny else base_tasks(a.workflow)):  # each stage
+            # imported the code (and plan() read BASE_TASKS) when it started
             sys.exit(f"recipes.py: the recipe or the teacher's code changed while stage {stage} ran: it is not marked "
                      f"done; run the same command again to redo it with the code as it is now")
         mark(out, stage, time.time() - t0, fp, code)

@@ -105,20 +105,30 @@ def test_base_tasks_limits_the_base_eval_and_its_pairing(tmp_path, monkeypatch):
             "SFT = {'teacher_tasks': 2, 'epochs': 1}\n")
     (rec / "mine.py").write_text(body + "BASE_TASKS = 2\n")
     (rec / "bad.py").write_text(body + "BASE_TASKS = 0\n")
+    (rec / "big.py").write_text(body + "BASE_TASKS = 4\n")
     monkeypatch.setattr(recipes, "RECIPES", rec)
     with pytest.raises(SystemExit, match=r"bad.py: BASE_TASKS must be a positive int"):
         recipes.base_tasks("bad")
+    with pytest.raises(SystemExit, match=r"big.py: BASE_TASKS = 4 is more than the recipe's data.val_size = 3"):
+        recipes.base_tasks("big")
     out = tmp_path / "mine"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     s = recipes.main(["mine", "--out", str(out)])
     assert (s["val_tasks"], s["n_vs_base"]) == (3, 2)  # SFT start vs end on all 3; base vs end on its 2
+    end = [json.loads(x) for x in (out / "rl" / "trajectories" / "val_step_000001.jsonl").read_text().splitlines()]
+    by_task = {r["task_id"]: r["metrics"]["team_reward"] for r in end}  # greedy: one episode a task
+    assert s["rl_end_on_base_tasks"] == pytest.approx((by_task[0] + by_task[1]) / 2)
     base_rows = [json.loads(x) for x in (out / "base" / "greedy.jsonl").read_text().splitlines() if x.strip()]
     assert len(base_rows) == 2, len(base_rows)
     fp = recipes.fingerprint(out, {'teacher_tasks': 2, 'epochs': 1}, False, 2)
     assert recipes.stale(out, *fp) == []
     assert set(recipes.stale(out, *recipes.fingerprint(out, {'teacher_tasks': 2, 'epochs': 1}, False, 3))) == \
         set(recipes.STAGES)  # another N: every stage is stale
-    assert recipes.fingerprint(out, {}, False, None) == recipes.fingerprint(out, {}, False)
+    import hashlib
+    from config import load_config_file, to_dict
+    before = {"config": to_dict(load_config_file(str(out / "recipe_config.py"))), "sft": {}, "tiny": False}
+    assert recipes.fingerprint(out, {}, False)[0] == \
+        hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:16]  # unset: as before
 
 
 def test_plan_and_list_run_nothing(tmp_path, capsys):
