@@ -55,7 +55,7 @@ run() {  # name, limit, command...
 FSDP=(torchrun --nproc_per_node 1 --master_port 29571 train.py --config configs/math_3agent.py "${SMALL[@]}"
       --trainer.output-dir "$RUNS/run_fsdp" --trainer.save-freq 1 --trainer.no-val-before-train --trainer.test-freq 100)
 # one step, then a resume: two FSDP steps, each with its end-of-run val only (with a step-0 val and 125 s, the
-# H100 of 11-27 was stopped before the checkpoint was written; without it: 102 s and 108 s)
+# H100 of 11-27 was stopped before the checkpoint was written; without it: 102 s and 108 s, on the 0.5B shape)
 run fsdp_nccl "$STEP_LIMIT" "${FSDP[@]}" --trainer.total-steps 1
 run compile "$STEP_LIMIT" python train.py --config configs/math_3agent.py "${SMALL[@]}" --trainer.total-steps 2 \
     --rollout.compile --trainer.output-dir "$RUNS/run_compile"
