@@ -95,9 +95,13 @@ def save_checkpoint(run, out: Path):
         _barrier()
         for name in run.cfg.adapters + (["critic"] if run.critic else []):
             lora.save_adapter(run.model, name, tmp / "adapters" / name, base_model_name_or_path=hub_id(run.cfg.model.spec))
+        # An optimizer that has not stepped yet (a role still frozen, outside its train window, or with no signal so
+        # far) is saved as None: get_optimizer_state_dict would initialise it with a zero step at lr 0 (AdamW's
+        # step = 1), which makes its first real step ~26% smaller and the run depend on save_freq. Every rank
+        # steps the same adapters, so every rank takes the same branch (the collectives stay matched).
         opt_states = {n: get_optimizer_state_dict(run.model, o, options=StateDictOptions(full_state_dict=True,
                                                                                          cpu_offload=True))
-                      for n, o in run.opts.items()}
+                      if o.state else None for n, o in run.opts.items()}
         per_rank = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                     "engine": run.engine.state_dict() if hasattr(run.engine, "state_dict") else None,
@@ -203,8 +207,9 @@ def load_checkpoint(run, ckpt: Path):
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     run.step, run.cursor, run.wandb_id = state["step"], state["cursor"], state.get("wandb_id")
     for n, o in run.opts.items():
-        set_optimizer_state_dict(run.model, o, optim_state_dict=state["optim"][n],
-                                 options=StateDictOptions(full_state_dict=True))
+        if state["optim"][n] is not None:  # None: it had not stepped (save_checkpoint), so it stays fresh
+            set_optimizer_state_dict(run.model, o, optim_state_dict=state["optim"][n],
+                                     options=StateDictOptions(full_state_dict=True))
         run.scheds[n].load_state_dict(state["sched"][n])
     run.kl_ctrl.load_state_dict(state["kl"])
     for n, d in state.get("estimators", {}).items():

@@ -670,6 +670,33 @@ def test_train_windows_train_exactly_their_roles_and_resume_mid_window_bit_exact
         dataclasses.replace(cfg, roles=(g, dataclasses.replace(e, train_windows=((5, 2),)), r)).validate()
 
 
+def test_saving_a_checkpoint_before_a_roles_first_step_does_not_change_its_training(tmp_path):
+    """The judge trains at steps 3-4 only; checkpoints at steps 1 and 2 must not initialise its optimizer
+    (torch's get_optimizer_state_dict steps a fresh AdamW at lr 0 when its parameters hold no gradient, as
+    they do when each adapter is updated on its own, fused_update off: its first real step was ~26% smaller):
+    save_freq 1 and no checkpoint train the same, and a run resumed from step 2 equals both."""
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    g, e, r = cfg.roles
+    roles = (g, dataclasses.replace(e, train_windows=((3, 4),)), r)
+
+    def run(out, steps, save_freq, resume="none"):
+        c = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, fused_update=False), roles=roles, data=dataclasses.replace(cfg.data, env_kwargs={"evaluator_mixed_groups_only": False}),
+                                trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / out), total_steps=steps,
+                                                            save_freq=save_freq, test_freq=0, val_before_train=False,
+                                                            resume=resume))
+        train.main(c)
+        return rows(tmp_path / out / "metrics.jsonl")
+    unsaved, saved = run("a", 4, 0), run("b", 4, 1)
+    assert "train/pg_loss/evaluator_critique" in unsaved[2] and "train/pg_loss/evaluator_critique" not in unsaved[1]
+    keys = [k for k in unsaved[-1] if k.startswith("train/") and "time" not in k and "per_s" not in k]
+    assert [[m[k] for k in keys] for m in unsaved[2:]] == [[m[k] for k in keys] for m in saved[2:]]
+    run("c", 2, 1)
+    ckpt = torch.load(tmp_path / "c" / "checkpoints" / "step_000002" / "trainer_state.pt", weights_only=False)
+    assert ckpt["optim"]["evaluator_critique"] is None and ckpt["optim"]["generator_initial"] is not None
+    resumed = run("c", 4, 1, "auto")
+    assert [[m[k] for k in keys] for m in unsaved[2:]] == [[m[k] for k in keys] for m in resumed[-2:]]
+
+
 def _select_on_one_rank(r):
     mine = [Step(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
             for i in range(4)] if r == 0 else [Step(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
