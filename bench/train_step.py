@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-import learner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [x for x in sys.path if Path(x or ".").resolve() != ROOT / "bench"]  # bench/lora.py is not lora.py
@@ -73,6 +72,10 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
     import lora
     import ppo
     import train
+    try:
+        import learner  # after (REV, before, has no learner.py: its update is train.update_adapter)
+    except ImportError:
+        learner = None
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     from model import load_model
     from rollout import Sample
@@ -98,10 +101,14 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
             out.append(Sample(i, task, role, 0, ids[:P], ids[P:], [-1.5] * C, reward=reward))
         return out
 
-    class Run:  # the fields train.py's update reads
-        pass
-    run = Run()
-    run.cfg, run.model, run.tok, run.device, run.critic = cfg, model, tok, torch.device("cpu"), None
+    try:  # after: the run object train.py builds (every field the update reads: refs, estimator_state, ...)
+        from session import Run
+        run = Run(cfg, model, tok, torch.device("cpu"))
+    except ImportError:  # before: REV has no session.py; its update read these fields
+        class Run:
+            pass
+        run = Run()
+        run.cfg, run.model, run.tok, run.device, run.critic = cfg, model, tok, torch.device("cpu"), None
     run.kl_ctrl, run.old_from_sampling = ppo.FixedKLController(0.0), True
     run.opts = {n: torch.optim.AdamW(lora.adapter_parameters(model, n), lr=2e-4) for n in names}
     run.scheds = {n: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for n, o in run.opts.items()}

@@ -1,6 +1,7 @@
 """bench/gpu.py's CPU smoke mode: every code path of the GPU benchmark (random-init Qwen2 shapes, the static
 decode step without capture checked against the eager loop, the roofline arithmetic, the fused update) on a
 tiny config. The GPU figures themselves need a GPU: python bench/gpu.py."""
+import json
 import os
 import subprocess
 import sys
@@ -82,3 +83,15 @@ def test_gpu_check_overrides_parse_into_the_main_config():
     assert cfg.trainer.save_freq == 1 and cfg.trainer.output_dir == "/r/run_fsdp" and cfg.data.batch_size == 8
     # no step-0 val and no periodic one: each FSDP run's time goes to its step, its end val and its checkpoint
     assert not cfg.trainer.val_before_train and cfg.trainer.test_freq > cfg.trainer.total_steps
+
+
+def test_train_step_bench_runs_the_current_update_on_the_run_object_train_builds():
+    """bench/train_step.py's "after" worker drives learner.prepare_adapter / policy_update on session.Run (it
+    once built a Run by hand and broke when the update read new fields: refs, estimator_state)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for variant in ("after", "after-single"):
+        r = subprocess.run([sys.executable, "bench/train_step.py", "--worker", variant, "--model", "tiny", "--repeats", "1"],
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["variant"] == variant and out["rows"] == 39 and out["seconds"] > 0
