@@ -211,6 +211,9 @@ def load_checkpoint(run, ckpt: Path):
             set_optimizer_state_dict(run.model, o, optim_state_dict=state["optim"][n],
                                      options=StateDictOptions(full_state_dict=True))
         run.scheds[n].load_state_dict(state["sched"][n])
+        if state["optim"][n] is None:  # the schedule may have moved (steps skipped as non-finite): its lr, as saved
+            for g, lr in zip(o.param_groups, run.scheds[n].get_last_lr()):
+                g["lr"] = lr
     run.kl_ctrl.load_state_dict(state["kl"])
     for n, d in state.get("estimators", {}).items():
         if n in run.estimator_state:

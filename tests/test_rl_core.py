@@ -697,6 +697,39 @@ def test_saving_a_checkpoint_before_a_roles_first_step_does_not_change_its_train
     assert [[m[k] for k in keys] for m in unsaved[2:]] == [[m[k] for k in keys] for m in resumed[-2:]]
 
 
+def test_a_resumed_optimizer_that_never_stepped_keeps_its_schedules_lr(tmp_path, monkeypatch):
+    """The judge's first two steps are skipped as non-finite, so its optimizer never steps while its LR warm-up
+    moves on; resumed from a checkpoint at step 2 (its optimizer saved as None), steps 3-4 use the lr the
+    straight run uses (a fresh optimizer keeps the schedule's first lr unless the loaded schedule sets it)."""
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_math_3agent.py"))
+    now = {"step": 0}
+    real_update, real_step = learner.update, learner.step_or_skip
+
+    def update(run, samples, step, step_seed):
+        now["step"] = step
+        return real_update(run, samples, step, step_seed)
+
+    def step_or_skip(part, params, nonfinite, stats, grad_clip):
+        return real_step(part, params, nonfinite or (part.adapter == "evaluator_critique" and now["step"] <= 2),
+                         stats, grad_clip)
+    monkeypatch.setattr(learner, "update", update)
+    monkeypatch.setattr(learner, "step_or_skip", step_or_skip)
+
+    def run(out, steps, resume="none"):
+        c = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, warmup_steps=4),
+                                data=dataclasses.replace(cfg.data, env_kwargs={"evaluator_mixed_groups_only": False}),
+                                trainer=dataclasses.replace(cfg.trainer, output_dir=str(tmp_path / out), total_steps=steps,
+                                                            save_freq=1, test_freq=0, val_before_train=False, resume=resume))
+        train.main(c)
+        return rows(tmp_path / out / "metrics.jsonl")
+    straight = run("a", 4)
+    assert [m["train/skipped/evaluator_critique"] for m in straight[:2]] == [1, 1]
+    run("b", 2)
+    resumed = run("b", 4, "auto")
+    lr = [m["train/lr/evaluator_critique"] for m in straight[2:]]
+    assert lr[0] > 0 and [m["train/lr/evaluator_critique"] for m in resumed[-2:]] == lr
+
+
 def _select_on_one_rank(r):
     mine = [Step(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
             for i in range(4)] if r == 0 else [Step(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
