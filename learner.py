@@ -607,6 +607,8 @@ def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:
     bar.close()
     for p in parts:  # the LR schedule counts the training steps that updated the adapter (verl's), not optimizer steps
         p.sched.step()
+    for o in run.opts.values():  # a fused backward also leaves (zero, or NaN beside a NaN row) gradients on adapters
+        o.zero_grad(set_to_none=True)  # that did not step: cleared, so none carries into a later step or a checkpoint
     seq = [(metrics.pop(k), metrics.pop(k.replace("kl_seq_sum", "kl_seqs"))) for k in list(metrics)
            if k.startswith("train/kl_seq_sum/")]
     if seq:  # verl's current_kl: the mean over every sequence of the step of its token-mean KL
