@@ -72,10 +72,7 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
     import lora
     import ppo
     import train
-    try:
-        import learner  # after (REV, before, has no learner.py: its update is train.update_adapter)
-    except ImportError:
-        learner = None
+    import learner  # (the before worker's path puts REV's train.py, batch.py and lora.py first; the rest is today's)
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     from model import load_model
     from rollout import Sample
@@ -101,14 +98,8 @@ def worker(variant: str, model_spec: str, repeats: int, single: bool):
             out.append(Sample(i, task, role, 0, ids[:P], ids[P:], [-1.5] * C, reward=reward))
         return out
 
-    try:  # after: the run object train.py builds (every field the update reads: refs, estimator_state, ...)
-        from session import Run
-        run = Run(cfg, model, tok, torch.device("cpu"))
-    except ImportError:  # before: REV has no session.py; its update read these fields
-        class Run:
-            pass
-        run = Run()
-        run.cfg, run.model, run.tok, run.device, run.critic = cfg, model, tok, torch.device("cpu"), None
+    from session import Run  # the run object train.py builds: every field the update reads (refs, estimator_state, ...)
+    run = Run(cfg, model, tok, torch.device("cpu"))
     run.kl_ctrl, run.old_from_sampling = ppo.FixedKLController(0.0), True
     run.opts = {n: torch.optim.AdamW(lora.adapter_parameters(model, n), lr=2e-4) for n in names}
     run.scheds = {n: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for n, o in run.opts.items()}
