@@ -22,19 +22,28 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  collapsed the writer onto it; F1 in the gate would pay a hedge, 'Answer: <country>
                  <capital>' earning 2/3 on any question whose chain was read). Exact match is SQuAD's
                  (case, articles and punctuation aside), as Search-R1's reward; F1 is logged beside it.
-    researcher   every round of sub-question i: 0.5 * [a document of S not read before i appeared in
-                 its search results] + 0.5 * [it read such a document]
+    researcher   every round of sub-question i: (1 - note_weight) * (0.5 * [a document of S not read
+                 before i appeared in its search results] + 0.5 * [it read such a document])
+                 + note_weight * [its note names where such a newly read document leads: the next
+                 supporting document's title (the entity of the next hop), or for the last, the answer;
+                 matched as SQuAD-normalised words]. note_weight (default 1/3: the
+                 three count alike) pays the note, the one thing of its work the writer sees: without it
+                 (0: the reward before 2026-11-27) RL on the recipe kept the searching and reading and lost
+                 the answer from the notes (val notes holding the answer 9/20 -> 0/20), and the writer can
+                 only copy what the notes hold
     planner      harmonic mean of precision = (sub-questions whose researcher read a new document of
                  S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|
 Team reward = the writer's. Metrics: f1, em, cite_precision / cite_recall / cite_f1,
-support_retrieved / support_read (fractions of S), each role's reward, sub_questions, rounds,
+support_retrieved / support_read (fractions of S), facts_noted (of the entities the supporting documents
+lead to, the fraction some note names), answer_noted (a note names the answer: the writer could copy it),
+each role's reward, sub_questions, rounds,
 tool_errors, no_answer, no_plan, hops; `aggregate` adds micro-averaged citation precision / recall
 and F1 per number of hops.
 
 Documents: the corpus file (`corpus`, default data/search_corpus.jsonl: the made-up world), or a
 task's own "docs" (HotpotQA tasks from data/research_data.load_research bring their paragraphs).
 Config (two files: this + configs/research.py): data.env="envs.research:ResearchEnv", the knobs in
-data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight).
+data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight, note_weight).
 """
 from __future__ import annotations
 
@@ -48,7 +57,7 @@ from data.research_data import load_research
 from envs import Prompt, need_file
 from data.search_data import search_tool
 from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
-from rewards.qa import exact_match, f1
+from rewards.qa import exact_match, f1, normalize_answer
 
 ROLES = ("planner", "researcher", "writer")
 
@@ -75,20 +84,27 @@ def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
+def _names(text: str, fact: str) -> bool:
+    """Whether `text` names `fact`: its SQuAD-normalised words appear, whole, in the text's."""
+    f = normalize_answer(fact)
+    return bool(f) and f" {f} " in f" {normalize_answer(text)} "
+
+
 class ResearchEnv:
     roles = ROLES
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
-                 max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200):
+                 max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200,
+                 note_weight: float = 1 / 3):
         from config import ConfigError  # a ValueError that train.py prints as one line
         for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
                             ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
-        if isinstance(citation_weight, bool) or not isinstance(citation_weight, (int, float)) \
-                or not 0 <= citation_weight <= 1:
-            raise ConfigError("config field data.env_kwargs.citation_weight: must be in [0, 1], "
-                              f"got {citation_weight!r}")
+        for name, v in (("citation_weight", citation_weight), ("note_weight", note_weight)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ConfigError(f"config field data.env_kwargs.{name}: must be in [0, 1], got {v!r}")
+        self.note_w = float(note_weight)
         self.corpus, self.k = need_file("corpus", corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
@@ -192,12 +208,17 @@ class ResearchEnv:
         """Everything the rewards and metrics need, from the turns taken so far (an episode cut
         short by rollout.max_turns is scored on what it did)."""
         S = set(self.support)
+        # where each supporting document leads: the next one's title (its entity), the last one's the answer
+        leads = {x: (self.by_id[y]["title"] if y in self.by_id else "") for x, y in zip(self.support, self.support[1:])}
+        if self.support:
+            leads[self.support[-1]] = self.gold
         seen, sub_r, useful = set(), [], []
         retrieved_all, read_all = set(), set()
         for s in self.subs:
             new_ret = (set(s["retrieved"]) & S) - seen
             new_read = (set(s["read"]) & S) - seen
-            sub_r.append(0.5 * bool(new_ret) + 0.5 * bool(new_read))
+            new_fact = any(_names(s["note"] or "", leads[x]) for x in new_read)  # noted where what it read leads
+            sub_r.append((1 - self.note_w) * (0.5 * bool(new_ret) + 0.5 * bool(new_read)) + self.note_w * bool(new_fact))
             useful.append(bool(new_read))
             seen |= set(s["read"])
             retrieved_all |= set(s["retrieved"])
@@ -217,7 +238,9 @@ class ResearchEnv:
                 "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited),
                 "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
-                "support_read": r, "useful_subs": sum(useful)}
+                "support_read": r, "useful_subs": sum(useful),
+                "facts_noted": sum(any(_names(x["note"] or "", f) for x in self.subs) for f in leads.values())
+                / max(len(leads), 1), "answer_noted": float(any(_names(x["note"] or "", self.gold) for x in self.subs))}
 
     def turn_rewards(self):
         s = self._scores()
@@ -229,6 +252,7 @@ class ResearchEnv:
         return {"team_reward": s["writer"], "final_correct": s["f1"], "f1": s["f1"], "em": s["em"],
                 "cite_precision": s["cite_precision"], "cite_recall": s["cite_recall"], "cite_f1": s["cite_f1"],
                 "support_retrieved": s["support_retrieved"], "support_read": s["support_read"],
+                "facts_noted": s["facts_noted"], "answer_noted": s["answer_noted"],
                 "planner_reward": s["planner"], "researcher_reward": sum(subs) / len(subs) if subs else 0.0,
                 "writer_reward": s["writer"], "sub_questions": float(len(self.plan)),
                 "rounds": float(sum(x["rounds"] for x in self.subs)),
