@@ -24,18 +24,20 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  (case, articles and punctuation aside), as Search-R1's reward; F1 is logged beside it.
     researcher   every round of sub-question i: (1 - note_weight) * (0.5 * [a document of S not read
                  before i appeared in its search results] + 0.5 * [it read such a document])
-                 + note_weight * [its note names where such a newly read document leads: the next
-                 supporting document's title (the entity of the next hop), or for the last, the answer;
-                 matched as SQuAD-normalised words]. note_weight (default 1/3: the
+                 + note_weight * [its note names where such a newly read document leads (another
+                 supporting document's title or the answer that its text names and the question does not:
+                 the next hop's entity; a document that leads nowhere, the read itself pays) and names no
+                 document title it had not seen (question, sub-question, earlier notes, what it read);
+                 names match as SQuAD-normalised runs of whole words]. note_weight (default 1/3: the
                  three count alike) pays the note, the one thing of its work the writer sees: without it
                  (0: the reward before 2026-11-27) RL on the recipe kept the searching and reading and lost
-                 the answer from the notes (val notes holding the answer 9/20 -> 0/20), and the writer can
-                 only copy what the notes hold
+                 the answer from the notes (val episodes whose notes held the answer: 9/20 -> 0/20, the
+                 recipe run of 2026-11-27 in docs/recipes.md), and the writer only copies what they hold
     planner      harmonic mean of precision = (sub-questions whose researcher read a new document of
                  S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|
 Team reward = the writer's. Metrics: f1, em, cite_precision / cite_recall / cite_f1,
-support_retrieved / support_read (fractions of S), facts_noted (of the entities the supporting documents
-lead to, the fraction some note names), answer_noted (a note names the answer: the writer could copy it),
+support_retrieved / support_read (fractions of S), facts_noted (of the supporting documents that lead
+somewhere, the fraction whose lead a precise note names), answer_noted (a precise note names the answer),
 each role's reward, sub_questions, rounds,
 tool_errors, no_answer, no_plan, hops; `aggregate` adds micro-averaged citation precision / recall
 and F1 per number of hops.
@@ -84,10 +86,11 @@ def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def _names(text: str, fact: str) -> bool:
-    """Whether `text` names `fact`: its SQuAD-normalised words appear, whole, in the text's."""
-    f = normalize_answer(fact)
-    return bool(f) and f" {f} " in f" {normalize_answer(text)} "
+def _names(text: str, name: str) -> bool:
+    """Whether `text` names `name`: after SQuAD normalisation (case, punctuation, articles), the name's words
+    appear in the text as a contiguous run of whole words ("Yrwes-Foundry" does not name "Yrwes Foundry")."""
+    n = normalize_answer(name)
+    return bool(n) and f" {n} " in f" {normalize_answer(text)} "
 
 
 class ResearchEnv:
@@ -204,20 +207,47 @@ class ResearchEnv:
 
     # ---------------------------------------------------------------------------------- rewards
 
+    def _leads(self) -> dict[str, list[str]]:
+        """Where each supporting document leads: the other supporting documents' titles and the answer that its
+        text names and the question does not (order-free: a chain's next hop; a HotpotQA pair in any order)."""
+        sup = [x for x in self.support if x in self.by_id]
+        names = [self.by_id[x]["title"] for x in sup] + [self.gold]
+        return {x: [n for n in dict.fromkeys(names) if n != self.by_id[x]["title"] and _names(self.by_id[x]["text"], n)
+                    and not _names(self.q, n)] for x in sup}
+
+    def _precise(self, s, earlier_notes: list[str]) -> bool:
+        """Whether sub-question s's note names no document title beyond what it had before it: the question, its
+        sub-question, the notes before it, and the titles and texts of the documents it read. A note that lists
+        names it never read (every country and capital of the world, say) earns nothing for naming a lead."""
+        note = normalize_answer(s["note"] or "")
+        if not note:
+            return True
+        had = normalize_answer(" ".join([self.q, s["question"], *earlier_notes]
+                                        + [self.by_id[d]["title"] + " " + self.by_id[d]["text"] for d in s["read"]]))
+        return all(f" {t} " in f" {had} " for t in self._titles() if f" {t} " in f" {note} ")
+
+    def _titles(self) -> tuple[str, ...]:
+        """Every document title of this episode's index, SQuAD-normalised (cached per corpus)."""
+        if getattr(self, "_titles_of", None) is not self.by_id:
+            self._titles_of, self._titles_norm = self.by_id, tuple({n for d in self.by_id.values()
+                                                                    if (n := normalize_answer(d["title"]))})
+        return self._titles_norm
+
     def _scores(self):
         """Everything the rewards and metrics need, from the turns taken so far (an episode cut
         short by rollout.max_turns is scored on what it did)."""
         S = set(self.support)
-        # where each supporting document leads: the next one's title (its entity), the last one's the answer
-        leads = {x: (self.by_id[y]["title"] if y in self.by_id else "") for x, y in zip(self.support, self.support[1:])}
-        if self.support:
-            leads[self.support[-1]] = self.gold
-        seen, sub_r, useful = set(), [], []
+        leads = self._leads()
+        seen, sub_r, useful, notes, precise = set(), [], [], [], []
         retrieved_all, read_all = set(), set()
         for s in self.subs:
             new_ret = (set(s["retrieved"]) & S) - seen
             new_read = (set(s["read"]) & S) - seen
-            new_fact = any(_names(s["note"] or "", leads[x]) for x in new_read)  # noted where what it read leads
+            precise.append(self._precise(s, notes))
+            to_note = [n for x in new_read for n in leads.get(x, [])]
+            # noted where what it newly read leads (a document that leads nowhere: reading it is the job)
+            new_fact = precise[-1] and (any(_names(s["note"] or "", n) for n in to_note) if to_note else bool(new_read))
+            notes.append(s["note"] or "")
             sub_r.append((1 - self.note_w) * (0.5 * bool(new_ret) + 0.5 * bool(new_read)) + self.note_w * bool(new_fact))
             useful.append(bool(new_read))
             seen |= set(s["read"])
@@ -239,8 +269,9 @@ class ResearchEnv:
                 "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
                 "support_read": r, "useful_subs": sum(useful),
-                "facts_noted": sum(any(_names(x["note"] or "", f) for x in self.subs) for f in leads.values())
-                / max(len(leads), 1), "answer_noted": float(any(_names(x["note"] or "", self.gold) for x in self.subs))}
+                "facts_noted": sum(any(ok and _names(n, f) for n, ok in zip(notes, precise) for f in fs)
+                                   for fs in leads.values() if fs) / max(1, sum(bool(fs) for fs in leads.values())),
+                "answer_noted": float(any(ok and _names(n, self.gold) for n, ok in zip(notes, precise)))}
 
     def turn_rewards(self):
         s = self._scores()

@@ -49,7 +49,7 @@ def test_perfect_team_scores_one_on_every_generated_question():
         assert roles == ["planner"] + ["researcher"] * 3 * n + ["writer"]
         assert rew == [1.0] * len(roles), (task, rew)
         for k in ("team_reward", "f1", "em", "cite_precision", "cite_recall", "support_retrieved", "support_read",
-                  "planner_reward", "researcher_reward", "writer_reward"):
+                  "planner_reward", "researcher_reward", "writer_reward", "facts_noted", "answer_noted"):
             assert m[k] == 1.0, (k, task)
         assert m["sub_questions"] == n and m["rounds"] == 3 * n and m["tool_errors"] == 0 and m["hops"] == n
 
@@ -124,6 +124,23 @@ def test_planner_and_researcher_rewards_by_hand():
                                       f"Action: note[{note}]", "Answer: x"])
         assert rew[1] == pytest.approx(want), (doc, note)
     assert m["facts_noted"] == 0.0
+    # names match as whole words: "Yrwes Foundrys" does not name Yrwes Foundry (2/3)
+    _, rew, _, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                  "Action: note[Yrwes Foundrys]", "Answer: x"])
+    assert rew[1] == pytest.approx(2 / 3)
+    # only a NEWLY read document's lead pays: sub-question 2 re-reads product4 and notes its lead: 0
+    _, rew, _, _ = play(env, T4, ["1. What is Huljorfel?\n2. Who makes it?", "Action: search[Huljorfel]",
+                                  "Action: read_doc[product4]", "Action: note[no idea]", "Action: search[Huljorfel]",
+                                  "Action: read_doc[product4]", "Action: note[Yrwes Foundry]", "Answer: x"])
+    assert rew[1:7] == pytest.approx([2 / 3] * 3 + [0.0] * 3)
+    # a note that lists names it never read earns nothing for the lead it holds: every country and capital of
+    # the world (Felmi, Ultemwes and Yrwes Foundry among them) after reading product4: 2/3, and no fact noted
+    world = sorted({d["title"] for d in CORPUS.values() if d["id"].startswith("country")}
+                   | {d["title"] for d in CORPUS.values() if d["id"].endswith("_0")})
+    dump = " ".join(world + ["Yrwes Foundry"])
+    _, rew, m, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                  f"Action: note[{dump[:290]}]", "Answer: x"])
+    assert "Felmi" in dump[:290] and rew[1] == pytest.approx(2 / 3) and m["answer_noted"] == 0.0
     # note_weight 0: the reward before notes were paid (0.5 retrieved + 0.5 read); 1: the note alone
     play_note = ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
                  "Action: note[Huljorfel is made by Yrwes Foundry]", "Action: search[Felmi]", "Action: read_doc[country8]",
@@ -287,6 +304,18 @@ def test_hotpotqa_loader_and_episode(tmp_path):
     docs = {d["id"]: d for d in t["docs"]}
     _, rew, m, seen = play(ResearchEnv(), t, perfect(t, docs))
     assert rew == [1.0] * 8 and m["team_reward"] == 1.0 and "[p0] Book A" in seen[2].messages[-1]["content"]
+    assert m["answer_noted"] == 1.0 and m["facts_noted"] == 1.0
+    # where a document leads does not hang on the order of the supporting facts: reversed, the same play pays 1
+    rev = dict(t, support=t["support"][::-1])
+    replies = perfect(t, docs)
+    _, rew, _, _ = play(ResearchEnv(), rev, replies[:1] + replies[1:7] + ["Answer: Freedonia [p0] [p1]"])
+    assert rew[1:7] == [1.0] * 6
+    # a comparison question whose documents lead nowhere (the answer 'yes' is in neither): reading pays the note's share
+    cmp_ = dict(t, question="Are Book A and Jane Roe both on Earth?", answer="yes")
+    _, rew, m, _ = play(ResearchEnv(), cmp_, ["1. Book A?\n2. Jane Roe?", "Action: search[Book A]", "Action: read_doc[p0]",
+                                              "Action: note[yes]", "Action: search[Jane Roe]", "Action: read_doc[p1]",
+                                              "Action: note[yes]", "Answer: yes [p0] [p1]"])
+    assert rew == [1.0] * 8 and m["facts_noted"] == 0.0  # (no document leads anywhere: nothing to count)
     for row, line, msg in [(dict(HOTPOT, supporting_facts=[["Nope", 0]]), 1, "'supporting_facts' names 'Nope'"),
                            (dict(HOTPOT, context="text"), 1, "field 'context' must be a list of"),
                            ({k: v for k, v in HOTPOT.items() if k != "context"}, 1, "needs field 'context'"),
