@@ -27,7 +27,7 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  + note_weight * [its note names where such a newly read document leads (another
                  supporting document's title or the answer that its text names and the question does not:
                  the next hop's entity; a document that leads nowhere, the read itself pays) and names no
-                 document title it had not seen (question, sub-question, earlier notes, what it read);
+                 document title it had not seen (the question, earlier precise notes, what it read);
                  names match as SQuAD-normalised runs of whole words]. note_weight (default 1/3: the
                  three count alike) pays the note, the one thing of its work the writer sees: without it
                  (0: the reward before 2026-11-27) RL on the recipe kept the searching and reading and lost
@@ -37,7 +37,7 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|
 Team reward = the writer's. Metrics: f1, em, cite_precision / cite_recall / cite_f1,
 support_retrieved / support_read (fractions of S), facts_noted (of the supporting documents that lead
-somewhere, the fraction whose lead a precise note names), answer_noted (a precise note names the answer),
+somewhere, the fraction whose lead a precise note names; 1 where none does), answer_noted (a precise note names the answer),
 each role's reward, sub_questions, rounds,
 tool_errors, no_answer, no_plan, hops; `aggregate` adds micro-averaged citation precision / recall
 and F1 per number of hops.
@@ -216,13 +216,14 @@ class ResearchEnv:
                     and not _names(self.q, n)] for x in sup}
 
     def _precise(self, s, earlier_notes: list[str]) -> bool:
-        """Whether sub-question s's note names no document title beyond what it had before it: the question, its
-        sub-question, the notes before it, and the titles and texts of the documents it read. A note that lists
-        names it never read (every country and capital of the world, say) earns nothing for naming a lead."""
+        """Whether sub-question s's note names no document title beyond what it had before it: the question, the
+        precise notes before it, and the titles and texts of the documents it read (not its sub-question: the
+        planner could list names there). A note that lists names it never read (every country and capital of
+        the world, say) earns nothing for naming a lead, and a later note cannot launder it."""
         note = normalize_answer(s["note"] or "")
         if not note:
             return True
-        had = normalize_answer(" ".join([self.q, s["question"], *earlier_notes]
+        had = normalize_answer(" ".join([self.q, *earlier_notes]
                                         + [self.by_id[d]["title"] + " " + self.by_id[d]["text"] for d in s["read"]]))
         return all(f" {t} " in f" {had} " for t in self._titles() if f" {t} " in f" {note} ")
 
@@ -243,7 +244,7 @@ class ResearchEnv:
         for s in self.subs:
             new_ret = (set(s["retrieved"]) & S) - seen
             new_read = (set(s["read"]) & S) - seen
-            precise.append(self._precise(s, notes))
+            precise.append(self._precise(s, [n for n, ok in zip(notes, precise) if ok]))  # a dump launders nothing
             to_note = [n for x in new_read for n in leads.get(x, [])]
             # noted where what it newly read leads (a document that leads nowhere: reading it is the job)
             new_fact = precise[-1] and (any(_names(s["note"] or "", n) for n in to_note) if to_note else bool(new_read))
@@ -270,7 +271,8 @@ class ResearchEnv:
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
                 "support_read": r, "useful_subs": sum(useful),
                 "facts_noted": sum(any(ok and _names(n, f) for n, ok in zip(notes, precise) for f in fs)
-                                   for fs in leads.values() if fs) / max(1, sum(bool(fs) for fs in leads.values())),
+                                   for fs in leads.values() if fs) / sum(bool(fs) for fs in leads.values())
+                if any(leads.values()) else 1.0,  # no document leads anywhere: nothing was left to note
                 "answer_noted": float(any(ok and _names(n, self.gold) for n, ok in zip(notes, precise)))}
 
     def turn_rewards(self):

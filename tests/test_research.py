@@ -139,8 +139,16 @@ def test_planner_and_researcher_rewards_by_hand():
                    | {d["title"] for d in CORPUS.values() if d["id"].endswith("_0")})
     dump = " ".join(world + ["Yrwes Foundry"])
     _, rew, m, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
-                                  f"Action: note[{dump[:290]}]", "Answer: x"])
-    assert "Felmi" in dump[:290] and rew[1] == pytest.approx(2 / 3) and m["answer_noted"] == 0.0
+                                  f"Action: note[{dump}]", "Answer: x"])
+    assert "Felmi" in dump and rew[1] == pytest.approx(2 / 3) and m["answer_noted"] == m["facts_noted"] == 0.0
+    # nor can a later note launder it: sub-question 1 dumps the list beside its lead, 3 and 4 copy it (2/3 each)
+    countries = " ".join(sorted(d["title"] for d in CORPUS.values() if d["id"].startswith("country")))
+    _, rew, m, _ = play(env, T4, ["1. Who makes it?\n2. Where is it?\n3. Which country?\n4. Its capital?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                  f"Action: note[Yrwes Foundry {dump}]", "Action: search[Yrwes Foundry]",
+                                  "Action: read_doc[company11]", "Action: note[Rutem]", "Action: search[Rutem]",
+                                  "Action: read_doc[city8_2]", f"Action: note[{countries}]", "Action: search[Ultemwes]",
+                                  "Action: read_doc[country8]", f"Action: note[{dump}]", "Answer: x"])
+    assert rew[1:13] == pytest.approx([2 / 3] * 3 + [1.0] * 3 + [2 / 3] * 6) and m["answer_noted"] == 0.0
     # note_weight 0: the reward before notes were paid (0.5 retrieved + 0.5 read); 1: the note alone
     play_note = ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
                  "Action: note[Huljorfel is made by Yrwes Foundry]", "Action: search[Felmi]", "Action: read_doc[country8]",
@@ -308,14 +316,14 @@ def test_hotpotqa_loader_and_episode(tmp_path):
     # where a document leads does not hang on the order of the supporting facts: reversed, the same play pays 1
     rev = dict(t, support=t["support"][::-1])
     replies = perfect(t, docs)
-    _, rew, _, _ = play(ResearchEnv(), rev, replies[:1] + replies[1:7] + ["Answer: Freedonia [p0] [p1]"])
-    assert rew[1:7] == [1.0] * 6
+    _, rew, m, _ = play(ResearchEnv(), rev, replies[:1] + replies[1:7] + ["Answer: Freedonia [p0] [p1]"])
+    assert rew[1:7] == [1.0] * 6 and m["facts_noted"] == 1.0
     # a comparison question whose documents lead nowhere (the answer 'yes' is in neither): reading pays the note's share
     cmp_ = dict(t, question="Are Book A and Jane Roe both on Earth?", answer="yes")
     _, rew, m, _ = play(ResearchEnv(), cmp_, ["1. Book A?\n2. Jane Roe?", "Action: search[Book A]", "Action: read_doc[p0]",
                                               "Action: note[yes]", "Action: search[Jane Roe]", "Action: read_doc[p1]",
                                               "Action: note[yes]", "Answer: yes [p0] [p1]"])
-    assert rew == [1.0] * 8 and m["facts_noted"] == 0.0  # (no document leads anywhere: nothing to count)
+    assert rew == [1.0] * 8 and m["facts_noted"] == 1.0  # no document leads anywhere: nothing was left to note
     for row, line, msg in [(dict(HOTPOT, supporting_facts=[["Nope", 0]]), 1, "'supporting_facts' names 'Nope'"),
                            (dict(HOTPOT, context="text"), 1, "field 'context' must be a list of"),
                            ({k: v for k, v in HOTPOT.items() if k != "context"}, 1, "needs field 'context'"),
