@@ -22,19 +22,30 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  collapsed the writer onto it; F1 in the gate would pay a hedge, 'Answer: <country>
                  <capital>' earning 2/3 on any question whose chain was read). Exact match is SQuAD's
                  (case, articles and punctuation aside), as Search-R1's reward; F1 is logged beside it.
-    researcher   every round of sub-question i: 0.5 * [a document of S not read before i appeared in
-                 its search results] + 0.5 * [it read such a document]
+    researcher   every round of sub-question i: (1 - note_weight) * (0.5 * [a document of S not read
+                 before i appeared in its search results] + 0.5 * [it read such a document])
+                 + note_weight * [its note names where such a newly read document leads (another
+                 supporting document's title or the answer that its text names and the question does not:
+                 the next hop's entity; a document that leads nowhere, the read itself pays) and names no
+                 document title it had not seen (the question, earlier precise notes, what it read);
+                 names match as SQuAD-normalised runs of whole words]. note_weight (default 1/3: the
+                 three count alike) pays the note, the one thing of its work the writer sees: without it
+                 (0: the reward before 2026-11-27) RL on the recipe kept the searching and reading and lost
+                 the answer from the notes (val episodes whose notes held the answer: 9/20 -> 0/20, the
+                 recipe run of 2026-11-27 in docs/recipes.md), and the writer only copies what they hold
     planner      harmonic mean of precision = (sub-questions whose researcher read a new document of
                  S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|
 Team reward = the writer's. Metrics: f1, em, cite_precision / cite_recall / cite_f1,
-support_retrieved / support_read (fractions of S), each role's reward, sub_questions, rounds,
+support_retrieved / support_read (fractions of S), facts_noted (of the supporting documents that lead
+somewhere, the fraction whose lead a precise note names; 1 where none does), answer_noted (a precise note names the answer),
+each role's reward, sub_questions, rounds,
 tool_errors, no_answer, no_plan, hops; `aggregate` adds micro-averaged citation precision / recall
 and F1 per number of hops.
 
 Documents: the corpus file (`corpus`, default data/search_corpus.jsonl: the made-up world), or a
 task's own "docs" (HotpotQA tasks from data/research_data.load_research bring their paragraphs).
 Config (two files: this + configs/research.py): data.env="envs.research:ResearchEnv", the knobs in
-data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight).
+data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight, note_weight).
 """
 from __future__ import annotations
 
@@ -48,7 +59,7 @@ from data.research_data import load_research
 from envs import Prompt, need_file
 from data.search_data import search_tool
 from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
-from rewards.qa import exact_match, f1
+from rewards.qa import exact_match, f1, normalize_answer
 
 ROLES = ("planner", "researcher", "writer")
 
@@ -75,20 +86,28 @@ def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
+def _names(text: str, name: str) -> bool:
+    """Whether `text` names `name`: after SQuAD normalisation (case, punctuation, articles), the name's words
+    appear in the text as a contiguous run of whole words ("Yrwes-Foundry" does not name "Yrwes Foundry")."""
+    n = normalize_answer(name)
+    return bool(n) and f" {n} " in f" {normalize_answer(text)} "
+
+
 class ResearchEnv:
     roles = ROLES
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
-                 max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200):
+                 max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200,
+                 note_weight: float = 1 / 3):
         from config import ConfigError  # a ValueError that train.py prints as one line
         for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
                             ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
-        if isinstance(citation_weight, bool) or not isinstance(citation_weight, (int, float)) \
-                or not 0 <= citation_weight <= 1:
-            raise ConfigError("config field data.env_kwargs.citation_weight: must be in [0, 1], "
-                              f"got {citation_weight!r}")
+        for name, v in (("citation_weight", citation_weight), ("note_weight", note_weight)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ConfigError(f"config field data.env_kwargs.{name}: must be in [0, 1], got {v!r}")
+        self.note_w = float(note_weight)
         self.corpus, self.k = need_file("corpus", corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
@@ -188,16 +207,49 @@ class ResearchEnv:
 
     # ---------------------------------------------------------------------------------- rewards
 
+    def _leads(self) -> dict[str, list[str]]:
+        """Where each supporting document leads: the other supporting documents' titles and the answer that its
+        text names and the question does not (order-free: a chain's next hop; a HotpotQA pair in any order)."""
+        sup = [x for x in self.support if x in self.by_id]
+        names = [self.by_id[x]["title"] for x in sup] + [self.gold]
+        return {x: [n for n in dict.fromkeys(names) if n != self.by_id[x]["title"] and _names(self.by_id[x]["text"], n)
+                    and not _names(self.q, n)] for x in sup}
+
+    def _precise(self, s, earlier_notes: list[str]) -> bool:
+        """Whether sub-question s's note names no document title beyond what it had before it: the question, the
+        precise notes before it, and the titles and texts of the documents it read (not its sub-question: the
+        planner could list names there). A note that lists names it never read (every country and capital of
+        the world, say) earns nothing for naming a lead, and a later note cannot launder it."""
+        note = normalize_answer(s["note"] or "")
+        if not note:
+            return True
+        had = normalize_answer(" ".join([self.q, *earlier_notes]
+                                        + [self.by_id[d]["title"] + " " + self.by_id[d]["text"] for d in s["read"]]))
+        return all(f" {t} " in f" {had} " for t in self._titles() if f" {t} " in f" {note} ")
+
+    def _titles(self) -> tuple[str, ...]:
+        """Every document title of this episode's index, SQuAD-normalised (cached per corpus)."""
+        if getattr(self, "_titles_of", None) is not self.by_id:
+            self._titles_of, self._titles_norm = self.by_id, tuple({n for d in self.by_id.values()
+                                                                    if (n := normalize_answer(d["title"]))})
+        return self._titles_norm
+
     def _scores(self):
         """Everything the rewards and metrics need, from the turns taken so far (an episode cut
         short by rollout.max_turns is scored on what it did)."""
         S = set(self.support)
-        seen, sub_r, useful = set(), [], []
+        leads = self._leads()
+        seen, sub_r, useful, notes, precise = set(), [], [], [], []
         retrieved_all, read_all = set(), set()
         for s in self.subs:
             new_ret = (set(s["retrieved"]) & S) - seen
             new_read = (set(s["read"]) & S) - seen
-            sub_r.append(0.5 * bool(new_ret) + 0.5 * bool(new_read))
+            precise.append(self._precise(s, [n for n, ok in zip(notes, precise) if ok]))  # a dump launders nothing
+            to_note = [n for x in new_read for n in leads.get(x, [])]
+            # noted where what it newly read leads (a document that leads nowhere: reading it is the job)
+            new_fact = precise[-1] and (any(_names(s["note"] or "", n) for n in to_note) if to_note else bool(new_read))
+            notes.append(s["note"] or "")
+            sub_r.append((1 - self.note_w) * (0.5 * bool(new_ret) + 0.5 * bool(new_read)) + self.note_w * bool(new_fact))
             useful.append(bool(new_read))
             seen |= set(s["read"])
             retrieved_all |= set(s["retrieved"])
@@ -217,7 +269,11 @@ class ResearchEnv:
                 "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited),
                 "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
-                "support_read": r, "useful_subs": sum(useful)}
+                "support_read": r, "useful_subs": sum(useful),
+                "facts_noted": sum(any(ok and _names(n, f) for n, ok in zip(notes, precise) for f in fs)
+                                   for fs in leads.values() if fs) / sum(bool(fs) for fs in leads.values())
+                if any(leads.values()) else 1.0,  # no document leads anywhere: nothing was left to note
+                "answer_noted": float(any(ok and _names(n, self.gold) for n, ok in zip(notes, precise)))}
 
     def turn_rewards(self):
         s = self._scores()
@@ -229,6 +285,7 @@ class ResearchEnv:
         return {"team_reward": s["writer"], "final_correct": s["f1"], "f1": s["f1"], "em": s["em"],
                 "cite_precision": s["cite_precision"], "cite_recall": s["cite_recall"], "cite_f1": s["cite_f1"],
                 "support_retrieved": s["support_retrieved"], "support_read": s["support_read"],
+                "facts_noted": s["facts_noted"], "answer_noted": s["answer_noted"],
                 "planner_reward": s["planner"], "researcher_reward": sum(subs) / len(subs) if subs else 0.0,
                 "writer_reward": s["writer"], "sub_questions": float(len(self.plan)),
                 "rounds": float(sum(x["rounds"] for x in self.subs)),

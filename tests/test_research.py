@@ -28,12 +28,14 @@ T4 = {"question": "What is the capital of the country where the company that mak
 
 
 def perfect(task, docs=CORPUS):
-    """A scripted team that does everything right: one sub-question per supporting document."""
+    """A scripted team that does everything right: one sub-question per supporting document, each noting the
+    sentence that names the entity its hop leads to (the next document's title; the last: the answer)."""
     sup = task["support"]
     out = ["\n".join(f"{i + 1}. What does the document about {docs[d]['title']} say?" for i, d in enumerate(sup))]
-    for d in sup:
-        out += [f"Action: search[{docs[d]['title']}]", f"Action: read_doc[{d}]",
-                f"Action: note[{docs[d]['text']} [{d}]]"]
+    for i, d in enumerate(sup):
+        fact = docs[sup[i + 1]]["title"] if i + 1 < len(sup) else task["answer"]
+        sentence = next(x for x in docs[d]["text"].split(". ") if fact.lower() in x.lower())
+        out += [f"Action: search[{docs[d]['title']}]", f"Action: read_doc[{d}]", f"Action: note[{sentence} [{d}]]"]
     return out + [f"Answer: {task['answer']}\nCitations: " + " ".join(f"[{d}]" for d in sup)]
 
 
@@ -47,7 +49,7 @@ def test_perfect_team_scores_one_on_every_generated_question():
         assert roles == ["planner"] + ["researcher"] * 3 * n + ["writer"]
         assert rew == [1.0] * len(roles), (task, rew)
         for k in ("team_reward", "f1", "em", "cite_precision", "cite_recall", "support_retrieved", "support_read",
-                  "planner_reward", "researcher_reward", "writer_reward"):
+                  "planner_reward", "researcher_reward", "writer_reward", "facts_noted", "answer_noted"):
             assert m[k] == 1.0, (k, task)
         assert m["sub_questions"] == n and m["rounds"] == 3 * n and m["tool_errors"] == 0 and m["hops"] == n
 
@@ -108,10 +110,56 @@ def test_planner_and_researcher_rewards_by_hand():
     # a researcher's rounds extend one conversation (what rollout.merge_turns needs)
     for a, b in ((seen[1], seen[2]), (seen[2], seen[3])):
         assert b.messages[:len(a.messages)] == a.messages and b.messages[len(a.messages)]["role"] == "assistant"
-    # retrieved but the wrong document read: 0.5; the planner's one sub-question led to nothing read: 0
+    # retrieved but the wrong document read, a note with no fact: 2/3 * 0.5 = 1/3; the planner's one
+    # sub-question led to nothing read: 0
     _, rew, m, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[city0_0]",
                                   "Action: note[no idea]", "Answer: x"])
-    assert rew[:4] == [0.0, 0.5, 0.5, 0.5] and m["support_retrieved"] == 0.25 and m["support_read"] == 0.0
+    assert rew[:4] == pytest.approx([0.0, 1 / 3, 1 / 3, 1 / 3]) and m["support_retrieved"] == 0.25
+    assert m["support_read"] == 0.0 and m["facts_noted"] == 0.0 and m["answer_noted"] == 0.0
+    # the note is paid for naming where a newly read supporting document leads (product4 -> Yrwes Foundry):
+    # the same note beside the wrong document read earns nothing for it (1/3), after reading product4 all (1)
+    for doc, note, want in (("city0_0", "Yrwes Foundry makes it", 1 / 3), ("product4", "made by the YRWES foundry!", 1.0),
+                            ("product4", "a loom", 2 / 3)):
+        _, rew, m, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", f"Action: read_doc[{doc}]",
+                                      f"Action: note[{note}]", "Answer: x"])
+        assert rew[1] == pytest.approx(want), (doc, note)
+    assert m["facts_noted"] == 0.0
+    # names match as whole words: "Yrwes Foundrys" does not name Yrwes Foundry (2/3)
+    _, rew, _, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                  "Action: note[Yrwes Foundrys]", "Answer: x"])
+    assert rew[1] == pytest.approx(2 / 3)
+    # only a NEWLY read document's lead pays: sub-question 2 re-reads product4 and notes its lead: 0
+    _, rew, _, _ = play(env, T4, ["1. What is Huljorfel?\n2. Who makes it?", "Action: search[Huljorfel]",
+                                  "Action: read_doc[product4]", "Action: note[no idea]", "Action: search[Huljorfel]",
+                                  "Action: read_doc[product4]", "Action: note[Yrwes Foundry]", "Answer: x"])
+    assert rew[1:7] == pytest.approx([2 / 3] * 3 + [0.0] * 3)
+    # a note that lists names it never read earns nothing for the lead it holds: every country and capital of
+    # the world (Felmi, Ultemwes and Yrwes Foundry among them) after reading product4: 2/3, and no fact noted
+    world = sorted({d["title"] for d in CORPUS.values() if d["id"].startswith("country")}
+                   | {d["title"] for d in CORPUS.values() if d["id"].endswith("_0")})
+    dump = " ".join(world + ["Yrwes Foundry"])
+    _, rew, m, _ = play(env, T4, ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                  f"Action: note[{dump}]", "Answer: x"])
+    assert "Felmi" in dump and rew[1] == pytest.approx(2 / 3) and m["answer_noted"] == m["facts_noted"] == 0.0
+    # nor can a later note launder it: sub-question 1 dumps the list beside its lead, 3 and 4 copy it (2/3 each)
+    countries = " ".join(sorted(d["title"] for d in CORPUS.values() if d["id"].startswith("country")))
+    _, rew, m, _ = play(env, T4, ["1. Who makes it?\n2. Where is it?\n3. Which country?\n4. Its capital?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                                  f"Action: note[Yrwes Foundry {dump}]", "Action: search[Yrwes Foundry]",
+                                  "Action: read_doc[company11]", "Action: note[Rutem]", "Action: search[Rutem]",
+                                  "Action: read_doc[city8_2]", f"Action: note[{countries}]", "Action: search[Ultemwes]",
+                                  "Action: read_doc[country8]", f"Action: note[{dump}]", "Answer: x"])
+    assert rew[1:13] == pytest.approx([2 / 3] * 3 + [1.0] * 3 + [2 / 3] * 6) and m["answer_noted"] == 0.0
+    # note_weight 0: the reward before notes were paid (0.5 retrieved + 0.5 read); 1: the note alone
+    play_note = ["1. What is Huljorfel?", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+                 "Action: note[Huljorfel is made by Yrwes Foundry]", "Action: search[Felmi]", "Action: read_doc[country8]",
+                 "Action: note[its capital is Felmi]", "Answer: Felmi"]
+    _, rew, m, _ = play(ResearchEnv(note_weight=0.0), T4, ["1. What is Huljorfel?"] + play_note[1:3] + ["Action: note[a loom]",
+                                                                                                       "Answer: x"])
+    assert rew[1:4] == [1.0, 1.0, 1.0]
+    _, rew, m, _ = play(ResearchEnv(note_weight=1.0), T4, ["1. What is Huljorfel?\n2. Capital?"] + play_note[1:])
+    assert rew[1:7] == [1.0] * 6 and m["facts_noted"] == 0.5 and m["answer_noted"] == 1.0
+    with pytest.raises(ConfigError, match="data.env_kwargs.note_weight"):
+        ResearchEnv(note_weight=1.5)
 
 
 def test_branches_plan_fallback_budget_errors_truncation():
@@ -121,7 +169,8 @@ def test_branches_plan_fallback_budget_errors_truncation():
                                          "Answer: Felmi [product4]"])
     assert roles == ["planner", "researcher", "researcher", "writer"] and m["no_plan"] == 1.0 and rew[0] == 0.0
     assert f"Your sub-question (1 of 1): {T4['question']}" in seen[1].messages[1]["content"]
-    assert rew[1:3] == [1.0, 1.0] and "Note: (none)" in seen[3].messages[1]["content"]  # budget of 2 rounds spent
+    assert rew[1:3] == pytest.approx([2 / 3, 2 / 3])  # found and read, but no note: the budget of 2 rounds spent
+    assert "Note: (none)" in seen[3].messages[1]["content"]
     # the plan is capped at max_sub_questions; errors cost a round and are counted
     roles, rew, m, seen = play(ResearchEnv(max_rounds=3, max_sub_questions=2), T4, [
         "1. a b c?\n2. d e f?\n3. g h i?", "Action: read_doc[nosuchdoc]", "Action: fly[away]",
@@ -134,13 +183,14 @@ def test_branches_plan_fallback_budget_errors_truncation():
     assert "unknown tool 'fly'; available: search, read_doc, note" in seen[3].messages[-1]["content"]
     assert seen[5].messages[-1]["content"].startswith("Observation:\n[company11] Yrwes Foundry: Yrwes Foundry is a")
     assert "Your sub-question (2 of 2): d e f?" in seen[4].messages[1]["content"]
-    # ids written loosely were read (not retrieved: 0.5 each); planner P 2/2, R 2/4 -> 2/3
-    assert rew == pytest.approx([2 / 3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.0]) and m["support_read"] == 0.5
+    # ids written loosely were read (not retrieved, and no note names where they lead: 2/3 * 0.5 each);
+    # planner P 2/2, R 2/4 -> 2/3
+    assert rew == pytest.approx([2 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3, 0.0]) and m["support_read"] == 0.5
     # cut short by rollout.max_turns: scored on the turns taken
     env.reset(T4)
     env.step("1. What is Huljorfel?")
     env.step("Action: search[Huljorfel]")
-    assert env.turn_rewards() == [pytest.approx(0.0), 0.5] and env.metrics()["no_answer"] == 1.0
+    assert env.turn_rewards() == pytest.approx([0.0, 1 / 3]) and env.metrics()["no_answer"] == 1.0
     # a fork (ReMax's greedy twin) shares the index, copies the state
     twin = env.fork()
     assert twin.tool is env.tool and twin.subs == env.subs and twin.subs is not env.subs
@@ -262,6 +312,18 @@ def test_hotpotqa_loader_and_episode(tmp_path):
     docs = {d["id"]: d for d in t["docs"]}
     _, rew, m, seen = play(ResearchEnv(), t, perfect(t, docs))
     assert rew == [1.0] * 8 and m["team_reward"] == 1.0 and "[p0] Book A" in seen[2].messages[-1]["content"]
+    assert m["answer_noted"] == 1.0 and m["facts_noted"] == 1.0
+    # where a document leads does not hang on the order of the supporting facts: reversed, the same play pays 1
+    rev = dict(t, support=t["support"][::-1])
+    replies = perfect(t, docs)
+    _, rew, m, _ = play(ResearchEnv(), rev, replies[:1] + replies[1:7] + ["Answer: Freedonia [p0] [p1]"])
+    assert rew[1:7] == [1.0] * 6 and m["facts_noted"] == 1.0
+    # a comparison question whose documents lead nowhere (the answer 'yes' is in neither): reading pays the note's share
+    cmp_ = dict(t, question="Are Book A and Jane Roe both on Earth?", answer="yes")
+    _, rew, m, _ = play(ResearchEnv(), cmp_, ["1. Book A?\n2. Jane Roe?", "Action: search[Book A]", "Action: read_doc[p0]",
+                                              "Action: note[yes]", "Action: search[Jane Roe]", "Action: read_doc[p1]",
+                                              "Action: note[yes]", "Answer: yes [p0] [p1]"])
+    assert rew == [1.0] * 8 and m["facts_noted"] == 1.0  # no document leads anywhere: nothing was left to note
     for row, line, msg in [(dict(HOTPOT, supporting_facts=[["Nope", 0]]), 1, "'supporting_facts' names 'Nope'"),
                            (dict(HOTPOT, context="text"), 1, "field 'context' must be a list of"),
                            ({k: v for k, v in HOTPOT.items() if k != "context"}, 1, "needs field 'context'"),
