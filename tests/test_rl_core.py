@@ -697,6 +697,7 @@ def test_saving_a_checkpoint_before_a_roles_first_step_does_not_change_its_train
     assert [[m[k] for k in keys] for m in unsaved[2:]] == [[m[k] for k in keys] for m in resumed[-2:]]
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")  # the case
 def test_a_resumed_optimizer_that_never_stepped_keeps_its_schedules_lr(tmp_path, monkeypatch):
     """The judge's first two steps are skipped as non-finite, so its optimizer never steps while its LR warm-up
     moves on; resumed from a checkpoint at step 2 (its optimizer saved as None), steps 3-4 use the lr the
