@@ -62,9 +62,12 @@ def load_recipe(name: str):
     return path, mod.config, dict(getattr(mod, "SFT", {}))
 
 
-def base_tasks(name: str) -> int | None:
-    """The recipe's BASE_TASKS: the base model is evaluated on the first N val tasks only (None: all of them).
-    An untrained base that never answers runs every turn of every episode, the dearest eval of a recipe."""
+def base_tasks(name: str, tiny: bool = False) -> int | None:
+    """The recipe's BASE_TASKS: the base model is evaluated on the first N val tasks only (None: all of them, and
+    under --tiny, whose val is 2 tasks). An untrained base that never answers runs every turn of every episode,
+    the dearest eval of a recipe."""
+    if tiny:
+        return None
     path, mod = recipe_module(name)
     n, val_size = getattr(mod, "BASE_TASKS", None), mod.config.data.val_size
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
@@ -94,7 +97,7 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
 
 def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, list[str] | None]]:
     conf = str(out / "recipe_config.py")
-    n_base = None if tiny else base_tasks(name)  # --tiny evaluates its 2 val tasks
+    n_base = base_tasks(name, tiny)
     sft = {**sft, **({"teacher_tasks": TINY["teacher_tasks"], "epochs": 1, "min_steps": 0} if tiny else {})}
     sft_cmd = [sys.executable, "sft.py", "--train-config", conf, "--teacher", "scripted", "--out", str(out / "sft"),
                "--no-progress"]
@@ -172,7 +175,8 @@ def compare_stage(out: Path, name: str) -> dict:
     summary = {"workflow": name, "val_tasks": gain["n"], "steps": end["step"], "base": base["team"],
                "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],
                "b": gain["b"], "c": gain["c"], "p": gain["p"], "n_vs_base": vs_base["n"], "diff_vs_base": vs_base["diff"],
-               "se_vs_base": vs_base["se"], "rl_end_on_base_tasks": vs_base["y"], "minutes": minutes, "total_minutes": sum(minutes.values()),
+               "se_vs_base": vs_base["se"], "rl_end_on_base_tasks": vs_base["y"], "minutes": minutes,
+               "total_minutes": sum(minutes.values()),
                "learned": bool(gain["diff"] > 2 * gain["se"]) if math.isfinite(gain["se"]) else False}
     summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}  # JSON
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -223,7 +227,7 @@ def main(argv=None):
         return None
     out.mkdir(parents=True, exist_ok=True)
     write_config(out / "recipe_config.py", recipe, out, a.tiny)
-    n_base = None if a.tiny else base_tasks(a.workflow)
+    n_base = base_tasks(a.workflow, a.tiny)
     fp, code = fingerprint(out, sft, a.tiny, n_base)
     if old := stale(out, fp, code):
         sys.exit(f"recipes.py: {out} holds stage(s) {', '.join(old)} done with another recipe (configs/cpu/"
@@ -248,8 +252,8 @@ def main(argv=None):
             if rc:
                 sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
                          "run the same command again to resume")
-        if (fp, code) != fingerprint(out, sft, a.tiny, None if a.tiny else base_tasks(a.workflow)):  # each stage
-            # imported the code (and plan() read BASE_TASKS) when it started
+        if (fp, code) != fingerprint(out, sft, a.tiny, base_tasks(a.workflow, a.tiny)):  # each stage imported the
+            # code (and plan() read BASE_TASKS) when it started
             sys.exit(f"recipes.py: the recipe or the teacher's code changed while stage {stage} ran: it is not marked "
                      f"done; run the same command again to redo it with the code as it is now")
         mark(out, stage, time.time() - t0, fp, code)

@@ -82,6 +82,16 @@ def _corpus(path: str, k: int) -> tuple[SearchTool, dict]:
     return tool, {d["id"]: d for d in tool.docs}
 
 
+def _titles(docs) -> tuple[str, ...]:
+    """The documents' titles, SQuAD-normalised (what a note may name)."""
+    return tuple({n for d in docs if (n := normalize_answer(d["title"]))})
+
+
+@lru_cache(maxsize=4)
+def _corpus_titles(path: str, k: int) -> tuple[str, ...]:
+    return _titles(_corpus(path, k)[1].values())
+
+
 def _f1(p: float, r: float) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
@@ -129,8 +139,10 @@ class ResearchEnv:
         if task.get("docs"):  # a task with its own documents (HotpotQA): its own small index
             self.tool = SearchTool(list(task["docs"]), k=self.k)
             self.by_id = {d["id"]: d for d in self.tool.docs}
+            self.titles = _titles(self.tool.docs)
         else:
             self.tool, self.by_id = _corpus(self.corpus, self.k)
+            self.titles = _corpus_titles(self.corpus, self.k)
         self.lower_ids = {i.lower(): i for i in self.by_id}
         hops = task.get("hops")
         self.hops = hops if isinstance(hops, int) and not isinstance(hops, bool) else len(self.support)
@@ -225,30 +237,24 @@ class ResearchEnv:
             return True
         had = normalize_answer(" ".join([self.q, *earlier_notes]
                                         + [self.by_id[d]["title"] + " " + self.by_id[d]["text"] for d in s["read"]]))
-        return all(f" {t} " in f" {had} " for t in self._titles() if f" {t} " in f" {note} ")
-
-    def _titles(self) -> tuple[str, ...]:
-        """Every document title of this episode's index, SQuAD-normalised (cached per corpus)."""
-        if getattr(self, "_titles_of", None) is not self.by_id:
-            self._titles_of, self._titles_norm = self.by_id, tuple({n for d in self.by_id.values()
-                                                                    if (n := normalize_answer(d["title"]))})
-        return self._titles_norm
+        return all(f" {t} " in f" {had} " for t in self.titles if f" {t} " in f" {note} ")
 
     def _scores(self):
         """Everything the rewards and metrics need, from the turns taken so far (an episode cut
         short by rollout.max_turns is scored on what it did)."""
         S = set(self.support)
         leads = self._leads()
-        seen, sub_r, useful, notes, precise = set(), [], [], [], []
+        seen, sub_r, useful, precise_notes = set(), [], [], []  # precise_notes: a dump launders nothing later
         retrieved_all, read_all = set(), set()
         for s in self.subs:
             new_ret = (set(s["retrieved"]) & S) - seen
             new_read = (set(s["read"]) & S) - seen
-            precise.append(self._precise(s, [n for n, ok in zip(notes, precise) if ok]))  # a dump launders nothing
+            precise = self._precise(s, precise_notes)
             to_note = [n for x in new_read for n in leads.get(x, [])]
             # noted where what it newly read leads (a document that leads nowhere: reading it is the job)
-            new_fact = precise[-1] and (any(_names(s["note"] or "", n) for n in to_note) if to_note else bool(new_read))
-            notes.append(s["note"] or "")
+            new_fact = precise and (any(_names(s["note"] or "", n) for n in to_note) if to_note else bool(new_read))
+            if precise:
+                precise_notes.append(s["note"] or "")
             sub_r.append((1 - self.note_w) * (0.5 * bool(new_ret) + 0.5 * bool(new_read)) + self.note_w * bool(new_fact))
             useful.append(bool(new_read))
             seen |= set(s["read"])
@@ -262,6 +268,7 @@ class ResearchEnv:
         hit = len(set(cited) & S)
         cp = hit / len(cited) if cited else 0.0
         cr = hit / len(S) if S else 0.0
+        led = [names for names in leads.values() if names]  # the supporting documents that lead somewhere
         ans_f1 = f1(self.answer, self.gold) if self.answer is not None else 0.0
         em = exact_match(self.answer, self.gold) if self.answer is not None else 0.0
         writer = em * ((1 - self.w) + self.w * _f1(cp, cr))
@@ -270,10 +277,9 @@ class ResearchEnv:
                 "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
                 "support_read": r, "useful_subs": sum(useful),
-                "facts_noted": sum(any(ok and _names(n, f) for n, ok in zip(notes, precise) for f in fs)
-                                   for fs in leads.values() if fs) / sum(bool(fs) for fs in leads.values())
-                if any(leads.values()) else 1.0,  # no document leads anywhere: nothing was left to note
-                "answer_noted": float(any(ok and _names(n, self.gold) for n, ok in zip(notes, precise)))}
+                "facts_noted": sum(any(_names(n, f) for n in precise_notes for f in names) for names in led) / len(led)
+                if led else 1.0,  # no document leads anywhere: nothing was left to note
+                "answer_noted": float(any(_names(n, self.gold) for n in precise_notes))}
 
     def turn_rewards(self):
         s = self._scores()
