@@ -2,7 +2,9 @@
 verifier) on SmolLM2-135M, on the arithmetic data (levels 2, 3, 5). SFT on the scripted team's turns (a
 plan naming the computation, Python that computes it, the boxed printed result) for 16 of the 1289
 training problems, at least 48 optimizer steps a role (`min_steps`), then 24 GRPO steps of 4 problems x 4
-chains; val: all 120 held-out problems of those levels, greedy, at step 0 (the SFT start), 12 and 24.
+chains; val: all 120 held-out problems of those levels, greedy, at step 0 (the SFT start) and 24; the base
+model on the first 40 of them (BASE_TASKS: it prints the right number on none, and each of its episodes runs to
+the token limit).
 Why 24 steps: at 12 the gain was +0.033 (1.3 paired s.e.); continued to 24 (registered as a second look,
 decided at 2.2 s.e.), +0.050 (2.5 s.e.): docs/recipes.md.
 Why min_steps: at 2 epochs alone (16 steps) the verifier's loss on held-out teacher turns (train tasks)
@@ -21,6 +23,7 @@ from config import load_config_file
 base = load_config_file(str(Path(__file__).resolve().parent.parent / "math_tool.py"))
 R = dataclasses.replace
 config = R(base, data=R(base.data, val_size=120),
-           trainer=R(base.trainer, total_steps=24, test_freq=12, save_freq=4, val_before_train=True,
+           trainer=R(base.trainer, total_steps=24, test_freq=24, save_freq=4, val_before_train=True,
                      output_dir="runs/recipes/math_tool/rl"))
+BASE_TASKS = 40
 SFT = {"teacher_tasks": 16, "lr": 2e-4, "epochs": 2, "min_steps": 48, "micro_batch_size": 4, "grad_accum": 2}
