@@ -14,8 +14,14 @@ and lists their ids in "support" (in chain order):
             headquarters?                                                  product, company, city, country
 
     python data/research_data.py   # rewrites data/search_corpus.jsonl as search_data.py's small world (120
-                                   # documents, unchanged) + these 40, and writes research_{train,val}.jsonl
+                                   # documents, unchanged) + these 40, and writes research_{train,val}.jsonl;
+                                   # and research_world_{corpus,train,val}.jsonl (below)
                                    # (python data/search_data.py writes every world's files, these included)
+
+Two sets: the small one (20 companies and 20 products over the small world: 60 train and 20 val questions) and
+a larger one, research_world_*.jsonl (LARGER: 60 companies and 60 products over search_data's larger world of 30
+countries and 180 people: 140 train and 100 val questions, 450 documents), for a val set that can measure a
+recipe (configs/cpu/research.py).
 
 Train and val are disjoint by the question's first entity: a company or product asked about in
 val is never asked about in train. Everything is seeded: generate(seed) is the same every time.
@@ -37,19 +43,23 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data.math_data import DataError, read_rows
-from data.search_data import SYL
+from data.search_data import SYL, WORLDS
 from data.search_data import generate as generate_world
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KINDS = ["lamp", "boat", "clock", "bicycle", "radio", "kettle", "loom", "telescope"]
 SUFFIX = ["Works", "Guild", "Trading", "Foundry"]
 N_VAL_HEADS = 5  # companies and products whose questions go to val (each)
+LARGER = {"n_companies": 60, "n_products": 60, "n_val_heads": 25, "world": WORLDS["search_world"][0]}
+"""generate's arguments for research_world_*.jsonl: 25 + 25 val heads, 2 questions each = 100 val questions."""
 
 
-def generate(seed: int = 1, n_companies: int = 20, n_products: int = 20, world_seed: int = 0):
+def generate(seed: int = 1, n_companies: int = 20, n_products: int = 20, world: dict | None = None,
+             n_val_heads: int = N_VAL_HEADS):
     """(new documents, train questions, val questions). The world (countries, cities, people) is
-    search_data.generate(world_seed), the one data/search_corpus.jsonl ships."""
-    docs0, qs0 = generate_world(world_seed)
+    search_data.generate(**world): by default the small one data/search_corpus.jsonl ships. The questions about
+    n_val_heads companies and n_val_heads products go to val."""
+    docs0, qs0 = generate_world(**(world or {}))
     title = {d["id"]: d["title"] for d in docs0}
     born = {q["support"][0]: q["support"][1] for q in qs0 if q["hops"] == 2}  # person id -> city id
     persons, cities = sorted(born, key=lambda x: int(x[6:])), sorted(i for i in title if i.startswith("city"))
@@ -89,8 +99,8 @@ def generate(seed: int = 1, n_companies: int = 20, n_products: int = 20, world_s
              [pid, cid, hq], 3),
             (f"What is the capital of the country where the company that makes {name_} has its headquarters?",
              capital[country], [pid, cid, hq, country], 4)]))
-    val_heads = {("company", i) for i in rng.sample(range(n_companies), N_VAL_HEADS)} | \
-                {("product", i) for i in rng.sample(range(n_products), N_VAL_HEADS)}
+    val_heads = {("company", i) for i in rng.sample(range(n_companies), n_val_heads)} | \
+                {("product", i) for i in rng.sample(range(n_products), n_val_heads)}
     train, val = [], []
     for kind, i, qs in heads:
         for q, a, support, hops in qs:
@@ -175,16 +185,21 @@ def load_research(spec: str) -> list[dict]:
     return tasks
 
 
-def write(seed: int = 1, dirpath: str = HERE) -> tuple[int, int, int]:
-    """dirpath/search_corpus.jsonl = search_data's documents + ours; research_{train,val}.jsonl."""
-    docs, train, val = generate(seed)
-    world = generate_world(0)[0]
-    for name_, rows in (("search_corpus", world + docs), ("research_train", train), ("research_val", val)):
-        with open(os.path.join(dirpath, f"{name_}.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-    return len(docs), len(train), len(val)
+def write(seed: int = 1, dirpath: str = HERE) -> list[tuple[str, int, int, int]]:
+    """dirpath/search_corpus.jsonl = search_data's small world's documents + ours, research_{train,val}.jsonl;
+    research_world_corpus.jsonl = the larger world's documents + LARGER's, research_world_{train,val}.jsonl.
+    Returns (corpus file, documents, train, val) per set."""
+    out = []
+    for corpus, prefix, kw in (("search_corpus", "research", {}), ("research_world_corpus", "research_world", LARGER)):
+        docs, train, val = generate(seed, **kw)
+        world = generate_world(**kw.get("world", {}))[0]
+        for name_, rows in ((corpus, world + docs), (f"{prefix}_train", train), (f"{prefix}_val", val)):
+            with open(os.path.join(dirpath, f"{name_}.jsonl"), "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+        out.append((corpus, len(world + docs), len(train), len(val)))
+    return out
 
 
 if __name__ == "__main__":  # python data/research_data.py [DIR]
-    n, a, b = write(dirpath=sys.argv[1] if len(sys.argv) > 1 else HERE)
-    print(f"{n} new documents appended to search_corpus.jsonl, {a} train and {b} val questions")
+    for corpus, n, a, b in write(dirpath=sys.argv[1] if len(sys.argv) > 1 else HERE):
+        print(f"{corpus}.jsonl: {n} documents; {a} train and {b} val questions")

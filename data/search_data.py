@@ -6,7 +6,8 @@ countries, people born in cities. Documents describe one entity each; questions 
 born?"). Each question lists the ids of the documents that support it.
 
     python data/search_data.py   # writes data/search_{corpus,train,val}.jsonl, data/search_world_*.jsonl and
-                                 # (data/research_data.py) research_{train,val}.jsonl + its documents in the corpus
+                                 # (data/research_data.py) research_{train,val}.jsonl + its documents in the corpus,
+                                 # and research_world_*.jsonl
 
 data/search_{corpus,train,val}.jsonl is the small world (12 countries, 60 people: 78 train and 30 val
 questions) the search, react and research configs use; data/search_world_*.jsonl is a larger one of the

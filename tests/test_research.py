@@ -11,7 +11,7 @@ import train
 from agents.research_team import clean_doc_id, parse_citations, parse_plan, parse_report
 from config import ConfigError, load_config_file
 from data.math_data import DataError
-from data.research_data import generate, load_research
+from data.research_data import LARGER, generate, load_research
 from data.search_data import generate as generate_world
 from envs.research import ResearchEnv, aggregate
 from helpers import play
@@ -269,14 +269,18 @@ def _rows(name):
     return [json.loads(ln) for ln in open(os.path.join(DATA, name))]
 
 
-def test_generator_is_seeded_disjoint_and_shipped():
-    a, b = generate(1), generate(1)
-    assert a == b and generate(2) != a
+@pytest.mark.parametrize("prefix, corpus, kw, sizes", [
+    ("research", "search_corpus", {}, (160, 60, 20)),
+    ("research_world", "research_world_corpus", LARGER, (450, 140, 100))])
+def test_generator_is_seeded_disjoint_and_shipped(prefix, corpus, kw, sizes):
+    a, b = generate(1, **kw), generate(1, **kw)
+    assert a == b and generate(2, **kw) != a
     docs, tr, va = a
-    assert (tr, va) == (_rows("research_train.jsonl"), _rows("research_val.jsonl"))  # the files = generate(1)
-    # the corpus: search_data's 120 documents unchanged and first, then ours
-    assert _rows("search_corpus.jsonl") == generate_world(0)[0] + docs
-    assert len(CORPUS) == 160 and len({d["title"] for d in CORPUS.values()}) == 160
+    assert (tr, va) == (_rows(f"{prefix}_train.jsonl"), _rows(f"{prefix}_val.jsonl"))  # the files = generate(1)
+    # the corpus: search_data's world's documents unchanged and first, then ours
+    assert _rows(f"{corpus}.jsonl") == generate_world(**kw.get("world", {}))[0] + docs
+    CORPUS = {d["id"]: d for d in _rows(f"{corpus}.jsonl")}
+    assert (len(CORPUS), len(tr), len(va)) == sizes and len({d["title"] for d in CORPUS.values()}) == sizes[0]
     assert not {q["question"] for q in tr} & {q["question"] for q in va}
     assert not {q["support"][0] for q in tr} & {q["support"][0] for q in va}  # no company / product in both
     for split in (tr, va):

@@ -115,15 +115,23 @@ def test_search_wrong_answer_scores_less():
 # ---------------------------------------------------------------------------------- research
 
 
-def test_research_teacher_scores_the_maximum_on_every_train_task():
-    cfg = _config("research")
-    make_env, module, tasks = _workflow(cfg)
-    assert len(tasks) == 60 and isinstance(make_env(), ResearchEnv)
+@pytest.mark.parametrize("name, corpus, n_train, n_val", [("research", "search_corpus.jsonl", 60, 20),
+                                                          ("cpu/research", "research_world_corpus.jsonl", 140, 100)])
+def test_research_teacher_scores_the_maximum_on_every_train_and_val_task(name, corpus, n_train, n_val):
+    """configs/research.py's small world and the recipe's larger one (configs/cpu/research.py: 450 documents, 100
+    val questions): on every task the scripted team scores the maximum through the config's own env."""
+    cfg = _config(name)
+    make_env, module, _ = workflow(cfg)
+    train_tasks, val_tasks = load_data(cfg)
+    assert (len(train_tasks), len(val_tasks)) == (n_train, n_val) and cfg.data.val_size == n_val
+    assert cfg.data.env_kwargs["corpus"] == f"data/{corpus}" and isinstance(make_env(), ResearchEnv)
+    tasks = train_tasks + val_tasks
     kw = {k: cfg.data.env_kwargs[k] for k in ("corpus", "search_k", "max_sub_questions", "max_rounds")}
     hops = Counter()
     for task in tasks:
-        replies = module.scripted_replies(task)
-        assert replies == module.scripted_replies(task, **kw) == make_env().scripted_replies(task)  # the config's
+        replies = module.scripted_replies(task, **kw)
+        assert replies and replies == make_env().scripted_replies(task)  # the config's
+        assert name != "research" or replies == module.scripted_replies(task)  # and the module's defaults
         n = len(task["support"])
         roles, rew, m, seen = play(make_env(), task, replies)
         assert roles == ["planner"] + ["researcher"] * 3 * n + ["writer"]
@@ -147,7 +155,7 @@ def test_research_teacher_scores_the_maximum_on_every_train_task():
         answer, cites = parse_report(replies[-1])
         notes = _text(seen[-1])
         assert answer.lower() in notes and all(f"[{c}]" in notes for c in cites) and cites == task["support"]
-    assert hops == {3: 30, 4: 30}
+    assert hops == {3: (n_train + n_val) // 2, 4: (n_train + n_val) // 2}
 
 
 def test_research_wrong_answer_scores_less_and_no_play_outside_its_budgets():
@@ -221,8 +229,8 @@ def test_the_data_builders_write_every_shipped_world_file_byte_for_byte(tmp_path
     from data.search_data import write
     write(str(tmp_path))
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == sorted([f"{w}_{n}.jsonl" for w in ("search", "search_world") for n in ("corpus", "train", "val")]
-                           + ["research_train.jsonl", "research_val.jsonl"])
+    assert names == sorted([f"{w}_{n}.jsonl" for w in ("search", "search_world", "research_world")
+                            for n in ("corpus", "train", "val")] + ["research_train.jsonl", "research_val.jsonl"])
     for n in names:
         assert (tmp_path / n).read_bytes() == open(os.path.join(ROOT, "data", n), "rb").read(), n
     assert sum(1 for _ in open(tmp_path / "search_corpus.jsonl")) == 160

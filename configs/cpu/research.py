@@ -1,8 +1,11 @@
 """CPU recipe (recipes.py research): the deep-research team (planner -> researchers -> writer) on
-SmolLM2-135M over the made-up world's 3-/4-hop questions (data/research_*.jsonl). SFT on the scripted
-team's turns for 20 of the 60 training questions, at least 48 optimizer steps a role (`min_steps`), then 8
-GRPO steps of 4 questions x 4 chains; val: all 20 held-out questions (the set has no more), greedy, at
-step 0 (the SFT start) and step 8.
+SmolLM2-135M over the larger made-up world's 3-/4-hop questions (data/research_world_*.jsonl: 450 documents,
+140 train and 100 val questions; data/research_data.py LARGER). SFT on the scripted team's turns for 20 of the
+training questions, at least 48 optimizer steps a role (`min_steps`), then 8 GRPO steps of 4 questions x 4
+chains; val: all 100 held-out questions, greedy, at step 0 (the SFT start) and step 8; the base model on the
+first 40 (BASE_TASKS: it scored 0.000 on all 20 of the small set).
+Why the larger world: the small one (data/research_*.jsonl, 160 documents) has 20 val questions, too few to
+measure a change of the size RL makes (every run of 2026-11-26/27 in docs/recipes.md was on those 20).
 Why min_steps: with 2 epochs alone the researchers (5 turns an episode) had 48 steps and reached a held-out
 teacher loss of 0.02, but the planner and the writer (one turn each) had 6 and stopped at 0.85 and 0.32:
 the writer then answered with a document id (`Answer: [product4]`) and the planner asked fewer sub-questions
@@ -18,7 +21,11 @@ from config import load_config_file
 
 base = load_config_file(str(Path(__file__).resolve().parent.parent / "research.py"))
 R = dataclasses.replace
-config = R(base, data=R(base.data, val_size=20), algo=R(base.algo, warmup_steps=4),
+config = R(base, data=R(base.data, train_files="data/research_world_train.jsonl",
+                       val_files="data/research_world_val.jsonl", val_size=100,
+                       env_kwargs={**base.data.env_kwargs, "corpus": "data/research_world_corpus.jsonl"}),
+           algo=R(base.algo, warmup_steps=4),
            trainer=R(base.trainer, total_steps=8, test_freq=8, save_freq=4, val_before_train=True,
                      output_dir="runs/recipes/research/rl"))
+BASE_TASKS = 40
 SFT = {"teacher_tasks": 20, "lr": 2e-4, "epochs": 2, "min_steps": 48, "micro_batch_size": 4, "grad_accum": 2}
