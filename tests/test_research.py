@@ -281,6 +281,9 @@ def test_generator_is_seeded_disjoint_and_shipped(prefix, corpus, kw, sizes):
     assert _rows(f"{corpus}.jsonl") == generate_world(**kw.get("world", {}))[0] + docs
     CORPUS = {d["id"]: d for d in _rows(f"{corpus}.jsonl")}
     assert (len(CORPUS), len(tr), len(va)) == sizes and len({d["title"] for d in CORPUS.values()}) == sizes[0]
+    if kw:  # company names are two syllables: more companies than free names is refused, not an endless loop
+        with pytest.raises(ValueError, match="97 companies, but the world leaves 96 two-syllable names free"):
+            generate(1, **{**kw, "n_companies": 97})
     assert not {q["question"] for q in tr} & {q["question"] for q in va}
     assert not {q["support"][0] for q in tr} & {q["support"][0] for q in va}  # no company / product in both
     for split in (tr, va):

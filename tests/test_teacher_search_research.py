@@ -189,12 +189,13 @@ def test_replies_fit_the_configs_max_tokens():
         pytest.skip(f"no SmolLM2 tokenizer in {path}")
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    for name, kw in (("search", {"max_refinement_iterations": 3}), ("research", {})):
+    for name, kw in (("search", {"max_refinement_iterations": 3}), ("research", {}), ("cpu/search", {}),
+                     ("cpu/research", {})):  # the recipes' larger worlds: longer names, other ids
         cfg = _config(name, **kw)
         make_env, module, tasks = _workflow(cfg)
         budget, longest = {r.name: r.max_tokens for r in cfg.roles}, Counter()
         for task in tasks:
-            replies = module.scripted_replies(task)
+            replies = make_env().scripted_replies(task)
             seen, _, _ = _drive(make_env(), task, replies)
             for turn, reply in zip(seen, replies):
                 longest[turn.role] = max(longest[turn.role], len(tok(reply)["input_ids"]) + 1)
@@ -211,7 +212,9 @@ def test_sft_scripted_teacher_gives_every_roles_examples(tiny):
                            ("search", {"max_refinement_iterations": 2}, {"scripted/query_writer": 124, "scripted/answerer": 34,
                                            "below_min_reward/answerer": 90}),
                            ("research", {}, {"scripted/planner": 60, "scripted/researcher": 3 * 210,
-                                             "scripted/writer": 60})):
+                                             "scripted/writer": 60}),
+                           ("cpu/research", {}, {"scripted/planner": 140, "scripted/researcher": 3 * 490,
+                                                 "scripted/writer": 140})):  # 70 x 3 + 70 x 4 hops
         cfg = _config(name, **kw)
         make_env, module, tasks = _workflow(cfg)
         roles = [r.name for r in cfg.roles]

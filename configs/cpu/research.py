@@ -4,8 +4,9 @@ SmolLM2-135M over the larger made-up world's 3-/4-hop questions (data/research_w
 training questions, at least 48 optimizer steps a role (`min_steps`), then 8 GRPO steps of 4 questions x 4
 chains; val: all 100 held-out questions, greedy, at step 0 (the SFT start) and step 8; the base model on the
 first 40 (BASE_TASKS: it scored 0.000 on all 20 of the small set).
-Why the larger world: the small one (data/research_*.jsonl, 160 documents) has 20 val questions, too few to
-measure a change of the size RL makes (every run of 2026-11-26/27 in docs/recipes.md was on those 20).
+Why the larger world: the small one (data/research_{train,val}.jsonl over data/search_corpus.jsonl's 160
+documents) has 20 val questions, too few to measure a change of the size RL makes (every run of 2026-11-26/27 in
+docs/recipes.md, the ones quoted below included, was on those 20).
 Why min_steps: with 2 epochs alone the researchers (5 turns an episode) had 48 steps and reached a held-out
 teacher loss of 0.02, but the planner and the writer (one turn each) had 6 and stopped at 0.85 and 0.32:
 the writer then answered with a document id (`Answer: [product4]`) and the planner asked fewer sub-questions
