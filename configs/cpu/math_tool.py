@@ -6,7 +6,8 @@ chains; val: all 120 held-out problems of those levels, greedy, at step 0 (the S
 model on the first 40 of them (BASE_TASKS: it prints the right number on none, and each of its episodes runs to
 the token limit).
 Why 24 steps: at 12 the gain was +0.033 (1.3 paired s.e.); continued to 24 (registered as a second look,
-decided at 2.2 s.e.), +0.050 (2.5 s.e.): docs/recipes.md.
+decided at 2.2 s.e.), +0.050 (2.5 s.e.): docs/recipes.md. A re-run of this config (2026-11-28, one look at 24)
+did not replicate it: +0.008 +- 0.028, the same six executor fixes and five analyzer plans that dropped a term.
 Why min_steps: at 2 epochs alone (16 steps) the verifier's loss on held-out teacher turns (train tasks)
 stayed at 0.83 and in the RL's train episodes it wrote anything but the boxed printed result (the team
 scored 0.000 at the SFT start). With 64 tasks each role had 58 training examples, 8 steps an epoch, so 48 was the
