@@ -198,11 +198,11 @@ def write(seed: int = 1, dirpath: str = HERE) -> list[tuple[str, int, int, int]]
     out = []
     for corpus, prefix, kw in (("search_corpus", "research", {}), ("research_world_corpus", "research_world", LARGER)):
         docs, train, val = generate(seed, **kw)
-        world = generate_world(**kw.get("world", {}))[0]
-        for name_, rows in ((corpus, world + docs), (f"{prefix}_train", train), (f"{prefix}_val", val)):
+        everything = generate_world(**kw.get("world", {}))[0] + docs
+        for name_, rows in ((corpus, everything), (f"{prefix}_train", train), (f"{prefix}_val", val)):
             with open(os.path.join(dirpath, f"{name_}.jsonl"), "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
-        out.append((corpus, len(world + docs), len(train), len(val)))
+        out.append((corpus, len(everything), len(train), len(val)))
     return out
 
 
