@@ -92,6 +92,12 @@ def need_bool(name: str, v):
     return v
 
 
+def need_choice(name: str, v, choices: tuple):
+    if not isinstance(v, str) or v not in choices:
+        raise _bad(name, f"must be one of {', '.join(map(repr, choices))}, got {v!r}")
+    return v
+
+
 def need_file(name: str, path, max_bytes: int = MAX_FILE_BYTES) -> str:
     """A regular file of at most max_bytes (checked before anything opens it)."""
     from pathlib import Path

@@ -6,7 +6,10 @@
                back to the analyzer, until max_refinement_iterations cycles); a reply with neither
                counts as Incorrect
 Rewards per turn:
-    analyzer   the team reward (final answer correct) on each of its turns
+    analyzer   `analyzer_reward="team"` (default): the team reward (final answer correct) on each of its
+               turns; "plan": 1 if the last computation its plan writes out (`16 + 17 - 12`, found by
+               `plan_expression`) evaluates to the answer, else 0 -- its own job, whatever the executor
+               and verifier then do (the metric `plan_right` reports it under either choice)
     executor   1 if its code ran and the last line it printed equals the answer, else 0
     verifier   an answering turn: math_reward of its answer; a rejecting turn: 1 if the output it
                rejected was indeed wrong, else 0
@@ -30,7 +33,7 @@ from fractions import Fraction
 
 from agents.math_team import parse_verdict
 from agents.math_tool import build_messages, transcript_messages
-from envs import Prompt, need_bool, need_int, need_number
+from envs import Prompt, need_bool, need_choice, need_int, need_number
 from envs.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
@@ -41,8 +44,10 @@ ROLES = ("analyzer", "executor", "verifier")
 class MathToolEnv:
     roles = ROLES
 
-    def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0, transcript: bool = True):
+    def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0, transcript: bool = True,
+                 analyzer_reward: str = "team"):
         self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
+        self.analyzer_reward = need_choice("analyzer_reward", analyzer_reward, ("team", "plan"))
         self.timeout = need_number("code_timeout", code_timeout, 0, 600, lo_open=True)
         self.build = transcript_messages if need_bool("transcript", transcript) else build_messages
 
@@ -50,6 +55,7 @@ class MathToolEnv:
         self.problem, self.answer = task["question"], str(task["answer"])
         self.history, self.turns, self.rewards = [], [], []
         self.cycles, self.exec_ok, self.exec_right, self.final = 1, [], [], None
+        self.plan_right = []
         return self._turn("analyzer")
 
     def _turn(self, role):
@@ -61,7 +67,9 @@ class MathToolEnv:
         self.history.append((role, reply))
         self.turns.append(role)
         if role == "analyzer":
-            self.rewards.append(None)  # filled with the team reward at the end
+            self.plan_right.append(plan_right(reply, self.answer))
+            # None: filled with the team reward at the end
+            self.rewards.append(float(self.plan_right[-1]) if self.analyzer_reward == "plan" else None)
             return self._turn("executor")
         if role == "executor":
             has_code = "```" in reply or "print" in reply
@@ -93,13 +101,37 @@ class MathToolEnv:
         team = float(self.final is not None and is_equiv(self.final, self.answer))
         n = max(1, len(self.exec_ok))
         return {"final_correct": team, "team_reward": team, "cycles": self.cycles, "exec_ok": sum(self.exec_ok) / n,
-                "exec_right": sum(self.exec_right) / n, "no_answer": float(self.final is None)}
+                "exec_right": sum(self.exec_right) / n, "no_answer": float(self.final is None),
+                "plan_right": sum(self.plan_right) / max(1, len(self.plan_right))}
+
+
+# a computation written out: numbers (or parenthesised ones) joined by + - * /, e.g. "16 + 17 - 12", "(3 + 4) * 2"
+# (possessive quantifiers and a start that is no run's middle: linear on a reply built to be slow)
+_NUM = r"\(*+-?\d++(?:\.\d++)?\)*+"
+_COMPUTATION = re.compile(rf"(?<![\d.(]){_NUM}(?:\s*+[-+*/]\s*+{_NUM})++")
+
+
+def plan_expression(plan: str) -> str | None:
+    """The last computation a plan writes out ("2. Add the 17 bought and subtract the 12 given away:
+    16 + 17 - 12." -> "16 + 17 - 12"), or None when it writes none (a bare number is not a computation)."""
+    found = _COMPUTATION.findall(str(plan)[:4000])
+    return " ".join(found[-1].split()) if found else None
+
+
+def plan_right(plan: str, answer: str) -> bool:
+    """Whether the plan's last written-out computation evaluates (the calculator's safe evaluator) to the answer."""
+    expr = plan_expression(plan)
+    if expr is None:
+        return False
+    value = calculate(expr)
+    return not value.startswith("error") and (_same_number(value, answer) or is_equiv(value, answer))
 
 
 def aggregate(episodes) -> dict:
     ms = [e.metrics for e in episodes if e.metrics]
     n = max(1, len(ms))
-    out = {k: sum(m[k] for m in ms) / n for k in ("final_correct", "cycles", "exec_ok", "exec_right", "no_answer")}
+    out = {k: sum(m[k] for m in ms) / n for k in ("final_correct", "cycles", "exec_ok", "exec_right", "no_answer",
+                                                   "plan_right")}
     out["final_acc"] = out.pop("final_correct")
     for role in ROLES:
         steps = [s for e in episodes for s in getattr(e, "samples", ()) if s.role == role]  # compare.py: metrics only

@@ -114,6 +114,7 @@ def huge(tmp_path_factory):
 @pytest.mark.parametrize("env, kw, field", [
     ("code", {"timeout": "abc"}, r"timeout: must be a number in \(0, 600\], got 'abc'"),
     ("code", {"timeout": float("nan")}, "timeout"), ("math_tool", {"code_timeout": -1}, "code_timeout"),
+    ("math_tool", {"analyzer_reward": "both"}, r"analyzer_reward: must be one of 'team', 'plan', got 'both'"),
     ("search", {"search_k": -3}, r"search_k: must be an integer in \[1, 1000\], got -3"),
     ("search", {"search_k": float("inf")}, "search_k: .* got inf"),  # --data.env-kwargs.search-k 1e999
     ("react", {"tools": ["search"], "search_k": float("inf")}, "search_k"),

@@ -40,7 +40,7 @@ from agents.tool_agent import read_final
 from envs.code_team import CodeTeamEnv, complete_code
 from envs.math_3agent import MathTeamEnv
 from envs.math_single import MathSingleEnv
-from envs.math_tool import MathToolEnv
+from envs.math_tool import MathToolEnv, plan_expression, plan_right
 from envs.swe import PatchError, SWETeamEnv, apply_edits, apply_patch
 from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
 from envs.toy import ToyEnv
@@ -172,6 +172,8 @@ PARSERS = {
     "clean_doc_id": (clean_doc_id, _kind(str)),
     "read_final": (read_final, _kind(str, type(None))),
     "extract_code": (extract_code, _kind(str)),
+    "plan_expression": (plan_expression, _kind(str, type(None))),
+    "plan_right": (lambda s: plan_right(s, "3"), _kind(bool)),
     "complete_code": (lambda s: complete_code(s, {"prompt": "def add(a, b):\n", "entry_point": "add"}), _kind(str)),
 }
 REPO = {"calc/__init__.py": "from .ops import add\n", "calc/ops.py": "def add(a, b):\n    return a - b\n",
@@ -227,6 +229,10 @@ def test_known_regressions_are_fixed_and_linear():
         assert timed(extract_answer, "The answer is" + " " * n + "$x$.", 2.0)[0] == "x"
         assert timed(lambda s: math_reward(s, "1"), "The answer is" + " " * n + "x$ y", TIMEOUT_S + 10)[0] == 0.0
     assert parse_query("Query: ") == "" and parse_query("") == "" and parse_query("Query:\n") == ""
+    # plan_expression reads 4000 characters: a backtracking pattern took ~2 CPU s on a run of digits or of "("
+    # there (quadratic in the run); the possessive one takes about a millisecond
+    for shape in ("7" * N, "(" * N, "1 " * N, "(1" * N):
+        assert timed(plan_expression, shape, 0.25)[0] is None
 
 
 def test_parsers_keep_their_meaning():

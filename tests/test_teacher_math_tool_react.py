@@ -99,6 +99,8 @@ def test_math_tool_teacher_solves_every_train_task():
         steps = re.sub(r"(?m)^\d+\. ", "", plan)
         assert numbers(steps) | numbers(code) <= numbers(t["question"])  # it names the computation, no result
         assert check.endswith(f"\\boxed{{{t['answer']}}}")
+        assert math_tool.plan_expression(plan) == sol.expression and math_tool.plan_right(plan, t["answer"])
+        assert not math_tool.plan_right(math_tool.scripted_replies(wrong_task(t))[0], t["answer"])
 
 
 def test_math_tool_teacher_scores_the_maximum():
@@ -126,6 +128,38 @@ def test_math_tool_wrong_replies_score_less():
         bad = int(t["answer"]) + 1
         _, rew, m, _ = play(make_env(), t, [plan, code, f"The code printed {bad}.\n\\boxed{{{bad}}}"])
         assert rew == [0.0, 1.0, 0.0] and m["team_reward"] == 0.0
+
+
+def test_math_tool_plan_reward_pays_the_analyzer_for_its_own_plan():
+    """analyzer_reward="plan" (configs/cpu/math_tool.py): the analyzer earns 1 when the last computation its
+    plan writes out gives the answer, whatever the others then do; a plan that drops the give-away term earns
+    0 even when the executor and verifier still get the team right. "team" (the default) pays it the team
+    reward on the same replies. The metric plan_right is the plan's score under both."""
+    _, tasks = _train("math_tool")
+    t = next(t for t in tasks if " gives " in t["question"])
+    plan, code, check = math_tool.scripted_replies(t)
+    expr = solve_arith(t["question"]).expression
+    dropped = plan.replace(expr, expr.rsplit(" - ", 1)[0])
+    assert dropped != plan and not math_tool.plan_right(dropped, t["answer"])
+    for reward, replies, want, team, planned in (
+            ("plan", [plan, code, check], [1.0, 1.0, 1.0], 1.0, 1.0),
+            ("plan", [dropped, code, check], [0.0, 1.0, 1.0], 1.0, 0.0),
+            ("team", [dropped, code, check], [1.0, 1.0, 1.0], 1.0, 0.0),
+            ("plan", ["1. Print the answer.", code, check], [0.0, 1.0, 1.0], 1.0, 0.0)):
+        _, rew, m, _ = play(math_tool.MathToolEnv(analyzer_reward=reward), t, replies)
+        assert (rew, m["team_reward"], m["plan_right"]) == (want, team, planned), (reward, replies[0])
+    recipe_env = workflow(config("cpu/math_tool"))[0]()  # the CPU recipe pays the plan
+    assert play(recipe_env, t, [dropped, code, check])[1] == [0.0, 1.0, 1.0]
+
+
+def test_plan_expression_reads_the_last_computation_written_out():
+    cases = {"1. Compute 16 + 9 * 9, doing * and / before + and -.\n2. Print the result.": "16 + 9 * 9",
+             "Add them: 16 + 17 - 12. Then print.": "16 + 17 - 12", "1. Compute (3 + 4) * 2.": "(3 + 4) * 2",
+             "Take -5 - -3, then 2.5 * 2": "2.5 * 2", "1. The answer is 21.\n2. Print it.": None, "": None}
+    for plan, want in cases.items():
+        assert math_tool.plan_expression(plan) == want, plan
+    assert math_tool.plan_right("so 7 / 2", "7/2") and math_tool.plan_right("so 7 / 2", "3.5")
+    assert not math_tool.plan_right("1 / 0", "0") and not math_tool.plan_right("(3 + 4", "7")
 
 
 def test_math_tool_teacher_skips_what_it_cannot_solve():

@@ -8,6 +8,9 @@ the token limit).
 Why 24 steps: at 12 the gain was +0.033 (1.3 paired s.e.); continued to 24 (registered as a second look,
 decided at 2.2 s.e.), +0.050 (2.5 s.e.): docs/recipes.md. A re-run of this config (2026-11-28, one look at 24)
 did not replicate it: +0.008 +- 0.028, the same six executor fixes and five analyzer plans that dropped a term.
+Why analyzer_reward "plan" (envs/math_tool.py): paid the team's outcome only, the analyzer drifted in that
+re-run (five level-5 plans lost the give-away term, `16 + 17 - 12` -> `16 + 17`, as many as the executor won);
+"plan" pays it for its own job, the last computation its plan writes out giving the answer.
 Why min_steps: at 2 epochs alone (16 steps) the verifier's loss on held-out teacher turns (train tasks)
 stayed at 0.83 and in the RL's train episodes it wrote anything but the boxed printed result (the team
 scored 0.000 at the SFT start). With 64 tasks each role had 58 training examples, 8 steps an epoch, so 48 was the
@@ -23,7 +26,7 @@ from config import load_config_file
 
 base = load_config_file(str(Path(__file__).resolve().parent.parent / "math_tool.py"))
 R = dataclasses.replace
-config = R(base, data=R(base.data, val_size=120),
+config = R(base, data=R(base.data, val_size=120, env_kwargs={**base.data.env_kwargs, "analyzer_reward": "plan"}),
            trainer=R(base.trainer, total_steps=24, test_freq=24, save_freq=4, val_before_train=True,
                      output_dir="runs/recipes/math_tool/rl"))
 BASE_TASKS = 40
