@@ -252,7 +252,7 @@ class CodeTeamEnv:
 
 
 def aggregate(episodes) -> dict:
-    ms = [e.metrics for e in episodes if e.metrics]
+    ms = [e.metrics for e in episodes if e.metrics and "refiner_attempts" in e.metrics]  # not an env error's
     n = max(1, len(ms))
     tried = [m for m in ms if m["refiner_attempts"] > 0]
     out = {"generator_success": sum(m["generator_success"] for m in ms) / n,

@@ -128,7 +128,7 @@ def plan_right(plan: str, answer: str) -> bool:
 
 
 def aggregate(episodes) -> dict:
-    ms = [e.metrics for e in episodes if e.metrics]
+    ms = [e.metrics for e in episodes if e.metrics and "exec_ok" in e.metrics]  # not an env error's
     n = max(1, len(ms))
     out = {k: sum(m[k] for m in ms) / n for k in ("final_correct", "cycles", "exec_ok", "exec_right", "no_answer",
                                                    "plan_right")}

@@ -394,6 +394,28 @@ def test_env_that_raises_costs_one_episode(tiny):
     assert eps[1].error is None and len(eps[1].steps) == 3
 
 
+@pytest.mark.parametrize("module", ["code_team", "math_3agent", "math_tool", "react", "research", "swe", "video_qa"])
+def test_workflow_aggregates_take_an_env_errors_episode(module):
+    """An env that raised leaves its episode's metrics {"env_error": 1.0} (above); every workflow's own
+    aggregate (session.summarize calls it on every episode) takes such an episode beside none, or beside
+    its own kind (code_team's and math_tool's raised KeyError)."""
+    import importlib
+    import types
+    agg = importlib.import_module(f"envs.{module}").aggregate
+    errored = types.SimpleNamespace(metrics={"env_error": 1.0}, samples=[], error="RuntimeError: boom")
+    assert isinstance(agg([errored]), dict)
+    if module == "math_tool":
+        from envs.math_tool import MathToolEnv, scripted_replies
+        task = {"question": "What is 2 + 3?", "answer": "5"}
+        env = MathToolEnv(code_timeout=30.0)
+        env.reset(task)
+        for r in scripted_replies(task):
+            env.step(r)
+        ok = types.SimpleNamespace(metrics=env.metrics(), samples=[])
+        out = agg([errored, ok])
+        assert out["final_acc"] == 1.0 and out["plan_right"] == 1.0  # the errored episode is left out, as research's
+
+
 # --------------------------------------------------------------------------------------------
 # 7. GSPO's settings, 8. merge_turns across roles, 9. loud empty steps
 
