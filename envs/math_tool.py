@@ -9,7 +9,8 @@ Rewards per turn:
     analyzer   `analyzer_reward="team"` (default): the team reward (final answer correct) on each of its
                turns; "plan": 1 if the last computation its plan writes out (`16 + 17 - 12`, found by
                `plan_expression`) evaluates to the answer, else 0 -- its own job, whatever the executor
-               and verifier then do (the metric `plan_right` reports it under either choice)
+               and verifier then do. The metric `plan_right` (either choice): the share of an episode's
+               plans (one a cycle) that are right, averaged over episodes
     executor   1 if its code ran and the last line it printed equals the answer, else 0
     verifier   an answering turn: math_reward of its answer; a rejecting turn: 1 if the output it
                rejected was indeed wrong, else 0
@@ -55,7 +56,7 @@ class MathToolEnv:
         self.problem, self.answer = task["question"], str(task["answer"])
         self.history, self.turns, self.rewards = [], [], []
         self.cycles, self.exec_ok, self.exec_right, self.final = 1, [], [], None
-        self.plan_right = []
+        self.plans_right = []
         return self._turn("analyzer")
 
     def _turn(self, role):
@@ -67,9 +68,9 @@ class MathToolEnv:
         self.history.append((role, reply))
         self.turns.append(role)
         if role == "analyzer":
-            self.plan_right.append(plan_right(reply, self.answer))
+            self.plans_right.append(plan_right(reply, self.answer))
             # None: filled with the team reward at the end
-            self.rewards.append(float(self.plan_right[-1]) if self.analyzer_reward == "plan" else None)
+            self.rewards.append(float(self.plans_right[-1]) if self.analyzer_reward == "plan" else None)
             return self._turn("executor")
         if role == "executor":
             has_code = "```" in reply or "print" in reply
@@ -102,29 +103,56 @@ class MathToolEnv:
         n = max(1, len(self.exec_ok))
         return {"final_correct": team, "team_reward": team, "cycles": self.cycles, "exec_ok": sum(self.exec_ok) / n,
                 "exec_right": sum(self.exec_right) / n, "no_answer": float(self.final is None),
-                "plan_right": sum(self.plan_right) / max(1, len(self.plan_right))}
+                "plan_right": sum(self.plans_right) / max(1, len(self.plans_right))}
 
 
-# a computation written out: numbers (or parenthesised ones) joined by + - * /, e.g. "16 + 17 - 12", "(3 + 4) * 2"
-# (possessive quantifiers and a start that is no run's middle: linear on a reply built to be slow)
-_NUM = r"\(*+-?\d++(?:\.\d++)?\)*+"
-_COMPUTATION = re.compile(rf"(?<![\d.(]){_NUM}(?:\s*+[-+*/]\s*+{_NUM})++")
+# a computation written out on one line: numbers (or parenthesised ones) joined by + - * / ^, e.g. "16 + 17 - 12",
+# "(3 + 4) * 2"; the text is first put in the calculator's spelling (× ÷ − \times \cdot \div, blanks inside
+# parentheses). Possessive quantifiers and a start that is no run's middle keep it linear on a reply built to be
+# slow; ASCII digits only (calculate reads no others)
+_SPELLING = re.compile(r"[×·]|\\times|\\cdot|÷|\\div|−|(?<=\()[ \t]++|[ \t]++(?=\))")
+_SPELLED = {"×": "*", "·": "*", "\\times": "*", "\\cdot": "*", "÷": "/", "\\div": "/", "−": "-"}
+_NUM = r"\(*+-?[0-9]++(?:\.[0-9]++)?\)*+"
+_COMPUTATION = re.compile(rf"(?<![0-9(])(?<![0-9]\.){_NUM}(?:[ \t]*+[-+*/^][ \t]*+{_NUM})++")
+_PART = set("0123456789.+-*/^() \t")  # the characters a computation is written with
+PLAN_CHARS = 4000  # a plan's last this-many characters are read: a computation the cut splits is not read
 
 
 def plan_expression(plan: str) -> str | None:
-    """The last computation a plan writes out ("2. Add the 17 bought and subtract the 12 given away:
-    16 + 17 - 12." -> "16 + 17 - 12"), or None when it writes none (a bare number is not a computation)."""
-    found = _COMPUTATION.findall(str(plan)[:4000])
-    return " ".join(found[-1].split()) if found else None
+    """The last computation a plan writes out on one line ("2. Add the 17 bought and subtract the 12 given
+    away: 16 + 17 - 12." -> "16 + 17 - 12"), in the calculator's syntax, or None when it writes none (a bare
+    number is not a computation). Parentheses that do not pair inside it are dropped from its ends
+    ("(i.e. 30 + 17 - 6)" -> "30 + 17 - 6")."""
+    text = str(plan)
+    tail = _SPELLING.sub(lambda m: _SPELLED.get(m.group(), ""), text[-PLAN_CHARS:])
+    # cut inside a computation: what comes before the tail's first other character may be the rest of one
+    whole = 0 if len(text) <= PLAN_CHARS else next((i for i, c in enumerate(tail) if c not in _PART), len(tail))
+    found = [m for m in _COMPUTATION.finditer(tail) if m.start() >= whole]
+    if not found:
+        return None
+    expr = " ".join(found[-1].group().split())
+    while expr.count("(") > expr.count(")") and expr.startswith("("):
+        expr = expr[1:]
+    while expr.count(")") > expr.count("(") and expr.endswith(")"):
+        expr = expr[:-1]
+    return expr
 
 
 def plan_right(plan: str, answer: str) -> bool:
-    """Whether the plan's last written-out computation evaluates (the calculator's safe evaluator) to the answer."""
+    """Whether the plan's last written-out computation evaluates (the calculator's safe evaluator) to the
+    answer. It checks the value, not where the numbers came from: a plan that states the answer outright
+    (`41 + 0`) is paid too -- it hands the executor a right computation, which is the analyzer's job."""
     expr = plan_expression(plan)
     if expr is None:
         return False
     value = calculate(expr)
-    return not value.startswith("error") and (_same_number(value, answer) or is_equiv(value, answer))
+    if value.startswith("error"):
+        return False
+    try:
+        Fraction(str(answer).strip())
+    except (ValueError, ZeroDivisionError):
+        return is_equiv(value, answer)  # a symbolic answer: math-verify decides
+    return _same_number(value, answer)
 
 
 def aggregate(episodes) -> dict:

@@ -9,7 +9,7 @@ Why 24 steps: at 12 the gain was +0.033 (1.3 paired s.e.); continued to 24 (regi
 decided at 2.2 s.e.), +0.050 (2.5 s.e.): docs/recipes.md. A re-run of this config (2026-11-28, one look at 24)
 did not replicate it: +0.008 +- 0.028, the same six executor fixes and five analyzer plans that dropped a term.
 Why analyzer_reward "plan" (envs/math_tool.py): paid the team's outcome only, the analyzer drifted in that
-re-run (five level-5 plans lost the give-away term, `16 + 17 - 12` -> `16 + 17`, as many as the executor won);
+re-run (five level-5 plans lost the give-away term, `16 + 17 - 12` -> `16 + 17`, nearly the six the executor won);
 "plan" pays it for its own job, the last computation its plan writes out giving the answer.
 Why min_steps: at 2 epochs alone (16 steps) the verifier's loss on held-out teacher turns (train tasks)
 stayed at 0.83 and in the RL's train episodes it wrote anything but the boxed printed result (the team
