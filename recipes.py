@@ -4,6 +4,7 @@
     python recipes.py math_tool --plan       # its stages and their commands; runs nothing
     python recipes.py math_tool              # everything into runs/recipes/math_tool/ (resumable: run it again)
     python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks: the plumbing, quickly
+    python recipes.py code --seed 1          # the same recipe under another seed (runs/recipes/code_seed1)
 
 A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data, its val set, steps, val at
 step 0 and at the end) and `SFT` (sft.py options for the teacher's SFT, e.g. teacher_tasks, lr, epochs).
@@ -77,8 +78,9 @@ def base_tasks(name: str, tiny: bool = False) -> int | None:
     return n
 
 
-def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
-    """<out>/recipe_config.py: the recipe's config, its RL run writing to <out>/rl (and --tiny's overrides)."""
+def write_config(path: Path, recipe: Path, out: Path, tiny: bool, seed: int | None = None):
+    """<out>/recipe_config.py: the recipe's config, its RL run writing to <out>/rl (and --tiny's and --seed's
+    overrides)."""
     lines = ["# written by recipes.py: the train config of every stage of this recipe run", "import dataclasses", "",
              "from config import load_config_file", "", f"config = load_config_file({str(recipe)!r})",
              "R = dataclasses.replace",
@@ -90,6 +92,8 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool):
                   f"          data=R(config.data, batch_size={t['batch_size']}, val_size={t['val_size']}),",
                   f"          trainer=R(config.trainer, total_steps={t['total_steps']}, test_freq={t['total_steps']},"
                   " save_freq=1))"]
+    if seed is not None:
+        lines.append(f"config = R(config, trainer=R(config.trainer, seed={seed}))")
     text = "\n".join(lines) + "\n"
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
@@ -212,12 +216,20 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 2 val tasks: the plumbing")
     ap.add_argument("--plan", action="store_true", help="print the stages and their commands, run nothing")
     ap.add_argument("--list", action="store_true", help="list the recipes")
+    ap.add_argument("--seed", type=int, help="another seed for every stage (SFT's order, split and new adapters, RL's "
+                    "sampling and data order): another run of the same recipe, to see run-to-run variation (default: "
+                    "the recipe's own, 0; output runs/recipes/<workflow>_seed<N>)")
     a = ap.parse_args(argv)
     if a.list or not a.workflow:
         print("\n".join(recipes()))
         return None
     recipe, cfg, sft = load_recipe(a.workflow)
-    out = Path(a.out or ROOT / "runs" / "recipes" / (("tiny_" if a.tiny else "") + a.workflow)).resolve()
+    if a.seed is not None:
+        if a.seed < 0:
+            sys.exit(f"recipes.py: --seed must be an integer >= 0, got {a.seed}")
+        sft = {**sft, "seed": a.seed}  # sft.py --seed; the train config's trainer.seed: write_config
+    name = ("tiny_" if a.tiny else "") + a.workflow + ("" if a.seed is None else f"_seed{a.seed}")
+    out = Path(a.out or ROOT / "runs" / "recipes" / name).resolve()
     stages = plan(a.workflow, out, cfg, sft, a.tiny)
     print(f"recipe {a.workflow} -> {out}")
     for i, (stage, cmd) in enumerate(stages, 1):
@@ -226,7 +238,7 @@ def main(argv=None):
     if a.plan:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    write_config(out / "recipe_config.py", recipe, out, a.tiny)
+    write_config(out / "recipe_config.py", recipe, out, a.tiny, a.seed)
     n_base = base_tasks(a.workflow, a.tiny)
     fp, code = fingerprint(out, sft, a.tiny, n_base)
     if old := stale(out, fp, code):

@@ -131,6 +131,27 @@ def test_base_tasks_limits_the_base_eval_and_its_pairing(tmp_path, monkeypatch):
         hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:16]  # unset: as before
 
 
+def test_seed_reaches_the_sft_and_the_train_config_and_the_fingerprint(tmp_path, capsys):
+    """--seed N: sft.py gets --seed N, the train config every stage reads gets trainer.seed N, the default output
+    is runs/recipes/<workflow>_seed<N>, and a finished stage of another seed is stale; a negative one is one line."""
+    from config import load_config_file
+    assert recipes.main(["code", "--seed", "3", "--plan"]) is None
+    text = capsys.readouterr().out
+    assert text.startswith(f"recipe code -> {ROOT / 'runs' / 'recipes' / 'code_seed3'}\n") and "--seed 3" in text
+    recipe, cfg, sft = recipes.load_recipe("code")
+    fps = {}
+    for seed in (None, 3):
+        out = tmp_path / str(seed)
+        out.mkdir()
+        recipes.write_config(out / "recipe_config.py", recipe, out, False, seed)
+        assert load_config_file(str(out / "recipe_config.py")).trainer.seed == (seed or 0)
+        fps[seed] = recipes.fingerprint(out, {**sft, **({} if seed is None else {"seed": seed})}, False)
+        recipes.mark(out, "sft", 1.0, *fps[seed])
+    assert recipes.stale(tmp_path / "3", *fps[3]) == [] and recipes.stale(tmp_path / "None", *fps[3]) == ["sft"]
+    with pytest.raises(SystemExit, match="--seed must be an integer >= 0, got -1"):
+        recipes.main(["code", "--seed", "-1", "--plan"])
+
+
 def test_plan_and_list_run_nothing(tmp_path, capsys):
     assert recipes.main(["--list"]) is None and capsys.readouterr().out.split() == recipes.recipes()
     out = tmp_path / "p"
