@@ -106,7 +106,11 @@ def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, li
     sft_cmd = [sys.executable, "sft.py", "--train-config", conf, "--teacher", "scripted", "--out", str(out / "sft"),
                "--no-progress"]
     for k, v in sft.items():
-        sft_cmd += [f"--{k.replace('_', '-')}", *(map(str, v) if isinstance(v, (list, tuple)) else [str(v)])]
+        flag = k.replace('_', '-')
+        if isinstance(v, bool):  # sft.py's booleans are flags: --pack-turns / --no-pack-turns
+            sft_cmd.append(f"--{flag}" if v else f"--no-{flag}")
+        else:
+            sft_cmd += [f"--{flag}", *(map(str, v) if isinstance(v, (list, tuple)) else [str(v)])]
     init = [x for i, r in enumerate(cfg.roles) if r.trainable and (not done(out, "sft") or adapter_written(out, cfg, r))
             for x in (f"--roles.{i}.init-from", str(out / "sft" / cfg.adapter_of(r)))]
     return [("sft", sft_cmd),

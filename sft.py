@@ -44,6 +44,7 @@ The pipeline, as this file reads top to bottom:
      (every other adapter and the base stay bit-exact), micro-batches of `micro_batch_size`,
      `grad_accum` of them per optimizer step, the loss the token mean over the optimizer step's
      reply tokens (so it does not depend on how rows are split), grad clipping, linear warm-up.
+     `pack_turns`: an adapter's turns of one conversation share one sequence, every reply in the loss.
      A held-out split (`val_frac`) is evaluated before, every `eval_every` steps and after: the eval
      hook (run_sft's `eval_hook(model, adapter, step) -> dict` adds your own numbers to those rows).
      Per-role LoRA settings (`role_lora`): rank, alpha, dropout and targets may differ per role;
@@ -60,7 +61,7 @@ The pipeline, as this file reads top to bottom:
   Every option, and every adapter name (names become directories: [A-Za-z0-9_-], 'critic' reserved;
   a role name in a trajectory file counts), is checked before anything is written.
 
-Deliberately left out: sequence packing, full fine-tuning, preference losses (DPO), multi-GPU.
+Deliberately left out: packing unrelated sequences into one row, full fine-tuning, preference losses (DPO), multi-GPU.
 """
 from __future__ import annotations
 
@@ -161,6 +162,14 @@ class SFTConfig:
     """max gradient norm per optimizer step"""
     warmup_steps: int = 0
     """linear LR warm-up (optimizer steps), then constant"""
+    pack_turns: bool = False
+    """an adapter's turns that extend one another (a later turn's tokens begin with an earlier turn's
+    prompt + reply (+ EOS): a researcher's next round, a tool agent's next step) train as one sequence,
+    every reply in the loss: each reply's loss is the same number as alone (causal attention), the
+    shared prefix is read once (the research recipe's researcher: 2.5x fewer tokens). A conversation
+    is shuffled as a unit and never split across optimizer steps; a step still holds at most
+    micro_batch_size x grad_accum turns, so steps per epoch and min_steps keep their meaning (off: each
+    turn its own sequence, the steps of earlier runs)"""
     max_len: int = 2048
     """examples longer than this (prompt + reply tokens) are dropped and counted"""
     val_frac: float = 0.1
@@ -243,6 +252,64 @@ def select_turns(records, calc: RewardCalculator, min_reward: float, reward: str
 # 5. training: padded batches, the masked token loss, one adapter's loop
 
 
+def pack_conversations(examples: list[Example]) -> list[Example]:
+    """pack_turns: one sequence per conversation. An example whose tokens begin with another's whole
+    sequence (its prompt + reply (+ EOS) re-rendered token for token in the next prompt) is appended to
+    it, its reply one more loss span; what lies between (observations, template tokens) is context only.
+    Where two turns extend the same one, the first (in input order) joins it and the other keeps its own
+    sequence. The packed sequences come in the order of their first turns. Token for token, so a template
+    that rewrites the history, or a reply that re-tokenises differently in the next prompt, stays apart."""
+    open_ends: dict[tuple, list[int]] = defaultdict(list)  # (length, last 8 tokens) -> chains ending there
+    chains: list[list[Example]] = []
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i].ids), i))  # a turn after its prefixes
+    first_index = []
+    for i in order:
+        e = examples[i]
+        joined = None
+        for n in sorted({k[0] for k in open_ends if k[0] <= e.n_prompt}, reverse=True):  # the longest prefix
+            for c in open_ends.get((n, tuple(e.ids[n - 8:n])), []):
+                if e.ids[:n] == chains[c][-1].ids:
+                    joined = c
+                    break
+            if joined is not None:
+                break
+        if joined is None:
+            chains.append([e])
+            first_index.append(i)
+            joined = len(chains) - 1
+        else:
+            last = chains[joined][-1].ids
+            open_ends[(len(last), tuple(last[-8:]))].remove(joined)
+            chains[joined].append(e)
+        open_ends[(len(e.ids), tuple(e.ids[-8:]))].append(joined)
+    out = []
+    for c in sorted(range(len(chains)), key=lambda c: first_index[c]):
+        turns = chains[c]
+        if len(turns) == 1:
+            out.append(turns[0])
+            continue
+        last = turns[-1]
+        out.append(dataclasses.replace(last, source=turns[0].source, n_prompt=turns[0].n_prompt,
+                                       spans=[s for t in turns for s in t.reply_spans()]))
+    return out
+
+
+def steps_of(units: list[Example], order: list[int], per_step: int) -> list[list[Example]]:
+    """`order`'s units, in turn, into optimizer steps of at most per_step turns (a longer unit alone): one
+    turn per unit gives the fixed slices order[s*per_step:(s+1)*per_step]."""
+    steps, cur, n = [], [], 0
+    for i in order:
+        t = units[i].turns()
+        if cur and n + t > per_step:
+            steps.append(cur)
+            cur, n = [], 0
+        cur.append(units[i])
+        n += t
+    if cur:
+        steps.append(cur)
+    return steps
+
+
 def batch(examples: list[Example], pad_id: int, device):
     """ids (B, L), attention (B, L), mask (B, L-1): 1 on target columns that are reply tokens."""
     L = max(len(e.ids) for e in examples)
@@ -252,14 +319,15 @@ def batch(examples: list[Example], pad_id: int, device):
     for i, e in enumerate(examples):
         ids[i, :len(e.ids)] = torch.tensor(e.ids)
         attn[i, :len(e.ids)] = 1
-        mask[i, e.n_prompt - 1:len(e.ids) - 1] = 1  # column t predicts token t+1
+        for a, b in e.reply_spans():
+            mask[i, a - 1:b - 1] = 1  # column t predicts token t+1
     return ids.to(device), attn.to(device), mask.to(device)
 
 
 def loss_sum(model, examples: list[Example], pad_id: int, device) -> tuple[torch.Tensor, int]:
     """(sum of the reply tokens' cross-entropy, their number) over one micro-batch."""
     ids, attn, mask = batch(examples, pad_id, device)
-    start = min(e.n_prompt for e in examples) - 1  # no logits for columns before the first reply token
+    start = min(e.reply_spans()[0][0] for e in examples) - 1  # no logits before the first reply token
     logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - start).logits[:, :-1]  # (B, T, V)
     ce = F.cross_entropy(logits.float().flatten(0, 1), ids[:, start + 1:].flatten(), reduction="none")
     m = mask[:, start:]  # (B, T)
@@ -288,7 +356,7 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed + zlib.crc32(adapter.encode()))  # str hash() is salted
     per_step = cfg.micro_batch_size * cfg.grad_accum
-    steps_per_epoch = math.ceil(len(train) / per_step)
+    steps_per_epoch = math.ceil(sum(e.turns() for e in train) / per_step)  # at least; packed turns may need more
     epochs = max(cfg.epochs, math.ceil(cfg.min_steps / steps_per_epoch)) if steps_per_epoch else cfg.epochs
     total, step, skipped, losses = epochs * steps_per_epoch, 0, 0, []
 
@@ -304,9 +372,9 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
     bar = tqdm(total=total, desc=f"sft {adapter}", disable=not cfg.progress, leave=False)
     for epoch in range(epochs):
         order = torch.randperm(len(train), generator=gen).tolist()
-        for s in range(steps_per_epoch):
-            group = [train[i] for i in order[s * per_step:(s + 1) * per_step]]
-            n_tok = sum(len(e.ids) - e.n_prompt for e in group)  # the loss is the mean over the step's reply tokens
+        groups = steps_of(train, order, per_step)
+        for s, group in enumerate(groups):
+            n_tok = sum(e.reply_tokens() for e in group)  # the loss is the mean over the step's reply tokens
             lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -325,11 +393,11 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
             opt.zero_grad(set_to_none=True)
             step += 1
             losses.append(step_loss / n_tok)
-            log({"adapter": adapter, "step": step, "epoch": epoch + (s + 1) / steps_per_epoch, "loss": losses[-1],
+            log({"adapter": adapter, "step": step, "epoch": epoch + (s + 1) / len(groups), "loss": losses[-1],
                  "lr": lr, "grad_norm": grad_norm, "tokens": n_tok})
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
+            if cfg.eval_every and step % cfg.eval_every == 0 and (epoch < epochs - 1 or s < len(groups) - 1):
                 evaluate()
     bar.close()
     val_after = evaluate()
@@ -663,7 +731,17 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
         print_(f"{a}: {len(train)} train / {len(val)} held-out examples, {sum(len(e.ids) - e.n_prompt for e in train)} "
                f"reply tokens | rank/alpha {settings[a].get('rank', 'from ' + str(settings[a].get('init_from')))}"
                f"/{settings[a].get('alpha', '-')} targets {list(settings[a]['targets'])}")
+        packed = None
+        if cfg.pack_turns:
+            tokens = sum(len(e.ids) for e in train + val)
+            train, val = pack_conversations(train), pack_conversations(val)
+            packed = {"turns": sum(e.turns() for e in train + val), "sequences": len(train) + len(val),
+                      "tokens_unpacked": tokens, "tokens": sum(len(e.ids) for e in train + val)}
+            print_(f"{a}: pack_turns: {packed['turns']} turns in {packed['sequences']} sequences, "
+                   f"{packed['tokens_unpacked']} -> {packed['tokens']} tokens")
         res = train_adapter(model_of[a], a, train, val, cfg, tok.pad_token_id, device, log, eval_hook)
+        if packed:
+            res["packed"] = packed
         lora.save_adapter(model_of[a], a, out / a, base_model_name_or_path=hub_id(spec))
         summary["losses"][a], summary["adapters"][a] = res, str(out / a)
         print_(f"{a}: {res['steps']} steps, train loss {res['train_loss_first']:.4f} -> {res['train_loss_last']:.4f}"

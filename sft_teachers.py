@@ -39,7 +39,18 @@ class Example:
     reward: float | None = None
     ids: list = field(default_factory=list)
     n_prompt: int = 0
+    spans: list = field(default_factory=list)
+    """[(start, end)] of every reply's tokens when several turns share these ids (sft.pack_conversations);
+    empty: the one reply, ids[n_prompt:]"""
 
+    def reply_spans(self) -> list:
+        return self.spans or [(self.n_prompt, len(self.ids))]
+
+    def turns(self) -> int:
+        return len(self.spans) or 1
+
+    def reply_tokens(self) -> int:
+        return sum(b - a for a, b in self.reply_spans())
 
 
 def tokenize(ex: Example, tok) -> Example:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import recipes
+import sft as sft_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,9 +25,9 @@ def test_every_recipe_plans_every_trainable_role_from_its_sft(tmp_path, capsys):
         for i, r in enumerate(cfg.roles):  # each role starts from its adapter's SFT
             assert (f"--roles.{i}.init-from" in rl) == r.trainable
         assert "--teacher" in stages["sft"] and "scripted" in stages["sft"]
-        for k, v in sft.items():  # every SFT option of the recipe (min_steps too) reaches sft.py
-            i = stages["sft"].index(f"--{k.replace('_', '-')}")
-            assert stages["sft"][i + 1] == str(v), (name, k)
+        parsed = sft_mod.cli(stages["sft"][2:])
+        for k, v in sft.items():  # every SFT option of the recipe (min_steps, pack_turns too) reaches sft.py
+            assert getattr(parsed, k) == v, (name, k)
         import workflows
         n_val = len(workflows.workflow(cfg)[2](cfg.data.val_files))
         assert cfg.data.val_size >= min(100, n_val), name  # >= 100 held-out tasks, or all the set has

@@ -394,7 +394,7 @@ def test_a_bad_option_on_the_command_line_is_one_line(tmp_path):
     import sys
     r = subprocess.run([sys.executable, str(ROOT / "sft.py"), "--data", str(tmp_path / "t.jsonl"), "--lr", "inf",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 1 and r.stderr.strip() == "error: sft option lr: must be a number in (0, 1.0], got inf"
     assert not (tmp_path / "o").exists()
 
@@ -484,3 +484,110 @@ def test_every_shipped_sft_config_loads_with_its_train_config():
             continue
         tc = load_config_file(str(ROOT / cfg.train_config))
         assert set(cfg.roles) <= {r.name for r in tc.roles}, p.name
+
+
+# ---------------------------------------------------------------------- pack_turns
+
+
+def _conversation(tok, n, observation="doc {i} says {v}."):
+    """One tool agent's n turns, each prompt the chat template re-rendering the last prompt + reply + an
+    observation (what a researcher's rounds and a ReAct agent's steps look like)."""
+    msgs = [{"role": "system", "content": "You answer with tools."}, {"role": "user", "content": "Where is Lomi?"}]
+    out = []
+    for i in range(n):
+        prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        reply = f"Action: search[Lomi {i}]"
+        out.append(sft.tokenize(sft.Example("a", "a", prompt, reply, True, f"x:{i}"), tok))
+        msgs += [{"role": "assistant", "content": reply},
+                 {"role": "user", "content": "Observation: " + observation.format(i=i, v=7 * i)}]
+    return out
+
+
+def test_pack_turns_gives_every_reply_the_loss_and_gradient_it_has_alone(tiny):
+    model, tok = tiny
+    conv = _conversation(tok, 3)
+    alone = sft.tokenize(sft.Example("a", "a", short_chat(tok, "a", "What is 2 + 3?"), "It is 5.", True, "y"), tok)
+    exs = conv + [alone]
+    packed = sft.pack_conversations(exs)
+    assert [e.turns() for e in packed] == [3, 1] and packed[1] is alone
+    assert packed[0].ids == conv[-1].ids and packed[0].source == "x:0"
+    assert sum(e.reply_tokens() for e in packed) == sum(e.reply_tokens() for e in exs)
+    assert sum(len(e.ids) for e in packed) < 0.6 * sum(len(e.ids) for e in exs)  # the shared prefix read once
+    lora.add_lora(model, ["a"], 4, 8.0, 0.0, ("q_proj", "v_proj"), seed=0)
+    with torch.no_grad():  # B = 0 at init would hide a wrong mask from the adapter's gradient
+        for p in lora.adapter_parameters(model, "a"):
+            p.normal_(0, 0.05)
+    lora.set_adapter(model, "a")
+    grads = []
+    for rows in (exs, packed):
+        model.zero_grad(set_to_none=True)
+        s, n = sft.loss_sum(model, rows, tok.pad_token_id, "cpu")
+        (s / n).backward()
+        grads.append((float(s.detach()), n, [p.grad.clone() for p in lora.adapter_parameters(model, "a")]))
+    (s1, n1, g1), (s2, n2, g2) = grads
+    assert n1 == n2 and abs(s1 - s2) < 1e-4 * abs(s1)
+    for x, y in zip(g1, g2):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)
+    assert sft.mean_loss(model, "a", packed, 2, tok.pad_token_id, "cpu") == pytest.approx(
+        sft.mean_loss(model, "a", exs, 2, tok.pad_token_id, "cpu"), rel=1e-5)
+
+
+def test_pack_turns_joins_only_turns_that_extend_one_another_token_for_token(tiny):
+    _, tok = tiny
+    a = _conversation(tok, 2)
+    b = _conversation(tok, 2, observation="another page {i}.")  # its second turn extends a[0] too
+    rewritten = sft.tokenize(sft.Example("a", "a", a[1].prompt.replace("You answer with tools.", "You answer."),
+                                         a[1].reply, True, "r"), tok)  # a template that rewrites the history
+    packed = sft.pack_conversations([a[0], a[1], b[1], rewritten])
+    assert [(e.turns(), e.source) for e in packed] == [(2, "x:0"), (1, "x:1"), (1, "r")]
+    assert packed[0].ids == a[1].ids and packed[1].ids == b[1].ids  # the first continuation joins, the other not
+    assert packed[0].reply_spans() == [(a[0].n_prompt, len(a[0].ids)), (a[1].n_prompt, len(a[1].ids))]
+    # a repeated first turn is a conversation of its own, and the second continuation may join it
+    packed = sft.pack_conversations([a[0], a[1], b[1], a[0]])
+    assert [(e.turns(), e.ids) for e in packed] == [(2, a[1].ids), (2, b[1].ids)]
+    assert [e.turns() for e in sft.pack_conversations([a[0], a[0]])] == [1, 1]
+
+
+def test_steps_of_keeps_a_conversation_in_one_step_and_at_most_a_step_of_turns(tiny):
+    _, tok = tiny
+    singles = [sft.tokenize(sft.Example("a", "a", short_chat(tok, "a", q), a, True, "x"), tok) for q, a in TASKS]
+    order = list(range(len(singles)))[::-1]
+    assert sft.steps_of(singles, order, 3) == [[singles[i] for i in order[s:s + 3]] for s in range(0, 8, 3)]
+    units = sft.pack_conversations(_conversation(tok, 3)) + singles[:4] + sft.pack_conversations(_conversation(tok, 5))
+    steps = sft.steps_of(units, list(range(len(units))), 4)
+    assert [[e.turns() for e in s] for s in steps] == [[3, 1], [1, 1, 1], [5]]  # a longer one alone
+
+
+def test_pack_turns_in_a_teachers_sft_packs_the_researchers_rounds(_tiny_base, tmp_path):
+    """The research team's scripted SFT with pack_turns: the researcher's rounds train as conversations
+    (fewer sequences, fewer tokens, every turn kept), the one-turn roles as before."""
+    from config import load_config_file
+    tc = load_config_file(str(ROOT / "configs" / "cpu" / "research.py"))
+    tc = dataclasses.replace(tc, model=dataclasses.replace(tc.model, spec="tiny"))
+    res = {}
+    for pack in (False, True):
+        cfg = sft.SFTConfig(teacher="scripted", teacher_tasks=3, epochs=1, lr=1e-3, pack_turns=pack, progress=False,
+                            out=str(tmp_path / str(pack)))
+        res[pack] = sft.run_sft(cfg, tc, model=copy.deepcopy(_tiny_base[0]), tok=_tiny_base[1])["losses"]
+    p = res[True]["researcher"]["packed"]
+    n = res[False]["researcher"]
+    assert p["turns"] == n["train_examples"] + n["val_examples"] and p["sequences"] < p["turns"]
+    assert p["tokens"] < 0.7 * p["tokens_unpacked"]
+    assert "packed" not in n and res[True]["planner"]["packed"]["sequences"] == res[True]["planner"]["packed"]["turns"]
+    # the held-out loss before training is the same number packed or not (the same adapters, the same turns)
+    assert res[True]["researcher"]["val_loss_before"] == pytest.approx(n["val_loss_before"], rel=1e-4)
+
+
+def test_the_pack_turns_benchmark_runs_and_checks_its_arms_agree():
+    """bench/sft_pack.py on the tiny model: both arms over the same turns, their loss sums equal (it asserts),
+    the packed arm reading fewer tokens."""
+    import os
+    import re
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "bench/sft_pack.py", "--model", "tiny", "--tasks", "3", "--conversations", "2",
+                        "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    ratio = float(re.search(r"packed / unpacked: tokens ([0-9.]+)", r.stdout).group(1))
+    assert 0 < ratio < 0.7
