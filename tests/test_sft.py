@@ -3,6 +3,7 @@ the teacher is balanced; best-of-k keeps the best; init_from loads exactly what 
 import copy
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
