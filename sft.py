@@ -167,9 +167,12 @@ class SFTConfig:
     prompt + reply (+ EOS): a researcher's next round, a tool agent's next step) train as one sequence,
     every reply in the loss: each reply's loss is the same number as alone (causal attention), the
     shared prefix is read once (the research recipe's researcher: 2.5x fewer tokens). A conversation
-    is shuffled as a unit and never split across optimizer steps; a step still holds at most
-    micro_batch_size x grad_accum turns, so steps per epoch and min_steps keep their meaning (off: each
-    turn its own sequence, the steps of earlier runs)"""
+    is shuffled as a unit and never split across optimizer steps; a step holds at most
+    micro_batch_size x grad_accum turns (fewer where the next conversation does not fit, one longer
+    conversation alone), so an epoch can take more steps than unpacked; min_steps stays a floor on the
+    steps taken. The held-out split is drawn per turn before packing: a conversation's turns can land on
+    both sides (a held-out reply is still never trained on). Off: each turn its own sequence, the steps of
+    earlier runs"""
     max_len: int = 2048
     """examples longer than this (prompt + reply tokens) are dropped and counted"""
     val_frac: float = 0.1
@@ -256,8 +259,8 @@ def pack_conversations(examples: list[Example]) -> list[Example]:
     """pack_turns: one sequence per conversation. An example whose tokens begin with another's whole
     sequence (its prompt + reply (+ EOS) re-rendered token for token in the next prompt) is appended to
     it, its reply one more loss span; what lies between (observations, template tokens) is context only.
-    Where two turns extend the same one, the first (in input order) joins it and the other keeps its own
-    sequence. The packed sequences come in the order of their first turns. Token for token, so a template
+    Where two turns extend the same one, the shorter (then the earlier in input order) joins it and the
+    other keeps its own sequence. The packed sequences come in the order of their first turns. Token for token, so a template
     that rewrites the history, or a reply that re-tokenises differently in the next prompt, stays apart."""
     open_ends: dict[tuple, list[int]] = defaultdict(list)  # (length, last 8 tokens) -> chains ending there
     chains: list[list[Example]] = []
@@ -267,7 +270,7 @@ def pack_conversations(examples: list[Example]) -> list[Example]:
         e = examples[i]
         joined = None
         for n in sorted({k[0] for k in open_ends if k[0] <= e.n_prompt}, reverse=True):  # the longest prefix
-            for c in open_ends.get((n, tuple(e.ids[n - 8:n])), []):
+            for c in open_ends.get((n, tuple(e.ids[max(0, n - 8):n])), []):
                 if e.ids[:n] == chains[c][-1].ids:
                     joined = c
                     break
@@ -350,15 +353,15 @@ def mean_loss(model, adapter: str, examples: list[Example], mb: int, pad_id: int
 
 def train_adapter(model, adapter: str, train: list[Example], val: list[Example], cfg: SFTConfig, pad_id: int,
                   device, log, eval_hook=None) -> dict:
-    """epochs (at least min_steps in all) x optimizer steps (grad_accum micro-batches each) of AdamW on
-    `adapter` only."""
+    """epochs x optimizer steps (grad_accum micro-batches each) of AdamW on `adapter` only; more epochs
+    while fewer than min_steps steps are done (whole epochs: every example as often as the others)."""
     params = lora.adapter_parameters(model, adapter)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed + zlib.crc32(adapter.encode()))  # str hash() is salted
     per_step = cfg.micro_batch_size * cfg.grad_accum
-    steps_per_epoch = math.ceil(sum(e.turns() for e in train) / per_step)  # at least; packed turns may need more
-    epochs = max(cfg.epochs, math.ceil(cfg.min_steps / steps_per_epoch)) if steps_per_epoch else cfg.epochs
-    total, step, skipped, losses = epochs * steps_per_epoch, 0, 0, []
+    steps_per_epoch = math.ceil(sum(e.turns() for e in train) / per_step)  # packed: at least this many
+    total = max(cfg.epochs, math.ceil(cfg.min_steps / steps_per_epoch)) * steps_per_epoch if train else 0  # the bar's
+    step, epoch, skipped, losses = 0, 0, 0, []
 
     def evaluate():
         row = {"adapter": adapter, "step": step, "val_loss": mean_loss(model, adapter, val, cfg.micro_batch_size,
@@ -370,7 +373,7 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
 
     val_before = evaluate()
     bar = tqdm(total=total, desc=f"sft {adapter}", disable=not cfg.progress, leave=False)
-    for epoch in range(epochs):
+    while train and (epoch < cfg.epochs or step < cfg.min_steps):
         order = torch.randperm(len(train), generator=gen).tolist()
         groups = steps_of(train, order, per_step)
         for s, group in enumerate(groups):
@@ -397,14 +400,17 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
                  "lr": lr, "grad_norm": grad_norm, "tokens": n_tok})
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            if cfg.eval_every and step % cfg.eval_every == 0 and (epoch < epochs - 1 or s < len(groups) - 1):
+            last = s == len(groups) - 1 and epoch + 1 >= cfg.epochs and step >= cfg.min_steps
+            if cfg.eval_every and step % cfg.eval_every == 0 and not last:  # the last step's eval follows below
                 evaluate()
+        epoch += 1
     bar.close()
     val_after = evaluate()
     lora.set_adapter(model, None)
-    return {"steps": step, "epochs": epochs, "skipped": skipped, "train_loss_first": losses[0] if losses else None,
+    return {"steps": step, "epochs": epoch, "skipped": skipped, "train_loss_first": losses[0] if losses else None,
             "train_loss_last": losses[-1] if losses else None, "val_loss_before": val_before, "val_loss_after": val_after,
-            "train_examples": len(train), "val_examples": len(val)}
+            "train_examples": sum(e.turns() for e in train), "val_examples": sum(e.turns() for e in val),
+            "train_sequences": len(train), "val_sequences": len(val)}  # examples are turns; packed, fewer sequences
 
 
 def plot(rows: list[dict], path: Path):
@@ -510,6 +516,8 @@ def fingerprint(cfg: SFTConfig, tc, records, inits: dict) -> dict:
         return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else str(path)
     skip = ("out", "progress", "train_config", "data", "model", "dtype")  # data and base: their own parts below
     opts = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}
+    if not opts["pack_turns"]:  # off: the options of SFTs finished before it existed, which stay done
+        del opts["pack_turns"]
     parts = {"options": h(opts)}
     spec, dtype, seed = cfg.model, cfg.dtype, cfg.seed
     if tc is not None:

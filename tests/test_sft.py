@@ -559,6 +559,32 @@ def test_steps_of_keeps_a_conversation_in_one_step_and_at_most_a_step_of_turns(t
     assert [[e.turns() for e in s] for s in steps] == [[3, 1], [1, 1, 1], [5]]  # a longer one alone
 
 
+def test_min_steps_is_a_floor_when_packed_steps_hold_fewer_turns(tiny):
+    """Packed, an epoch can take more steps than turns / per_step (a conversation never splits; a longer
+    one trains alone); min_steps still counts the steps taken, and an epoch is never cut short."""
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    lora.add_lora(model, ["a"], 4, 8.0, 0.0, ("q_proj", "v_proj"), seed=1)
+    units = sft.pack_conversations(_conversation(tok, 3) + _conversation(tok, 3, observation="page {i}."))
+    assert [e.turns() for e in units] == [3, 3]  # 6 turns: 3 steps of 2 unpacked, 2 steps packed
+    for min_steps, want in [(0, (2, 1)), (5, (6, 3)), (6, (6, 3)), (7, (8, 4))]:
+        cfg = sft.SFTConfig(epochs=1, min_steps=min_steps, micro_batch_size=1, grad_accum=2, lr=1e-3, progress=False)
+        rows = []
+        res = sft.train_adapter(model, "a", units, [], cfg, tok.pad_token_id, "cpu", rows.append)
+        assert (res["steps"], res["epochs"]) == want and res["steps"] == sum("loss" in r for r in rows)
+        assert (res["train_examples"], res["train_sequences"]) == (6, 2)  # examples count turns
+
+
+def test_pack_turns_off_keeps_the_fingerprint_of_sfts_made_before_it():
+    """pack_turns off leaves the options' hash as it was before the option existed (a finished SFT stays
+    done); on, it is another SFT."""
+    import hashlib
+    base = sft.SFTConfig(out="o")
+    off, on = (sft.fingerprint(dataclasses.replace(base, pack_turns=x), None, [], {})["options"] for x in (False, True))
+    old = {k: v for k, v in dataclasses.asdict(base).items()
+           if k not in ("out", "progress", "train_config", "data", "model", "dtype", "pack_turns")}
+    assert off == hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:16] != on
+
+
 def test_pack_turns_in_a_teachers_sft_packs_the_researchers_rounds(_tiny_base, tmp_path):
     """The research team's scripted SFT with pack_turns: the researcher's rounds train as conversations
     (fewer sequences, fewer tokens, every turn kept), the one-turn roles as before."""
@@ -573,6 +599,8 @@ def test_pack_turns_in_a_teachers_sft_packs_the_researchers_rounds(_tiny_base, t
     p = res[True]["researcher"]["packed"]
     n = res[False]["researcher"]
     assert p["turns"] == n["train_examples"] + n["val_examples"] and p["sequences"] < p["turns"]
+    r = res[True]["researcher"]
+    assert (r["train_examples"] + r["val_examples"], r["train_sequences"] + r["val_sequences"]) == (p["turns"], p["sequences"])
     assert p["tokens"] < 0.7 * p["tokens_unpacked"]
     assert "packed" not in n and res[True]["planner"]["packed"]["sequences"] == res[True]["planner"]["packed"]["turns"]
     # the held-out loss before training is the same number packed or not (the same adapters, the same turns)
