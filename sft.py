@@ -516,7 +516,8 @@ def fingerprint(cfg: SFTConfig, tc, records, inits: dict) -> dict:
         return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else str(path)
     skip = ("out", "progress", "train_config", "data", "model", "dtype")  # data and base: their own parts below
     opts = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}
-    if not opts["pack_turns"]:  # off: the options of SFTs finished before it existed, which stay done
+    if not opts["pack_turns"]:  # off: the options' hash as before the option existed (a teacher SFT's
+        # "teacher" part changed with sft_teachers.py all the same)
         del opts["pack_turns"]
     parts = {"options": h(opts)}
     spec, dtype, seed = cfg.model, cfg.dtype, cfg.seed

@@ -572,6 +572,19 @@ def test_min_steps_is_a_floor_when_packed_steps_hold_fewer_turns(tiny):
         res = sft.train_adapter(model, "a", units, [], cfg, tok.pad_token_id, "cpu", rows.append)
         assert (res["steps"], res["epochs"]) == want and res["steps"] == sum("loss" in r for r in rows)
         assert (res["train_examples"], res["train_sequences"]) == (6, 2)  # examples count turns
+    # eval_every: a held-out eval after every 2nd step, the last step's once (the final one), extra epochs too
+    rows = []
+    cfg = sft.SFTConfig(epochs=1, min_steps=5, eval_every=2, micro_batch_size=1, grad_accum=2, lr=1e-3, progress=False)
+    sft.train_adapter(model, "a", units, units[:1], cfg, tok.pad_token_id, "cpu", rows.append)
+    assert [r["step"] for r in rows if "val_loss" in r] == [0, 2, 4, 6]
+
+
+def test_pack_turns_continues_a_prefix_shorter_than_its_key():
+    """A turn under 8 tokens long is still a prefix the next turn can extend (the lookup key is its tail)."""
+    a = sft.Example("a", "a", "p", "r", True, "s", ids=[1, 2, 3], n_prompt=2)
+    b = sft.Example("a", "a", "p", "r", True, "t", ids=[1, 2, 3, 9, 9, 9, 9, 9, 9, 9, 4], n_prompt=10)
+    packed = sft.pack_conversations([a, b])
+    assert [e.turns() for e in packed] == [2] and packed[0].reply_spans() == [(2, 3), (10, 11)]
 
 
 def test_pack_turns_off_keeps_the_fingerprint_of_sfts_made_before_it():
