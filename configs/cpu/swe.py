@@ -8,7 +8,9 @@ end: the untrained team's step is ~115 s at 1 instance x 2 chains (one thread); 
 episodes are longer (tool calls, edit blocks, a reproduction), so expect over an hour on 2 cores.
 Why pack_turns: its SFT stage alone took 37 min (46 steps); the analyzer's 96 teacher turns are 32
 conversations (61,982 -> 25,913 tokens), the validator's 64 are 32 (48,390 -> 25,133), the writer speaks once
-(bench/sft_pack.py measures the wall the same packing saves on the research researcher: 2.46x)."""
+(bench/sft_pack.py measures the wall the same packing saves on the research researcher: 2.46x).
+Why BASE_TASKS: SmolLM2-135M alone calls no tool and writes no edit block (reward 0 wherever it was tried), and
+each of its episodes runs to the token limits, so the base is evaluated on the first 20 val instances."""
 import dataclasses
 from pathlib import Path
 
@@ -21,4 +23,5 @@ config = R(base, roles=tuple(R(r, max_tokens=budget[r.name]) for r in base.roles
            data=R(base.data, val_size=42),
            trainer=R(base.trainer, total_steps=4, test_freq=4, save_freq=1, val_before_train=True,
                      output_dir="runs/recipes/swe/rl"))
+BASE_TASKS = 20
 SFT = {"teacher_tasks": 32, "lr": 2e-4, "epochs": 2, "micro_batch_size": 2, "grad_accum": 4, "pack_turns": True}
