@@ -260,8 +260,9 @@ def pack_conversations(examples: list[Example]) -> list[Example]:
     sequence (its prompt + reply (+ EOS) re-rendered token for token in the next prompt) is appended to
     it, its reply one more loss span; what lies between (observations, template tokens) is context only.
     Where two turns extend the same one, the shorter (then the earlier in input order) joins it and the
-    other keeps its own sequence. The packed sequences come in the order of their first turns. Token for token, so a template
-    that rewrites the history, or a reply that re-tokenises differently in the next prompt, stays apart."""
+    other keeps its own sequence. The packed sequences come in the order of their first turns. Token for
+    token, so a template that rewrites the history, or a reply that re-tokenises differently in the next
+    prompt, stays apart."""
     open_ends: dict[tuple, list[int]] = defaultdict(list)  # (length, last 8 tokens) -> chains ending there
     chains: list[list[Example]] = []
     order = sorted(range(len(examples)), key=lambda i: (len(examples[i].ids), i))  # a turn after its prefixes
