@@ -17,7 +17,13 @@ bit-identical SFT adapters, 2026-11-27) the team held (0.441 -> 0.429, +0.429 +-
 run without warm-up) and the planner's and researchers' val rewards rose (0.64 -> 0.80, 0.60 -> 0.76).
 Why pack_turns: the researcher's 210 teacher turns are 70 conversations (each round's prompt is the last one +
 reply + observation); trained one turn a sequence, its SFT stage had done 25 of 48 steps after 36 minutes
-(2026-11-28, beside two jobs); as conversations it reads 2.5x fewer tokens, 2.46x faster (bench/sft_pack.py)."""
+(2026-11-28, beside two jobs); as conversations it reads 2.5x fewer tokens, 2.46x faster (bench/sft_pack.py).
+Why group_by_turn (PettingLLMs' AT-GRPO groups by agent and turn): a researcher's reward falls with its
+sub-question's place in the chain (val at the SFT start: 0.88, 0.71, 0.68, 0.47 for sub-questions 1-4), so centred
+over all of a task's researcher turns, GRPO's advantage scored the place, not the work: the 4th sub-question's turns
+were pushed down whatever they wrote. Grouped by (task, role, turn), sub-question i is compared with sub-question i
+of the task's other chains (a researcher's merged rounds keep their first round's turn). Without it the recipe
+collapsed (0.576 -> 0.000, the notes lost the answer from step 5: docs/recipes.md, 2026-11-29)."""
 import dataclasses
 from pathlib import Path
 
@@ -28,7 +34,7 @@ R = dataclasses.replace
 config = R(base, data=R(base.data, train_files="data/research_world_train.jsonl",
                        val_files="data/research_world_val.jsonl", val_size=100,
                        env_kwargs={**base.data.env_kwargs, "corpus": "data/research_world_corpus.jsonl"}),
-           algo=R(base.algo, warmup_steps=4),
+           algo=R(base.algo, warmup_steps=4, group_by_turn=True),
            trainer=R(base.trainer, total_steps=8, test_freq=8, save_freq=4, val_before_train=True,
                      output_dir="runs/recipes/research/rl"))
 BASE_TASKS = 40
