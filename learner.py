@@ -338,8 +338,7 @@ def advantages(cfg: Config, rb: AdapterBatch, kl_tok, values, kl_coef, estimator
     token_rewards[torch.arange(len(rb.samples)), rb.last] = rb.scores
     if kl_tok is not None and a.kl_in_reward:
         token_rewards = token_rewards - kl_coef * kl_tok * rb.mask
-    gids = [(s.task_id, s.role, s.turn if a.group_by_turn else 0) if not s.dummy else ("dummy", i)
-            for i, s in enumerate(rb.samples)]
+    gids = [group_key(cfg, s) if not s.dummy else ("dummy", i) for i, s in enumerate(rb.samples)]
     baseline = torch.tensor([float(s.baseline or 0.0) for s in rb.samples])  # ReMax's greedy reward
     fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
     fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
@@ -625,6 +624,8 @@ def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:
 
 
 def group_key(cfg: Config, s: Sample):
+    """The group a turn's advantage is centred in (GRPO, RLOO, REINFORCE++ baseline) and DAPO filters: its task
+    and role, and its turn with algo.group_by_turn (a merged turn keeps its first turn's)."""
     return s.task_id, s.role, s.turn if cfg.algo.group_by_turn else 0
 
 
