@@ -8,9 +8,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: docs/
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # pytest.ini runs the suite on -n auto workers
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))  # no more threads than cores in all
 
 import model as model_mod  # noqa: E402
+
+
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: a worker a core, at most 4 (each holds its own models, and the vLLM tests an engine)."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session")

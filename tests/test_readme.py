@@ -148,3 +148,21 @@ def test_the_link_checks_catch_what_they_should():
     assert slug("What the demo shows (measured 2026-11-25)") == "what-the-demo-shows-measured-2026-11-25"
     assert slug("GPU path: `rollout.compile` (CUDA graphs), `bench/gpu.py`") == "gpu-path-rolloutcompile-cuda-graphs-benchgpupy"
     assert links("[a](docs/x.md) `[b](no.md)` ![c](arms.png)\n```\n[d](e.md)\n```") == ["docs/x.md", "arms.png"]
+
+
+def test_the_suite_runs_on_a_worker_a_core_at_most_four(monkeypatch):
+    """The README's claim: pytest.ini's `-n auto` (pytest-xdist, pinned in requirements-dev.txt) gives a worker a
+    core, at most 4, and the workers' torch threads together use no more than the cores."""
+    import os
+
+    import torch
+
+    import conftest
+    ini = (ROOT / "pytest.ini").read_text()
+    assert re.search(r"^addopts = .*-n auto\b", ini, re.M), ini
+    assert re.search(r"^pytest-xdist==", (ROOT / "requirements-dev.txt").read_text(), re.M)
+    for cores, workers in ((1, 1), (2, 2), (16, 4)):
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        assert conftest.pytest_xdist_auto_num_workers(None) == workers
+    monkeypatch.undo()
+    assert torch.get_num_threads() * conftest.WORKERS <= max(conftest.WORKERS, os.cpu_count())
