@@ -5,11 +5,15 @@ import sys
 import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: docs/benchmarks.md "Threads"
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # pytest.ini runs the suite on -n auto workers
+THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))  # no more threads than cores, all workers together
+# also what train/eval pick in-process (session.pick_threads reads it first) and what a test's subprocess inherits:
+# picked from the load instead, a worker could take both cores while the other is between tests
+os.environ["OMP_NUM_THREADS"] = str(THREADS)
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # pytest.ini runs the suite on -n auto workers
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))  # no more threads than cores in all
+torch.set_num_threads(THREADS)
 
 import model as model_mod  # noqa: E402
 

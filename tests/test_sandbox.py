@@ -25,7 +25,8 @@ def host(tmp_path_factory):
     a secret in our env."""
     d = tmp_path_factory.mktemp("host")
     (d / "keep.txt").write_text("precious")
-    os.environ["WANDB_API_KEY"] = SECRET
+    env = pytest.MonkeyPatch()
+    env.setenv("WANDB_API_KEY", SECRET)  # undone after the module: other tests in this worker do not see it
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen()
@@ -43,6 +44,7 @@ def host(tmp_path_factory):
     u.close()
     if udir:
         shutil.rmtree(udir, ignore_errors=True)
+    env.undo()
 
 
 def snapshot(d: Path):
@@ -199,7 +201,7 @@ def test_limits_have_reasons():
     assert run_python("import os; os.fork()").reason == "exit code 1"  # EPERM: no new processes
 
 
-def test_what_the_code_sees():
+def test_what_the_code_sees(host):  # host: a secret in our environment, which the code must not see
     r = run_python("import os, threading\nt = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
                    "open('a.txt', 'w').write('hi'); print(os.getuid(), open('data.txt').read(), sorted(os.listdir('/')),"
                    " dict(os.environ), len([p for p in os.listdir('/proc') if p.isdigit()]))",
