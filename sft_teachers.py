@@ -40,7 +40,7 @@ class Example:
     ids: list = field(default_factory=list)
     n_prompt: int = 0
     spans: list = field(default_factory=list)
-    """[(start, end)] of every reply's tokens when several turns share these ids (sft.pack_conversations);
+    """[(start, end)] of every reply's tokens when several turns share these ids (sft_train.pack_conversations);
     empty: the one reply, ids[n_prompt:]"""
 
     def reply_spans(self) -> list:
