@@ -6,7 +6,8 @@ import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: docs/benchmarks.md "Threads"
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # pytest.ini runs the suite on -n auto workers
-THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))  # no more threads than cores, all workers together
+CORES = os.cpu_count() or 1
+THREADS = max(1, min(2, CORES // WORKERS))  # no more threads than cores, all workers together
 # also what train/eval pick in-process (session.pick_threads reads it first) and what a test's subprocess inherits:
 # picked from the load instead, a worker could take both cores while the other is between tests
 os.environ["OMP_NUM_THREADS"] = str(THREADS)
@@ -20,7 +21,7 @@ import model as model_mod  # noqa: E402
 
 def pytest_xdist_auto_num_workers(config):
     """-n auto: a worker a core, at most 4 (each holds its own models, and the vLLM tests an engine)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    return max(1, min(4, os.cpu_count() or 1))  # read now: the test of this claim sets the cores
 
 
 @pytest.fixture(scope="session")

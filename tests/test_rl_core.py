@@ -267,11 +267,10 @@ def test_group_by_turn_centres_each_turn_among_its_tasks_chains(tiny):
     _, tok = tiny
     rewards = {(0, 1): 1.0, (0, 4): 0.5, (1, 1): 1.0, (1, 4): 0.5, (2, 1): 1.0, (2, 4): 0.0}  # (episode, turn)
     steps = [Step(e, 7, "researcher", t, [5, 6, 7], [8, 9], [-1.0, -1.0], reward=r) for (e, t), r in rewards.items()]
-    rb = learner.AdapterBatch(steps, [r for r in rewards.values()], tok.pad_token_id, 16)
+    rb = learner.AdapterBatch(steps, list(rewards.values()), tok.pad_token_id, 16)
     by_task, _ = learner.advantages(Config(algo=AlgoConfig(adv_estimator="grpo")), rb, None, None, 0.0)
     by_turn, _ = learner.advantages(Config(algo=AlgoConfig(adv_estimator="grpo", group_by_turn=True)), rb, None, None, 0.0)
-    a_task, a_turn = ((a * rb.mask).sum(1) / rb.mask.sum(1) for a in (by_task, by_turn))  # each turn's advantage
-    a_task, a_turn = a_task.tolist(), a_turn.tolist()
+    a_task, a_turn = (((a * rb.mask).sum(1) / rb.mask.sum(1)).tolist() for a in (by_task, by_turn))  # per turn
     assert all(a > 0 for a in a_task[0:6:2]) and a_task[1] < 0 and a_task[3] < 0  # turn 4 pushed down for its place
     assert a_turn[0] == a_turn[2] == a_turn[4] == pytest.approx(0.0)  # turn 1: the three chains agree
     assert a_turn[1] == pytest.approx(a_turn[3]) and a_turn[1] > 0 > a_turn[5]  # turn 4: 0.5, 0.5 above the chain that scored 0
