@@ -33,8 +33,14 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  (0: the reward before 2026-11-27) RL on the recipe kept the searching and reading and lost
                  the answer from the notes (val episodes whose notes held the answer: 9/20 -> 0/20, the
                  recipe run of 2026-11-27 in docs/recipes.md), and the writer only copies what they hold
-    planner      harmonic mean of precision = (sub-questions whose researcher read a new document of
-                 S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|
+    planner      [the team reached the answer: a precise note names it or the writer's answer matches]
+                 * the harmonic mean of precision = (sub-questions whose researcher read a new document of
+                 S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|.
+                 The gate (planner_gate, default on) is there because F1 alone pays dropping a hop that
+                 failed: a four-hop chain planned as 3 sub-questions, all read, earns 0.86, and as 4 whose
+                 last was missed 0.75; RL on the recipe (2026-11-29, docs/recipes.md) learned to plan 3 for
+                 36 of 50 four-hop questions, which then scored 0.06. Gated, neither earns anything, and the
+                 plan that reaches the answer earns the most. planner_gate=false: the reward before.
 Team reward = the writer's. Metrics: f1, em, cite_precision / cite_recall / cite_f1,
 support_retrieved / support_read (fractions of S), facts_noted (of the supporting documents that lead
 somewhere, the fraction whose lead a precise note names; 1 where none does), answer_noted (a precise note names the answer),
@@ -45,7 +51,8 @@ and F1 per number of hops.
 Documents: the corpus file (`corpus`, default data/search_corpus.jsonl: the made-up world), or a
 task's own "docs" (HotpotQA tasks from data/research_data.load_research bring their paragraphs).
 Config (two files: this + configs/research.py): data.env="envs.research:ResearchEnv", the knobs in
-data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight, note_weight).
+data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight, note_weight,
+planner_gate).
 """
 from __future__ import annotations
 
@@ -108,7 +115,7 @@ class ResearchEnv:
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
                  max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200,
-                 note_weight: float = 1 / 3):
+                 note_weight: float = 1 / 3, planner_gate: bool = True):
         from config import ConfigError  # a ValueError that train.py prints as one line
         for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
                             ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
@@ -117,7 +124,9 @@ class ResearchEnv:
         for name, v in (("citation_weight", citation_weight), ("note_weight", note_weight)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be in [0, 1], got {v!r}")
-        self.note_w = float(note_weight)
+        if not isinstance(planner_gate, bool):
+            raise ConfigError(f"config field data.env_kwargs.planner_gate: must be true or false, got {planner_gate!r}")
+        self.note_w, self.gate = float(note_weight), planner_gate
         self.corpus, self.k = need_file("corpus", corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
@@ -263,14 +272,17 @@ class ResearchEnv:
         n_sub = len(self.plan) if self.planned else 0
         p = sum(useful) / n_sub if n_sub else 0.0
         r = len(read_all & S) / len(S) if S else 0.0
-        planner = _f1(p, r) if self.planned else 0.0
+        em = exact_match(self.answer, self.gold) if self.answer is not None else 0.0
+        answer_noted = any(_names(n, self.gold) for n in precise_notes)
+        # gated: a plan earns its F1 only where the team reached the answer (a precise note names it, or the writer
+        # matched it: a yes/no answer is in no note)
+        planner = _f1(p, r) * (answer_noted or em > 0 or not self.gate) if self.planned else 0.0
         cited = self.citations
         hit = len(set(cited) & S)
         cp = hit / len(cited) if cited else 0.0
         cr = hit / len(S) if S else 0.0
         led = [names for names in leads.values() if names]  # the supporting documents that lead somewhere
         ans_f1 = f1(self.answer, self.gold) if self.answer is not None else 0.0
-        em = exact_match(self.answer, self.gold) if self.answer is not None else 0.0
         writer = em * ((1 - self.w) + self.w * _f1(cp, cr))
         return {"planner": planner, "researcher": sub_r, "writer": writer, "f1": ans_f1, "em": em,
                 "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited),
@@ -279,7 +291,7 @@ class ResearchEnv:
                 "support_read": r, "useful_subs": sum(useful),
                 "facts_noted": sum(any(_names(n, f) for n in precise_notes for f in names) for names in led) / len(led)
                 if led else 1.0,  # no document leads anywhere: nothing was left to note
-                "answer_noted": float(any(_names(n, self.gold) for n in precise_notes))}
+                "answer_noted": float(answer_noted)}
 
     def turn_rewards(self):
         s = self._scores()

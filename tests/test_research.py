@@ -162,6 +162,35 @@ def test_planner_and_researcher_rewards_by_hand():
         ResearchEnv(note_weight=1.5)
 
 
+def test_planner_gate():
+    """The planner's F1 is paid only where the team reached the answer: ungated, a four-hop chain planned as 3
+    sub-questions (all read, 3 of 4 supporting documents) earns 6/7, above 4 sub-questions whose last was missed
+    (3/4); gated both earn 0 and the plan that reaches the answer earns 1. A right answer the notes do not name
+    (a yes/no question's) opens the gate too."""
+    hops = [("Huljorfel", "product4", "Yrwes Foundry"), ("Yrwes Foundry", "company11", "Rutem"),
+            ("Rutem", "city8_2", "Ultemwes"), ("Ultemwes", "country8", "Felmi")]
+
+    def chain(n_planned, n_done, answer):
+        plan = "\n".join(f"{i + 1}. What does {q} lead to?" for i, (q, _, _) in enumerate(hops[:n_planned]))
+        acts = []
+        for i, (q, doc, lead) in enumerate(hops[:n_planned]):
+            done = i < n_done
+            acts += [f"Action: search[{q}]", f"Action: read_doc[{doc if done else 'city0_0'}]",
+                     f"Action: note[{lead if done else 'no idea'}]"]
+        return [plan] + acts + [f"Answer: {answer}"]
+
+    for gate, cases in ((True, [((4, 4, "Felmi"), 1.0), ((3, 3, "Ultemwes"), 0.0), ((4, 3, "Ultemwes"), 0.0),
+                                ((3, 3, "Felmi"), 6 / 7)]),
+                        (False, [((4, 4, "Felmi"), 1.0), ((3, 3, "Ultemwes"), 6 / 7), ((4, 3, "Ultemwes"), 3 / 4),
+                                 ((3, 3, "Felmi"), 6 / 7)])):
+        for (planned, done, answer), want in cases:
+            _, rew, m, _ = play(ResearchEnv(planner_gate=gate), T4, chain(planned, done, answer))
+            assert rew[0] == pytest.approx(want) and m["planner_reward"] == pytest.approx(want), (gate, planned, done)
+            assert m["answer_noted"] == float(done == 4)
+    with pytest.raises(ConfigError, match="data.env_kwargs.planner_gate"):
+        ResearchEnv(planner_gate="yes")
+
+
 def test_branches_plan_fallback_budget_errors_truncation():
     env = ResearchEnv(max_rounds=2, max_sub_questions=2)
     # no plan: the question itself is researched; the planner earns 0
@@ -172,7 +201,7 @@ def test_branches_plan_fallback_budget_errors_truncation():
     assert rew[1:3] == pytest.approx([2 / 3, 2 / 3])  # found and read, but no note: the budget of 2 rounds spent
     assert "Note: (none)" in seen[3].messages[1]["content"]
     # the plan is capped at max_sub_questions; errors cost a round and are counted
-    roles, rew, m, seen = play(ResearchEnv(max_rounds=3, max_sub_questions=2), T4, [
+    roles, rew, m, seen = play(ResearchEnv(max_rounds=3, max_sub_questions=2, planner_gate=False), T4, [
         "1. a b c?\n2. d e f?\n3. g h i?", "Action: read_doc[nosuchdoc]", "Action: fly[away]",
         "Action: read_doc[[Product4]]",
         '<tool_call>{"name": "read_doc", "arguments": {"id": "id: company11"}}</tool_call>', "Action: note[done]",
@@ -184,7 +213,7 @@ def test_branches_plan_fallback_budget_errors_truncation():
     assert seen[5].messages[-1]["content"].startswith("Observation:\n[company11] Yrwes Foundry: Yrwes Foundry is a")
     assert "Your sub-question (2 of 2): d e f?" in seen[4].messages[1]["content"]
     # ids written loosely were read (not retrieved, and no note names where they lead: 2/3 * 0.5 each);
-    # planner P 2/2, R 2/4 -> 2/3
+    # planner P 2/2, R 2/4 -> 2/3 (ungated: the answer was not reached; test_planner_gate)
     assert rew == pytest.approx([2 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3, 0.0]) and m["support_read"] == 0.5
     # cut short by rollout.max_turns: scored on the turns taken
     env.reset(T4)
