@@ -3,7 +3,7 @@
     python recipes.py --list                 # the recipes (configs/cpu/*.py)
     python recipes.py math_tool --plan       # its stages and their commands; runs nothing
     python recipes.py math_tool              # everything into runs/recipes/math_tool/ (resumable: run it again)
-    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks: the plumbing, quickly
+    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks, 32-token replies
     python recipes.py code --seed 1          # the same recipe under another seed (runs/recipes/code_seed1)
 
 A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data, its val set, steps, val at
@@ -41,7 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "configs" / "cpu"
 STAGES = ("sft", "base", "rl", "compare")
-TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 4}
+# --tiny: the plumbing of every stage, not learning. max_tokens caps each role's reply: the random model never stops
+# on its own, so every turn ran to the recipe's budget (128-512 tokens), most of a tiny recipe's time
+TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 4,
+        "max_tokens": 32}
 
 
 def recipes() -> list[str]:
@@ -88,6 +91,7 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool, seed: int | No
     if tiny:
         t = TINY
         lines += [f"config = R(config, model=R(config.model, spec={t['model']!r}),",
+                  f"          roles=tuple(R(r, max_tokens=min(r.max_tokens, {t['max_tokens']})) for r in config.roles),",
                   f"          rollout=R(config.rollout, num_chains={t['num_chains']}, progress=False),",
                   f"          data=R(config.data, batch_size={t['batch_size']}, val_size={t['val_size']}),",
                   f"          trainer=R(config.trainer, total_steps={t['total_steps']}, test_freq={t['total_steps']},"
@@ -217,7 +221,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workflow", nargs="?", help="a recipe name (configs/cpu/<name>.py)")
     ap.add_argument("--out", help="output directory (default runs/recipes/<workflow>, --tiny: runs/recipes/tiny_<workflow>)")
-    ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 2 val tasks: the plumbing")
+    ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 2 val tasks, "
+                    "replies of at most 32 tokens: the plumbing")
     ap.add_argument("--plan", action="store_true", help="print the stages and their commands, run nothing")
     ap.add_argument("--list", action="store_true", help="list the recipes")
     ap.add_argument("--seed", type=int, help="another seed for every stage (SFT's order, split and new adapters, RL's "
