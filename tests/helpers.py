@@ -44,7 +44,8 @@ def play(env, task, replies):
         roles.append(turn.role)
         seen.append(turn)
         turn = env.step(r)
-    assert turn is None, "did not end"
+    # the turn it wanted next, in full (a sandbox's reason, e.g. a timeout on a loaded machine, is in it)
+    assert turn is None, f"did not end; next: {turn.role}: {turn.messages[-1]['content']}"
     return roles, env.turn_rewards(), env.metrics(), seen
 
 

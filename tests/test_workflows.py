@@ -29,8 +29,7 @@ from rewards.code import code_reward, run_tests
 from rewards.qa import exact_match, f1
 from rollout import Step, merge_turns
 
-# ---------------------------------------------------------------------------------- the sandbox
-
+import helpers
 
 # ---------------------------------------------------------------------------------- tools and rewards
 
@@ -133,13 +132,7 @@ def test_merged_trajectory_masks_observations_token_by_token(tiny):
 
 
 def play(env, task, replies):
-    turn, roles = env.reset(task), []
-    for r in replies:
-        assert turn is not None, "ended early"
-        roles.append(turn.role)
-        turn = env.step(r)
-    assert turn is None, "did not end"
-    return roles, env.turn_rewards(), env.metrics()
+    return helpers.play(env, task, replies)[:3]
 
 
 MATH = {"question": "What is 6 * 7?", "answer": "42"}
