@@ -221,8 +221,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workflow", nargs="?", help="a recipe name (configs/cpu/<name>.py)")
     ap.add_argument("--out", help="output directory (default runs/recipes/<workflow>, --tiny: runs/recipes/tiny_<workflow>)")
-    ap.add_argument("--tiny", action="store_true", help="the tiny random model, 2 RL steps, 2 val tasks, "
-                    "replies of at most 32 tokens: the plumbing")
+    ap.add_argument("--tiny", action="store_true", help=f"the tiny random model, {TINY['total_steps']} RL steps, "
+                    f"{TINY['val_size']} val tasks, replies of at most {TINY['max_tokens']} tokens: the plumbing")
     ap.add_argument("--plan", action="store_true", help="print the stages and their commands, run nothing")
     ap.add_argument("--list", action="store_true", help="list the recipes")
     ap.add_argument("--seed", type=int, help="another seed for every stage (SFT's order, split and new adapters, RL's "
