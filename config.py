@@ -183,7 +183,10 @@ class AlgoConfig:
     lam: float = 1.0
     """GAE lambda"""
     group_by_turn: bool = False
-    """group samples by (task, role, turn) instead of (task, role)"""
+    """group samples by (task, role, turn) instead of (task, role): each turn is centred among the same turn
+    of its task's other chains (PettingLLMs' AT-GRPO groups by agent and turn). The turn is the env's
+    Prompt.key where it sets one (research: the sub-question and round), else the role's turn count in the
+    episode (its k-th turn); a merged turn keeps its first turn's"""
     policy_loss: str = "ppo"
     """a name in ppo.LOSSES: ppo (token-level PPO clip) or gspo (GSPO's sequence-level ratio, which brings
     GSPO's own defaults for the clip range, 3e-4 / 4e-4, and loss_agg seq-mean-token-mean, unless you set them)"""

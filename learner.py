@@ -625,8 +625,11 @@ def update(run, samples: list[Sample], step: int, step_seed: int) -> dict:
 
 def group_key(cfg: Config, s: Sample):
     """The group a turn's advantage is centred in (GRPO, RLOO, REINFORCE++ baseline) and DAPO filters: its task
-    and role, and its turn with algo.group_by_turn (a merged turn keeps its first turn's)."""
-    return s.task_id, s.role, s.turn if cfg.algo.group_by_turn else 0
+    and role, and with algo.group_by_turn its place (`Sample.key`: the env's Prompt.key, else the role's turn
+    count; a merged turn keeps its first turn's; a step built without one, its index in the episode)."""
+    if not cfg.algo.group_by_turn:
+        return s.task_id, s.role, 0
+    return s.task_id, s.role, s.turn if s.key is None else s.key
 
 
 def informative(cfg: Config, samples: list[Sample]) -> list[Sample]:

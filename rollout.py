@@ -39,7 +39,7 @@ class Sample:
     episode_id: int
     task_id: int
     role: str
-    turn: int
+    turn: int  # its index in the episode
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
@@ -55,6 +55,7 @@ class Sample:
     env_reward: float | None = None  # data.reward=calculator: the env's own reward the weighted one replaced
     reward_components: dict | None = None  # data.reward=calculator: the weighted reward's parts
     info: dict = field(default_factory=dict)  # free-form extras; nothing in troupe reads them
+    key: object = None  # its place that algo.group_by_turn compares: the env's Prompt.key, else the role's turn count
 
 
 @dataclass
@@ -161,9 +162,10 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
         n_turns, n_tok = n_turns + len(results), n_tok + sum(len(r.completion_ids) for r in results)
         for eid, req, res in zip(ids, reqs, results):
             ep = episodes[eid]
-            role = pending[eid].role
+            role, key = pending[eid].role, getattr(pending[eid], "key", None)
+            key = sum(x.role == role for x in ep.samples) if key is None else key
             ep.samples.append(Sample(eid, ep.task_id, role, len(ep.samples), req.prompt_ids, res.completion_ids,
-                                 res.logprobs, finish_reason=res.finish_reason, text=res.text))
+                                 res.logprobs, finish_reason=res.finish_reason, text=res.text, key=key))
             try:
                 nxt = ep.env.step(res.text)
             except Exception as e:

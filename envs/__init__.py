@@ -48,9 +48,18 @@ from dataclasses import dataclass
 @dataclass
 class Prompt:
     """Whose turn it is (a role name) and the chat messages that role sees: what an env hands the
-    driver. (rollout.Sample is what the driver records of the turn: tokens, logprobs, reward.)"""
+    driver. (rollout.Sample is what the driver records of the turn: tokens, logprobs, reward.)
+
+    `key` (optional): the turn's place in the episode's structure, compared across a task's chains by
+    algo.group_by_turn: a turn is centred among the other chains' turns of the same role and key. None =
+    the role's own turn count in the episode (its first, second, ... turn), right where a role's k-th turn
+    means the same in every chain (the math teams; a writer after a varying number of analyzer rounds);
+    an env whose turns of one role mean different things sets it (research: round r of sub-question i is
+    ("sub", i, r), so sub-question 2 is compared with sub-question 2 however many rounds the first one
+    took in each chain)."""
     role: str
     messages: list[dict]
+    key: object = None
 
 
 Turn = Prompt  # the old name: `from envs import Turn` keeps working

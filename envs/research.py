@@ -12,6 +12,9 @@ writer answers with citations to document ids.
                  is an error observation (it costs a round). All sub-questions share the one
                  "researcher" role (one adapter); each sees the notes of the ones before it, and its
                  own rounds extend one conversation (rollout.merge_turns can train them as one).
+                 Each turn's Prompt.key is its place, ("sub", i, round) (the planner's ("plan",), the
+                 writer's ("write",)): algo.group_by_turn compares sub-question i across a task's chains
+                 however many rounds the earlier ones took.
     writer       one turn: 'Answer: ...' and citations '[doc id]' (agents/research_team.parse_report)
 
 Rewards, against the task's gold answer and supporting documents S (its "support" ids):
@@ -158,7 +161,7 @@ class ResearchEnv:
         self.plan, self.planned, self.subs, self.turns = [], False, [], []
         self.answer, self.citations, self.wrote = None, [], False
         self.role = "planner"
-        return Prompt("planner", planner_messages(self.q))
+        return Prompt("planner", planner_messages(self.q), key=("plan",))
 
     def _notes(self):
         return [(s["question"], s["note"], s["read"]) for s in self.subs if s["done"]]
@@ -168,14 +171,14 @@ class ResearchEnv:
         self.subs.append({"question": self.plan[i], "messages": msgs, "retrieved": [], "read": [], "note": None,
                           "rounds": 0, "errors": 0, "done": False})
         self.role = "researcher"
-        return Prompt("researcher", list(msgs))
+        return Prompt("researcher", list(msgs), key=("sub", i, 0))
 
     def _next(self):
         """After a sub-question ends: the next one, or the writer."""
         if len(self.subs) < len(self.plan):
             return self._start_sub(len(self.subs))
         self.role = "writer"
-        return Prompt("writer", writer_messages(self.q, self._notes()))
+        return Prompt("writer", writer_messages(self.q, self._notes()), key=("write",))
 
     def step(self, reply):
         reply = reply if isinstance(reply, str) else ""
@@ -209,7 +212,7 @@ class ResearchEnv:
             sub["done"] = True
             return self._next()
         sub["messages"].append(observation_message(obs))
-        return Prompt("researcher", list(sub["messages"]))
+        return Prompt("researcher", list(sub["messages"]), key=("sub", len(self.subs) - 1, sub["rounds"]))
 
     def _run(self, call: ToolCall, sub) -> str:
         if call.name == "search":

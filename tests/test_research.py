@@ -7,15 +7,16 @@ import os
 
 import pytest
 
+import learner
 import train
 from agents.research_team import clean_doc_id, parse_citations, parse_plan, parse_report
-from config import ConfigError, load_config_file
+from config import AlgoConfig, Config, ConfigError, load_config_file
 from data.math_data import DataError
 from data.research_data import LARGER, generate, load_research
 from data.search_data import generate as generate_world
 from envs.research import ResearchEnv, aggregate
 from helpers import play
-from rollout import Episode
+from rollout import Episode, Step, _chat_ids, merge_turns
 from workflows import check_roles, load_data, workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -189,6 +190,43 @@ def test_planner_gate():
             assert m["answer_noted"] == float(done == 4)
     with pytest.raises(ConfigError, match="data.env_kwargs.planner_gate"):
         ResearchEnv(planner_gate="yes")
+
+
+def test_group_by_turn_compares_sub_questions_across_chains(tiny):
+    """algo.group_by_turn centres a turn among the other chains' turns at the same place. Two chains of T4 whose
+    first sub-question took 2 rounds in one and 3 in the other: their second sub-questions start at turns 3 and 4
+    and their writers at 6 and 7, yet the env keys them alike (Prompt.key), merged rounds keep the first round's
+    key, and GRPO centres the second sub-questions against each other (the one that read the right document
+    above, the other below). Keyed by the turn's index instead, each was a group of one, whose advantage is its
+    raw reward (verl's), so both were pushed up."""
+    _, tok = tiny
+    plan = "1. Who makes Huljorfel?\n2. Where is that company?"
+    sub2 = lambda doc: ["Action: search[Yrwes Foundry]", f"Action: read_doc[{doc}]", "Action: note[Rutem [company11]]"]
+    chains = [[plan, "Action: search[Huljorfel]", "Action: note[Yrwes Foundry makes it [product4]]"] + sub2("company11"),
+              [plan, "Action: search[Huljorfel]", "Action: read_doc[product4]", "Action: note[Yrwes Foundry [product4]]"]
+              + sub2("city0_0")]
+    samples = []
+    for e, replies in enumerate(chains):
+        roles, rew, _, seen = play(ResearchEnv(), T4, replies + ["Answer: Rutem [product4] [company11]"])
+        for t, (p, reply, r) in enumerate(zip(seen, replies + ["Answer: Rutem [product4] [company11]"], rew)):
+            samples.append(Step(e, 0, p.role, t, _chat_ids(tok, p.messages), tok.encode(reply), [-1.0] * len(tok.encode(reply)),
+                                reward=r, key=p.key))
+    merged = merge_turns(samples)
+    res = [s for s in merged if s.role == "researcher"]
+    assert [(s.episode_id, s.turn, s.key, s.merged_turns) for s in res] == [
+        (0, 1, ("sub", 0, 0), 2), (0, 3, ("sub", 1, 0), 3), (1, 1, ("sub", 0, 0), 3), (1, 4, ("sub", 1, 0), 3)]
+    writers = [s for s in merged if s.role == "writer"]
+    assert [s.turn for s in writers] == [6, 7] and writers[0].key == writers[1].key == ("write",)
+    cfg = Config(algo=AlgoConfig(adv_estimator="grpo", group_by_turn=True))
+    assert len({learner.group_key(cfg, s) for s in merged}) == 4  # planner, sub-question 1, sub-question 2, writer
+    rb = learner.AdapterBatch(res, [s.reward for s in res], tok.pad_token_id, 1536)
+    adv, _ = learner.advantages(cfg, rb, None, None, 0.0)
+    a = ((adv * rb.mask).sum(1) / rb.mask.sum(1)).tolist()
+    assert res[1].reward > res[3].reward and a[1] > 0 > a[3]  # sub-question 2: the right read above the wrong one
+    unkeyed = [dataclasses.replace(s, key=None) for s in res]  # what the turn's index did: groups of one
+    adv0, _ = learner.advantages(cfg, learner.AdapterBatch(unkeyed, [s.reward for s in res], tok.pad_token_id, 1536),
+                                 None, None, 0.0)
+    assert ((adv0 * rb.mask).sum(1) / rb.mask.sum(1))[3] >= 0
 
 
 def test_branches_plan_fallback_budget_errors_truncation():

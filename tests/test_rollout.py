@@ -426,10 +426,24 @@ def test_driver_batches_all_roles_per_round(setup):
         assert s.reward == len(s.text)
         assert len(s.completion_ids) == len(s.logprobs) <= (4 if s.role == "asker" else 3)
         assert s.role == ("asker" if s.turn % 2 == 0 else "answerer")
+        assert s.key == s.turn // 2  # no Prompt.key: the role's own turn count (what algo.group_by_turn compares)
     # chains of one task differ (distinct seeds per episode), and the run is reproducible
     assert eps[2].steps[0].completion_ids != eps[3].steps[0].completion_ids
     steps2, _ = run_episodes(eng, tok, CountEnv, tasks=[1, 3, 5], roles=roles, num_chains=2, max_turns=4)
     assert [s.completion_ids for s in steps] == [s.completion_ids for s in steps2]
+
+
+class KeyedEnv(CountEnv):
+    def _turn(self):
+        t = super()._turn()
+        return t and Turn(t.role, t.messages, key=("place", len(self.replies) % 3))
+
+
+def test_driver_keeps_the_envs_turn_key(setup):
+    m, tok, _ = setup
+    roles = {r: RoleSpec("a", SamplingParams(max_new_tokens=2, stop_token_ids=[], seed=0)) for r in ("asker", "answerer")}
+    steps, _ = run_episodes(TorchEngine(m, tok), tok, KeyedEnv, tasks=[5], roles=roles, max_turns=5)
+    assert [s.key for s in steps] == [("place", t % 3) for t in range(5)]
 
 
 def test_driver_mixed_roles_in_one_call_and_overflow(setup):
