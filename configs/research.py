@@ -20,6 +20,6 @@ config = Config(
                     val_files="data/research_val.jsonl", batch_size=4, val_size=20,
                     env_kwargs={"corpus": "data/search_corpus.jsonl", "search_k": 3, "max_sub_questions": 4,
                                 "max_rounds": 3, "citation_weight": 0.5, "note_weight": 1 / 3,
-                                "planner_gate": True}),
+                                "planner_gate": True, "round_credit": False}),
     trainer=TrainerConfig(total_steps=20, save_freq=5, test_freq=5, output_dir="runs/research"),
 )

@@ -35,7 +35,14 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  three count alike) pays the note, the one thing of its work the writer sees: without it
                  (0: the reward before 2026-11-27) RL on the recipe kept the searching and reading and lost
                  the answer from the notes (val episodes whose notes held the answer: 9/20 -> 0/20, the
-                 recipe run of 2026-11-27 in docs/recipes.md), and the writer only copies what they hold
+                 recipe run of 2026-11-27 in docs/recipes.md), and the writer only copies what they hold.
+                 round_credit (off by default): each round earns what it did instead, 1 or 0: a search
+                 whose results list a supporting document not read before i nor listed by its earlier
+                 searches, a read of such a document, a note as above (an error: 0). For training the
+                 rounds as separate sequences, grouped round for round (rollout.merge_turns False,
+                 algo.group_by_turn True: check_config says so): with one reward for a whole sub-question
+                 the note shares the search's credit, and RL on the recipe (2026-11-29, docs/recipes.md)
+                 moved every note of a company's document to its first sentence.
     planner      [the team reached the answer: a precise note names it or the writer's answer matches]
                  * the harmonic mean of precision = (sub-questions whose researcher read a new document of
                  S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|.
@@ -55,7 +62,7 @@ Documents: the corpus file (`corpus`, default data/search_corpus.jsonl: the made
 task's own "docs" (HotpotQA tasks from data/research_data.load_research bring their paragraphs).
 Config (two files: this + configs/research.py): data.env="envs.research:ResearchEnv", the knobs in
 data.env_kwargs (corpus, search_k, max_sub_questions, max_rounds, citation_weight, note_weight,
-planner_gate).
+planner_gate, round_credit).
 """
 from __future__ import annotations
 
@@ -118,7 +125,7 @@ class ResearchEnv:
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
                  max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200,
-                 note_weight: float = 1 / 3, planner_gate: bool = True):
+                 note_weight: float = 1 / 3, planner_gate: bool = True, round_credit: bool = False):
         from config import ConfigError  # a ValueError that train.py prints as one line
         for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
                             ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
@@ -127,9 +134,10 @@ class ResearchEnv:
         for name, v in (("citation_weight", citation_weight), ("note_weight", note_weight)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be in [0, 1], got {v!r}")
-        if not isinstance(planner_gate, bool):
-            raise ConfigError(f"config field data.env_kwargs.planner_gate: must be true or false, got {planner_gate!r}")
-        self.note_w, self.gate = float(note_weight), planner_gate
+        for name, v in (("planner_gate", planner_gate), ("round_credit", round_credit)):
+            if not isinstance(v, bool):
+                raise ConfigError(f"config field data.env_kwargs.{name}: must be true or false, got {v!r}")
+        self.note_w, self.gate, self.round_credit = float(note_weight), planner_gate, round_credit
         self.corpus, self.k = need_file("corpus", corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
@@ -169,7 +177,7 @@ class ResearchEnv:
     def _start_sub(self, i):
         msgs = researcher_messages(self.q, self.plan, self._notes(), i, self.max_rounds)
         self.subs.append({"question": self.plan[i], "messages": msgs, "retrieved": [], "read": [], "note": None,
-                          "rounds": 0, "errors": 0, "done": False})
+                          "rounds": 0, "errors": 0, "done": False, "acts": []})  # acts: (what, ids) a round
         self.role = "researcher"
         return Prompt("researcher", list(msgs), key=("sub", i, 0))
 
@@ -202,10 +210,13 @@ class ResearchEnv:
         obs = None
         if call is None:  # no action: the reply is the note
             sub["note"] = " ".join(reply.split())[:300] or None
+            sub["acts"].append(("note", ()))
         elif isinstance(call, str):
             obs, sub["errors"] = call, sub["errors"] + 1
+            sub["acts"].append(("error", ()))
         elif call.name == "note":
             sub["note"] = " ".join(call.arguments["text"].split())[:300] or None
+            sub["acts"].append(("note", ()))
         else:
             obs = self._run(call, sub)
         if obs is None or sub["rounds"] >= self.max_rounds:
@@ -218,14 +229,17 @@ class ResearchEnv:
         if call.name == "search":
             docs = self.tool.search(call.arguments["query"][:500])
             sub["retrieved"] += [d["id"] for d in docs if d["id"] not in sub["retrieved"]]
+            sub["acts"].append(("search", tuple(d["id"] for d in docs)))
             return "\n".join(f"[{d['id']}] {d['title']}" for d in docs) or "(no results)"
         want = clean_doc_id(call.arguments["id"])
         doc_id = want if want in self.by_id else self.lower_ids.get(want.lower())
         if doc_id is None:
             sub["errors"] += 1
+            sub["acts"].append(("error", ()))
             return f"error: no document with id {want[:60]!r}; use an id from the search results, e.g. read_doc[<id>]"
         if doc_id not in sub["read"]:
             sub["read"].append(doc_id)
+        sub["acts"].append(("read", (doc_id,)))
         d = self.by_id[doc_id]
         return f"[{doc_id}] {d['title']}: {d['text']}"[:min(self.max_doc, MAX_OBS)]
 
@@ -257,6 +271,7 @@ class ResearchEnv:
         S = set(self.support)
         leads = self._leads()
         seen, sub_r, useful, precise_notes = set(), [], [], []  # precise_notes: a dump launders nothing later
+        round_r = []  # round_credit: each round's own reward, sub-question by sub-question
         retrieved_all, read_all = set(), set()
         for s in self.subs:
             new_ret = (set(s["retrieved"]) & S) - seen
@@ -268,6 +283,12 @@ class ResearchEnv:
             if precise:
                 precise_notes.append(s["note"] or "")
             sub_r.append((1 - self.note_w) * (0.5 * bool(new_ret) + 0.5 * bool(new_read)) + self.note_w * bool(new_fact))
+            listed, got, rr = set(), set(), []
+            for what, ids in s["acts"]:  # a search that lists a supporting document new to it, a read of one, the note
+                new = (set(ids) & S) - seen - (listed if what == "search" else got)
+                rr.append(float(bool(new)) if what in ("search", "read") else float(new_fact) if what == "note" else 0.0)
+                (listed if what == "search" else got).update(ids)
+            round_r.append(rr)
             useful.append(bool(new_read))
             seen |= set(s["read"])
             retrieved_all |= set(s["retrieved"])
@@ -287,7 +308,7 @@ class ResearchEnv:
         led = [names for names in leads.values() if names]  # the supporting documents that lead somewhere
         ans_f1 = f1(self.answer, self.gold) if self.answer is not None else 0.0
         writer = em * ((1 - self.w) + self.w * _f1(cp, cr))
-        return {"planner": planner, "researcher": sub_r, "writer": writer, "f1": ans_f1, "em": em,
+        return {"planner": planner, "researcher": sub_r, "rounds": round_r, "writer": writer, "f1": ans_f1, "em": em,
                 "cite_precision": cp, "cite_recall": cr, "cite_f1": _f1(cp, cr), "cited": len(cited),
                 "cited_support": hit,
                 "support_retrieved": len(retrieved_all & S) / len(S) if S else 0.0,
@@ -298,7 +319,17 @@ class ResearchEnv:
 
     def turn_rewards(self):
         s = self._scores()
-        return [s["researcher"][i] if role == "researcher" else s[role] for role, i in self.turns]
+        if not self.round_credit:
+            return [s["researcher"][i] if role == "researcher" else s[role] for role, i in self.turns]
+        k = {}  # round_credit: the r-th round of sub-question i earns what that round did
+        out = []
+        for role, i in self.turns:
+            if role != "researcher":
+                out.append(s[role])
+                continue
+            r, k[i] = k.get(i, 0), k.get(i, 0) + 1
+            out.append(s["rounds"][i][r])
+        return out
 
     def metrics(self):
         s = self._scores()
@@ -315,6 +346,22 @@ class ResearchEnv:
                 # counts, for aggregate's micro averages
                 "n_cited": float(s["cited"]), "n_cited_support": float(s["cited_support"]),
                 "n_support": float(len(self.support))}
+
+
+def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
+    """round_credit and the trainer (workflows.check_roles): each round is paid for itself, so a sub-question's
+    rounds must stay separate sequences (a merged one keeps only its last round's reward) and, for an estimator
+    centred per group, be compared round for round (group_by_turn: ("sub", i, round))."""
+    if not cfg.data.env_kwargs.get("round_credit"):
+        return None
+    if cfg.rollout.merge_turns:
+        return ("rollout.merge_turns", "round_credit pays each researcher round for itself; merging a sub-question's "
+                "rounds would train them all on the last round's reward: set merge_turns False")
+    res = next((r for r in cfg.roles if r.name == "researcher"), None)
+    if res is not None and cfg.estimator_of(res) in grouped and not cfg.algo.group_by_turn:
+        return ("algo.group_by_turn", f"round_credit with the researcher's {cfg.estimator_of(res)!r} (centred per "
+                "group): its searches, reads and notes would share one baseline; set algo.group_by_turn True")
+    return None
 
 
 def aggregate(episodes) -> dict:

@@ -229,6 +229,35 @@ def test_group_by_turn_compares_sub_questions_across_chains(tiny):
     assert res[3].reward > 0 and ((adv0 * rb.mask).sum(1) / rb.mask.sum(1))[3] > 0  # pushed up, though it read the wrong document
 
 
+def test_round_credit_pays_each_round_for_what_it_did():
+    """round_credit: a search that lists a supporting document new to the sub-question earns 1 (the same search
+    again: 0), a read of a new one 1 (a re-read, or a document read by an earlier sub-question: 0), the note
+    what the note component pays, an error 0. Off, every round of a sub-question earns the sub-question's one
+    reward. It needs unmerged rounds grouped round for round: check_config says so in one line each."""
+    replies = ["1. Who makes Huljorfel?\n2. Where is that company?",
+               "Action: search[Huljorfel]", "Action: search[Huljorfel]", "Action: read_doc[product4]",
+               "Action: note[Huljorfel is made by Yrwes Foundry [product4]]",
+               "Action: read_doc[product4]", "Action: read_doc[nosuchdoc]", "Action: search[Yrwes Foundry]",
+               "Action: note[no idea]", "Answer: Rutem [product4]"]
+    _, on, m_on, _ = play(ResearchEnv(round_credit=True, max_rounds=4), T4, replies)
+    _, off, m_off, _ = play(ResearchEnv(max_rounds=4), T4, replies)
+    assert on[1:9] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    # off: sub-question 1 found, read and noted (1); sub-question 2 only found company11 (2/3 * 0.5)
+    assert off[1:9] == pytest.approx([1.0] * 4 + [1 / 3] * 4)
+    assert on[0] == off[0] and on[-1] == off[-1] and m_on == m_off  # the planner, the writer and the metrics alike
+    with pytest.raises(ConfigError, match="data.env_kwargs.round_credit"):
+        ResearchEnv(round_credit=1)
+    cfg = load_config_file(os.path.join(ROOT, "configs", "research.py"))
+    on_kw = dataclasses.replace(cfg.data, env_kwargs={**cfg.data.env_kwargs, "round_credit": True})
+    check_roles(cfg)  # off: nothing to say
+    with pytest.raises(ConfigError, match="config field rollout.merge_turns: round_credit"):
+        check_roles(dataclasses.replace(cfg, data=on_kw))
+    unmerged = dataclasses.replace(cfg, data=on_kw, rollout=dataclasses.replace(cfg.rollout, merge_turns=False))
+    with pytest.raises(ConfigError, match="config field algo.group_by_turn: round_credit"):
+        check_roles(unmerged)
+    check_roles(dataclasses.replace(unmerged, algo=dataclasses.replace(cfg.algo, group_by_turn=True)))
+
+
 def test_branches_plan_fallback_budget_errors_truncation():
     env = ResearchEnv(max_rounds=2, max_sub_questions=2)
     # no plan: the question itself is researched; the planner earns 0
