@@ -38,7 +38,8 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  recipe run of 2026-11-27 in docs/recipes.md), and the writer only copies what they hold.
                  round_credit (off by default): each round earns what it did instead, 1 or 0: a search
                  whose results list a supporting document not read before i nor listed by its earlier
-                 searches, a read of such a document, a note as above (an error: 0). For training the
+                 searches, that the sub-question then reads (a find never read earns nothing, so
+                 searching alone cannot farm it), a read of such a document, a note as above (an error: 0). For training the
                  rounds as separate sequences, grouped round for round (rollout.merge_turns False,
                  algo.group_by_turn True: check_config says so): with one reward for a whole sub-question
                  the note shares the search's credit, and RL on the recipe (2026-11-29, docs/recipes.md)
@@ -284,10 +285,15 @@ class ResearchEnv:
                 precise_notes.append(s["note"] or "")
             sub_r.append((1 - self.note_w) * (0.5 * bool(new_ret) + 0.5 * bool(new_read)) + self.note_w * bool(new_fact))
             listed, got, rr = set(), set(), []
-            for what, ids in s["acts"]:  # a search that lists a supporting document new to it, a read of one, the note
-                new = (set(ids) & S) - seen - (listed if what == "search" else got)
-                rr.append(float(bool(new)) if what in ("search", "read") else float(new_fact) if what == "note" else 0.0)
-                (listed if what == "search" else got).update(ids)
+            for what, ids in s["acts"]:
+                if what == "search":  # it lists a supporting document new to i, which i then reads
+                    rr.append(float(bool((set(ids) & S & set(s["read"])) - seen - listed)))
+                    listed.update(ids)
+                elif what == "read":  # a supporting document new to i
+                    rr.append(float(bool((set(ids) & S) - seen - got)))
+                    got.update(ids)
+                else:  # the note earns what the note component pays; an error, nothing
+                    rr.append(float(new_fact) if what == "note" else 0.0)
             round_r.append(rr)
             useful.append(bool(new_read))
             seen |= set(s["read"])

@@ -230,9 +230,10 @@ def test_group_by_turn_compares_sub_questions_across_chains(tiny):
 
 
 def test_round_credit_pays_each_round_for_what_it_did():
-    """round_credit: a search that lists a supporting document new to the sub-question earns 1 (the same search
-    again: 0), a read of a new one 1 (a re-read, or a document read by an earlier sub-question: 0), the note
-    what the note component pays, an error 0. Off, every round of a sub-question earns the sub-question's one
+    """round_credit: a search that lists a supporting document new to the sub-question, which it then reads, earns
+    1 (the same search again: 0; a find never read: 0, so searching alone cannot farm it), a read of a new one 1
+    (a re-read, or a document read by an earlier sub-question: 0), the note what the note component pays, an
+    error 0. Off, every round of a sub-question earns the sub-question's one
     reward. It needs unmerged rounds grouped round for round: check_config says so in one line each."""
     replies = ["1. Who makes Huljorfel?\n2. Where is that company?",
                "Action: search[Huljorfel]", "Action: search[Huljorfel]", "Action: read_doc[product4]",
@@ -241,7 +242,12 @@ def test_round_credit_pays_each_round_for_what_it_did():
                "Action: note[no idea]", "Answer: Rutem [product4]"]
     _, on, m_on, _ = play(ResearchEnv(round_credit=True, max_rounds=4), T4, replies)
     _, off, m_off, _ = play(ResearchEnv(max_rounds=4), T4, replies)
-    assert on[1:9] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    assert on[1:9] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]  # sub-question 2 listed company11, never read it
+    _, found, _, _ = play(ResearchEnv(round_credit=True, max_rounds=4), T4, replies[:7] + [
+        "Action: search[Yrwes Foundry]", "Action: read_doc[company11]", "Answer: Rutem"])
+    assert found[5:9] == [0.0, 0.0, 1.0, 1.0]  # the same search, its find read: both paid
+    _, perfect_on, _, _ = play(ResearchEnv(round_credit=True), T4, perfect(T4))
+    assert perfect_on == [1.0] * len(perfect_on)  # the perfect team is paid in full either way
     # off: sub-question 1 found, read and noted (1); sub-question 2 only found company11 (2/3 * 0.5)
     assert off[1:9] == pytest.approx([1.0] * 4 + [1 / 3] * 4)
     assert on[0] == off[0] and on[-1] == off[-1] and m_on == m_off  # the planner, the writer and the metrics alike
