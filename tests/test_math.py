@@ -701,7 +701,8 @@ def test_a_relative_revision_reward_pays_the_change_not_the_copy():
     from config import load_config_file
     cfg = load_config_file(str(ROOT / "configs" / "math_self_refine_relative.py")).validate()
     assert cfg.algo.group_by_turn and cfg.data.env_kwargs["revision_reward"] == "relative"
-    s = [types.SimpleNamespace(task_id=0, role="solver", turn=t) for t in (0, 1)]
+    from rollout import Sample
+    s = [Sample(0, 0, "solver", t, [1], [2], [-1.0], key=t) for t in (0, 1)]  # key: the driver's (the solver's k-th turn)
     assert learner.group_key(cfg, s[0]) != learner.group_key(cfg, s[1])
 
 
