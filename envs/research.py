@@ -39,9 +39,10 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  round_credit (off by default): each round earns what it did instead, 1 or 0: a search
                  whose results list a supporting document not read before i nor listed by its earlier
                  searches, that the sub-question then reads (a find never read earns nothing, so
-                 searching alone cannot farm it), a read of such a document, a note as above (an error: 0). For training the
-                 rounds as separate sequences, grouped round for round (rollout.merge_turns False,
-                 algo.group_by_turn True: check_config says so): with one reward for a whole sub-question
+                 searching alone cannot farm it), a read of such a document, a note as above (an error:
+                 0). For training the rounds as separate sequences, grouped round for round
+                 (rollout.merge_turns False, algo.group_by_turn True: check_config says so): with one
+                 reward for a whole sub-question
                  the note shares the search's credit, and RL on the recipe (2026-11-29, docs/recipes.md)
                  moved every note of a company's document to its first sentence.
     planner      [the team reached the answer: a precise note names it or the writer's answer matches]
@@ -327,15 +328,8 @@ class ResearchEnv:
         s = self._scores()
         if not self.round_credit:
             return [s["researcher"][i] if role == "researcher" else s[role] for role, i in self.turns]
-        k = {}  # round_credit: the r-th round of sub-question i earns what that round did
-        out = []
-        for role, i in self.turns:
-            if role != "researcher":
-                out.append(s[role])
-                continue
-            r, k[i] = k.get(i, 0), k.get(i, 0) + 1
-            out.append(s["rounds"][i][r])
-        return out
+        rounds = iter([r for sub in s["rounds"] for r in sub])  # round_credit: the researcher's turns, in order
+        return [next(rounds) if role == "researcher" else s[role] for role, _ in self.turns]
 
     def metrics(self):
         s = self._scores()

@@ -207,10 +207,11 @@ def test_group_by_turn_compares_sub_questions_across_chains(tiny):
               + sub2("city0_0")]
     samples = []
     for e, replies in enumerate(chains):
-        roles, rew, _, seen = play(ResearchEnv(), T4, replies + ["Answer: Rutem [product4] [company11]"])
-        for t, (p, reply, r) in enumerate(zip(seen, replies + ["Answer: Rutem [product4] [company11]"], rew)):
-            samples.append(Step(e, 0, p.role, t, _chat_ids(tok, p.messages), tok.encode(reply), [-1.0] * len(tok.encode(reply)),
-                                reward=r, key=p.key))
+        replies = replies + ["Answer: Rutem [product4] [company11]"]
+        _, rew, _, seen = play(ResearchEnv(), T4, replies)
+        for t, (p, reply, r) in enumerate(zip(seen, replies, rew)):
+            ids = tok.encode(reply)
+            samples.append(Step(e, 0, p.role, t, _chat_ids(tok, p.messages), ids, [-1.0] * len(ids), reward=r, key=p.key))
     merged = merge_turns(samples)
     res = [s for s in merged if s.role == "researcher"]
     assert [(s.episode_id, s.turn, s.key, s.merged_turns) for s in res] == [

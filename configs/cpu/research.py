@@ -25,8 +25,8 @@ were pushed down whatever they wrote. Grouped by (task, role, turn), sub-questio
 of the task's other chains: the env keys each turn by its sub-question and round (Prompt.key), and a
 researcher's merged rounds keep their first round's key. (Until 2026-11-29 the key was the turn's index in the
 episode, which put a later sub-question, and the writer, in a group of its own whenever an earlier sub-question
-took another number of rounds (or the plan had another length) in one chain: all of 110 logged sub-questions took 3 rounds at temperature 0.7, so
-the runs quoted here were barely touched.) Without it the recipe
+took another number of rounds (or the plan had another length) in one chain: all of 110 logged sub-questions took
+3 rounds at temperature 0.7, so the runs quoted here were barely touched.) Without it the recipe
 collapsed (0.576 -> 0.000, the notes lost the answer from step 5); with it, from the same SFT adapters, it ended at
 0.251 (+0.251 +- 0.043 paired s.e. over that run, still -0.325 +- 0.061 below the SFT start: the planner dropped the
 fourth hop, which its own reward pays): docs/recipes.md, 2026-11-29."""
