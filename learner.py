@@ -565,6 +565,8 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         out.update({k: all_sum(v * float(rb.mask.sum())) / max(n, 1.0) for k, v in im.items()})  # token means over ranks
     for s, a_mean in zip(samples, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
         s.advantage = float(a_mean)  # for the trajectory files: what the update uses, weights included
+        for part in s.parts:  # a merged step's turns (rollout.merge_turns): the episode's records are those
+            part.advantage = s.advantage
     if critic:
         out.update(critic.update(model, rb, returns, values))
     lora.set_adapter(model, None)

@@ -52,6 +52,7 @@ class Sample:
     dummy: bool = False  # a zero-weight row that keeps ranks in lockstep (learner.prepare_adapter)
     advantage: float | None = None  # its mean advantage, set by the learner (trajectory files)
     merged_turns: int = 1  # turns merge_turns joined into this one
+    parts: list = field(default_factory=list, repr=False, compare=False)  # merge_turns: the turns it joined
     env_reward: float | None = None  # data.reward=calculator: the env's own reward the weighted one replaced
     reward_components: dict | None = None  # data.reward=calculator: the weighted reward's parts
     info: dict = field(default_factory=dict)  # free-form extras; nothing in troupe reads them
@@ -220,7 +221,9 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
     other roles' turns, template tokens) join the completion with loss mask 0 and logprob 0; the
     merged step keeps the later turn's reward (and ReMax baseline). Turns that do not extend (a
     template that rewrites history, role prompts that differ turn by turn, a reply that
-    re-tokenises differently) stay separate steps: `merged_turns` counts what was merged.
+    re-tokenises differently) stay separate steps: `merged_turns` counts what was merged. Every
+    step returned is a new Sample whose `parts` are the episode's turns it joined: the learner
+    writes its mean advantage back to them, which is what the trajectory files show.
     """
     out: list[Sample] = []
     last: dict[tuple[int, str], Sample] = {}  # (episode, role) -> that role's latest merged step
@@ -232,6 +235,7 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
             cur.loss_mask = ((cur.loss_mask or [1] * len(cur.completion_ids)) + [0] * len(gap)
                              + (s.loss_mask or [1] * len(s.completion_ids)))
             cur.merged_turns += 1
+            cur.parts.append(s)
             for k in ("label", "baseline", "env_reward", "reward_components"):  # the last turn's, as its reward
                 if getattr(s, k) is not None:
                     setattr(cur, k, getattr(s, k))
@@ -240,7 +244,8 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
             cur.logprobs = cur.logprobs + [0.0] * len(gap) + s.logprobs
             cur.reward, cur.finish_reason = s.reward, s.finish_reason
             continue
-        new = dataclasses.replace(s, info=dict(s.info), loss_mask=None if s.loss_mask is None else list(s.loss_mask))
+        new = dataclasses.replace(s, info=dict(s.info), loss_mask=None if s.loss_mask is None else list(s.loss_mask),
+                                  parts=[s])
         last[(s.episode_id, s.role)] = new
         out.append(new)
     return out

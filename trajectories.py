@@ -10,8 +10,9 @@ One JSON object per episode:
      "turns": [{"turn": 0, "role": "generator_initial", "prompt": "<chat-formatted text>",
                 "reply": "...", "prompt_tokens": 87, "reply_tokens": 41, "finish_reason": "stop",
                 "reward": 1.0, "advantage": 0.71, "baseline": null}, ...]}
-`advantage` is the mean over the turn's trained tokens (null when the turn was not trained, e.g.
-filtered by dynamic sampling, or in eval); `baseline` is ReMax's greedy reward for the turn.
+`advantage` is the mean over the turn's trained tokens (a turn rollout.merge_turns joined with others:
+the merged sequence's; null when the turn was not trained, e.g. filtered by dynamic sampling, or in
+eval); `baseline` is ReMax's greedy reward for the turn.
 Files are written whole (temp file + rename): a reader never sees half a file. `read` opens regular
 files only, up to MAX_FILE_BYTES (a FIFO named x.jsonl would hang it, a link to /dev/zero fill the
 memory), and checks every line (check_record: UTF-8, JSON, text without lone surrogates, and the type

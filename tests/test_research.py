@@ -9,6 +9,7 @@ import pytest
 
 import learner
 import train
+import trajectories
 from agents.research_team import clean_doc_id, parse_citations, parse_plan, parse_report
 from config import AlgoConfig, Config, ConfigError, load_config_file
 from data.math_data import DataError
@@ -480,3 +481,7 @@ def test_configs_route_and_tiny_training(tmp_path):
     rows = [json.loads(ln) for ln in open(tmp_path / "run" / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 2]  # two train steps and the final eval
     assert {"train/cite_precision_micro", "train/support_read", "val/planner_reward"} <= set(rows[0]) | set(rows[2])
+    # the rounds train merged (rollout.merge_turns), and each turn's record still shows the advantage it trained on
+    recs = trajectories.read(tmp_path / "run" / "trajectories" / "train_step_000001.jsonl")
+    turns = [t for r in recs for t in r["turns"]]
+    assert turns and all(t["advantage"] is not None for t in turns), [t["role"] for t in turns if t["advantage"] is None]
