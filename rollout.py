@@ -51,12 +51,16 @@ class Sample:
     baseline: float | None = None  # ReMax: the greedy reply's reward to the same prompt
     dummy: bool = False  # a zero-weight row that keeps ranks in lockstep (learner.prepare_adapter)
     advantage: float | None = None  # its mean advantage, set by the learner (trajectory files)
-    merged_turns: int = 1  # turns merge_turns joined into this one
     parts: list = field(default_factory=list, repr=False, compare=False)  # merge_turns: the turns it joined
     env_reward: float | None = None  # data.reward=calculator: the env's own reward the weighted one replaced
     reward_components: dict | None = None  # data.reward=calculator: the weighted reward's parts
     info: dict = field(default_factory=dict)  # free-form extras; nothing in troupe reads them
     key: object = None  # its place that algo.group_by_turn compares: the env's Prompt.key, else the role's turn count
+
+    @property
+    def merged_turns(self) -> int:
+        """Turns merge_turns joined into this one (1: a turn of its own)."""
+        return len(self.parts) or 1
 
 
 @dataclass
@@ -234,7 +238,6 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
             gap = s.prompt_ids[len(full):]
             cur.loss_mask = ((cur.loss_mask or [1] * len(cur.completion_ids)) + [0] * len(gap)
                              + (s.loss_mask or [1] * len(s.completion_ids)))
-            cur.merged_turns += 1
             cur.parts.append(s)
             for k in ("label", "baseline", "env_reward", "reward_components"):  # the last turn's, as its reward
                 if getattr(s, k) is not None:
