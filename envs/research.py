@@ -41,10 +41,10 @@ Rewards, against the task's gold answer and supporting documents S (its "support
                  searches, that the sub-question then reads (a find never read earns nothing, so
                  searching alone cannot farm it), a read of such a document, a note as above (an error:
                  0). For training the rounds as separate sequences, grouped round for round
-                 (rollout.merge_turns False, algo.group_by_turn True: check_config says so): with one
-                 reward for a whole sub-question
-                 the note shares the search's credit, and RL on the recipe (2026-11-29, docs/recipes.md)
-                 moved every note of a company's document to its first sentence.
+                 (rollout.merge_turns False, algo.group_by_turn True: check_config says so). Built to
+                 test whether the note, sharing one sub-question reward with the search, rode on its
+                 credit (RL on the recipe moved every note of a company's document to its first
+                 sentence); run on the recipe (2026-11-29, docs/recipes.md) it shifted the notes the same.
     planner      [the team reached the answer: a precise note names it or the writer's answer matches]
                  * the harmonic mean of precision = (sub-questions whose researcher read a new document of
                  S) / (sub-questions) and recall = |documents of S read by all researchers| / |S|.
