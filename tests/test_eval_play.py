@@ -12,6 +12,8 @@ import trajectories
 from config import load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
+# one worker runs this file: its module fixture (a real run) is then built once, not on every worker
+pytestmark = pytest.mark.xdist_group("eval_play")
 
 
 @pytest.fixture(scope="module")

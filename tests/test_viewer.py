@@ -13,6 +13,8 @@ import pytest
 import trajectories
 
 ROOT = Path(__file__).resolve().parent.parent
+# one worker runs this file: its module fixture (a real run, ~20 s) is then built once, not on every worker
+pytestmark = pytest.mark.xdist_group("viewer")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
@@ -28,6 +30,16 @@ def run(tmp_path_factory):
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     return out, r.stdout, r.stderr
+
+
+def test_this_files_tests_share_one_worker(request):
+    """pytest.ini's --dist loadgroup sends the tests of an xdist_group to one worker (this file's, so its module
+    fixture runs once; test_vllm's, so one engine is in memory at a time): xdist tags each node id with its group.
+    Under pytest 9 the tag silently never happened (pytest-xdist 3.8 writes a node attribute pytest 9 no longer
+    reads) and each group's tests went to every worker."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("not on a pytest-xdist worker")
+    assert request.config.getvalue("loadgroup") and request.node.nodeid.endswith("@viewer"), request.node.nodeid
 
 
 def test_progress_bars_and_eta(run):
