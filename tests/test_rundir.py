@@ -3,6 +3,7 @@ NaN adapters refused, torn metrics lines, resuming an older checkpoint, a full d
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import train
 from config import load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
+# one worker runs this file: its module fixture (a trained run every test copies) is then built once
+pytestmark = pytest.mark.xdist_group("rundir")
 
 
 def cfg_for(out, **trainer):
@@ -26,9 +29,18 @@ def steps_of(out):
     return [json.loads(x)["step"] for x in (Path(out) / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
+@pytest.fixture(scope="module")
+def _run3(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run3") / "run"
+    train.main(cfg_for(out))
+    return out
+
+
 @pytest.fixture
-def run3(tmp_path):
-    train.main(cfg_for(tmp_path / "run"))
+def run3(_run3, tmp_path):
+    """A finished 3-step run with a checkpoint at every step, each test's own copy (trained once a module:
+    output_dir is not part of what a resume compares)."""
+    shutil.copytree(_run3, tmp_path / "run")
     return tmp_path / "run"
 
 
@@ -104,8 +116,6 @@ ENTRY_CORRUPTIONS = {
 
 def test_eval_play_and_export_check_a_checkpoint_as_resume_does(run3, tmp_path):
     """Every entry point that loads a checkpoint gives one line naming the bad file (and writes nothing)."""
-    import shutil
-
     import eval as eval_
     import export
     import play
