@@ -3,7 +3,7 @@
     python recipes.py --list                 # the recipes (configs/cpu/*.py)
     python recipes.py math_tool --plan       # its stages and their commands; runs nothing
     python recipes.py math_tool              # everything into runs/recipes/math_tool/ (resumable: run it again)
-    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks, 32-token replies
+    python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks, 16-token replies
     python recipes.py code --seed 1          # the same recipe under another seed (runs/recipes/code_seed1)
 
 A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data, its val set, steps, val at
@@ -43,8 +43,8 @@ RECIPES = ROOT / "configs" / "cpu"
 STAGES = ("sft", "base", "rl", "compare")
 # --tiny: the plumbing of every stage, not learning. max_tokens caps each role's reply: the random model never stops
 # on its own, so every turn ran to the recipe's budget (128-512 tokens), most of a tiny recipe's time
-TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 4,
-        "max_tokens": 32}
+TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 2,
+        "max_tokens": 16}
 
 
 def recipes() -> list[str]:

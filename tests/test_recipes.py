@@ -28,6 +28,8 @@ def test_every_recipe_plans_every_trainable_role_from_its_sft(tmp_path, capsys):
         parsed = sft_mod.cli(stages["sft"][2:])
         for k, v in sft.items():  # every SFT option of the recipe (min_steps, pack_turns too) reaches sft.py
             assert getattr(parsed, k) == v, (name, k)
+        tiny = sft_mod.cli(dict(recipes.plan(name, tmp_path, cfg, sft, tiny=True))["sft"][2:])
+        assert (tiny.teacher_tasks, tiny.epochs) == (recipes.TINY["teacher_tasks"], 1), name  # --tiny's SFT
         import workflows
         n_val = len(workflows.workflow(cfg)[2](cfg.data.val_files))
         assert cfg.data.val_size >= min(100, n_val), name  # >= 100 held-out tasks, or all the set has
@@ -104,6 +106,7 @@ def test_base_tasks_limits_the_base_eval_and_its_pairing(tmp_path, monkeypatch):
     body = (f"from config import load_config_file\nimport dataclasses\nR = dataclasses.replace\n"
             f"c = load_config_file({str(ROOT / 'configs' / 'cpu' / 'math_tool.py')!r})\n"
             "config = R(c, model=R(c.model, spec='tiny'), rollout=R(c.rollout, num_chains=2, progress=False),\n"
+            "           roles=tuple(R(r, max_tokens=16) for r in c.roles),\n"
             "           data=R(c.data, batch_size=1, val_size=3), trainer=R(c.trainer, total_steps=1, test_freq=1))\n"
             "SFT = {'teacher_tasks': 2, 'epochs': 1}\n")
     (rec / "mine.py").write_text(body + "BASE_TASKS = 2\n")
