@@ -219,6 +219,8 @@ def adapter_divergence(model, rb: AdapterBatch, adapters: list, device, micro_ba
     W = model.lm_head.weight
     W = W.full_tensor() if hasattr(W, "full_tensor") else W  # FSDP: gathered once, every rank joins
     sums = {(a, b): 0.0 for i, a in enumerate(adapters) for b in adapters[i + 1:]}
+    if not sums:  # one adapter (eval.py --base: the base alone): no pair, nothing to run
+        return {}
     n_tok = 0.0
     for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), micro_batch_size):
         ids, attn, T = rb.micro(rows)

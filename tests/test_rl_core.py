@@ -254,6 +254,10 @@ def test_adapter_divergence_is_the_symmetrised_kl_between_adapters(tiny):
         lb = torch.log_softmax(m(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), -1)
     sym = 0.5 * ((la.exp() * (la - lb)).sum(-1) + (lb.exp() * (lb - la)).sum(-1))
     assert d["a~base"] == pytest.approx(float((sym * rb.mask).sum() / rb.mask.sum()), rel=1e-4)
+    calls = []  # one adapter (eval.py --base): no pair, and no forward run for it
+    hook = m.register_forward_hook(lambda *_: calls.append(1))
+    assert adapter_divergence(m, rb, [None], "cpu") == {} and calls == []
+    hook.remove()
 
 
 # --------------------------------------------------------------------------------------------
