@@ -212,9 +212,9 @@ def test_the_repair_lesson_is_a_one_site_near_miss_that_fails_and_its_fix_passes
     by = {}
     for t in train:
         by.setdefault(t["family"], t)
-    for fam, task in by.items():
+    for k, (fam, task) in enumerate(by.items()):
         lesson = scripted_repair(task)
-        assert lesson is not None and lesson == scripted_repair(task), fam
+        assert lesson is not None and (k >= 3 or lesson == scripted_repair(task)), fam  # the same again: 3 families
         mistake, fix = lesson
         assert fix == scripted_replies(task)[0]
         ref = reference_solution(task).strip().splitlines()
@@ -250,10 +250,10 @@ def test_repair_mistake_approach_teaches_a_rewrite_from_another_familys_function
     for t in train:
         by.setdefault(t["family"], t)
     rewrites = 0
-    for fam, task in by.items():
+    for k, (fam, task) in enumerate(by.items()):
         env = CodeTeamEnv(2, repair_mistake="approach")
         lesson = env.scripted_repair(task)
-        assert lesson is not None and lesson == env.scripted_repair(task), fam
+        assert lesson is not None and (k >= 3 or lesson == env.scripted_repair(task)), fam  # the same again: 3 families
         mistake = lesson[0].removeprefix("```python\n").removesuffix("\n```")
         assert lesson[1] == scripted_replies(task)[0] and mistake.startswith(f"def {task['entry_point']}(")
         approaches = wrong_approaches(task)
