@@ -472,6 +472,9 @@ class TrainerConfig:
     trajectory_sample: float = 0.25
     """fraction of each step's training episodes written to runs/X/trajectories/ (every validation
     episode is written at each eval); 0 = none. The format: trajectories.py"""
+    adapter_kl_turns: int = 16
+    """val/adapter_kl/A~B (how far the adapters moved apart) is measured on the first N val turns of each eval:
+    a forward per adapter per turn (over half of a tiny model's eval); 0 = not measured"""
     max_empty_steps: int = 3
     """stop with an error after this many steps in a row that train on nothing (every episode
     truncated, or no role produced a token): each such step is logged with its reason"""
@@ -490,7 +493,8 @@ class TrainerConfig:
     def check(self):
         _at_least("trainer", [("total_steps", self.total_steps, 1), ("keep_checkpoints", self.keep_checkpoints, 1),
                               ("save_freq", self.save_freq, 0), ("test_freq", self.test_freq, 0),
-                              ("max_empty_steps", self.max_empty_steps, 1), ("threads", self.threads, 0)])
+                              ("max_empty_steps", self.max_empty_steps, 1), ("threads", self.threads, 0),
+                              ("adapter_kl_turns", self.adapter_kl_turns, 0)])
         if self.threads > MAX_THREADS:
             _bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {self.threads}")
         if not 0 <= self.trajectory_sample <= 1:

@@ -95,7 +95,7 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool, seed: int | No
                   f"          rollout=R(config.rollout, num_chains={t['num_chains']}, progress=False),",
                   f"          data=R(config.data, batch_size={t['batch_size']}, val_size={t['val_size']}),",
                   f"          trainer=R(config.trainer, total_steps={t['total_steps']}, test_freq={t['total_steps']},"
-                  " save_freq=1))"]
+                  " save_freq=1, adapter_kl_turns=0))"]
     if seed is not None:
         lines.append(f"config = R(config, trainer=R(config.trainer, seed={seed}))")
     text = "\n".join(lines) + "\n"

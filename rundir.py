@@ -49,7 +49,7 @@ def _barrier():
 FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
                   "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
                   "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",
-                  "trainer.output_dir", "trainer.threads", "rollout.progress", "data.val_size")
+                  "trainer.output_dir", "trainer.threads", "rollout.progress", "data.val_size", "trainer.adapter_kl_turns")
 
 
 def config_changes(cfg: Config, ckpt: Path) -> list[str]:

@@ -229,9 +229,12 @@ def summarize(cfg: Config, samples: list[Sample], eps, prefix: str) -> dict:
 
 def eval_metrics(run, samples: list[Sample], eps, prefix: str) -> dict:
     """summarize(), plus how far the adapters have moved apart (and from the base): adapter_kl/a~b on
-    the same (first 16) turns for every adapter."""
+    the same turns (the first trainer.adapter_kl_turns) for every adapter."""
     metrics = summarize(run.cfg, samples, eps, prefix)
-    sample = samples[:16] or [Sample(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
+    n = run.cfg.trainer.adapter_kl_turns
+    if n == 0:
+        return metrics
+    sample = samples[:n] or [Sample(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
                                  [0.0], dummy=True)]
     rb = AdapterBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
     div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)

@@ -89,6 +89,8 @@ def test_each_recipe_runs_teacher_sft_rl_eval_on_the_tiny_model(tmp_path, name):
     assert s["steps"] == 2 and s["val_tasks"] >= 1 and all((out / f"{st}.done").exists() for st in recipes.STAGES)
     run = json.loads((out / "rl" / "config.json").read_text())  # --tiny's reply cap reached the RL run
     assert [r["max_tokens"] for r in run["roles"]] == [min(r.max_tokens, recipes.TINY["max_tokens"]) for r in cfg.roles]
+    val = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines() if "val/team_reward" in x]
+    assert run["trainer"]["adapter_kl_turns"] == 0 and not [k for r in val for k in r if "adapter_kl" in k]
 
 
 def test_base_tasks_limits_the_base_eval_and_its_pairing(tmp_path, monkeypatch):

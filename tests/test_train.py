@@ -147,10 +147,12 @@ def test_outputs_checkpoints_and_plot(tmp_path):
     assert r[0][pair] == 0 and r[0]["val/adapter_kl/generator_initial~base"] == 0 and r[-1][pair] > 0
     # a standalone eval of an older checkpoint: its results go next to it, the training log is untouched
     log = (run / "metrics.jsonl").read_bytes()
-    ev = train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(
-        cfg.trainer, eval_only=True, resume=str(run / "checkpoints" / "step_000002"))))
-    assert "val/final_correct" in ev and "val/evaluator_precision" in ev
+    ev = train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(  # adapter_kl_turns 0: not measured
+        cfg.trainer, eval_only=True, resume=str(run / "checkpoints" / "step_000002"), adapter_kl_turns=0)))
+    assert "val/final_correct" in ev and "val/evaluator_precision" in ev and not [k for k in ev if "adapter_kl" in k]
     assert (run / "metrics.jsonl").read_bytes() == log
+    with pytest.raises(ValueError, match="trainer.adapter_kl_turns"):
+        dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, adapter_kl_turns=-1)).validate()
     assert json.loads((run / "checkpoints" / "step_000002" / "eval_metrics.json").read_text())["step"] == 2
 
 
