@@ -230,7 +230,7 @@ def main(cfg: Config):
         logger.log(0, metrics, "[eval step 0] " + fmt(metrics, "val", show))
 
     # --- the loop -----------------------------------------------------------------------------
-    metrics, empty_in_a_row, t_loop, first, plotted = {}, 0, time.perf_counter(), run.step + 1, None
+    metrics, empty_in_a_row, t_loop, first = {}, 0, time.perf_counter(), run.step + 1
     for step in range(run.step + 1, total + 1):
         run.step = step
         t0 = time.perf_counter()
@@ -267,10 +267,9 @@ def main(cfg: Config):
             metrics.update(vm)
             logger.log(step, vm, f"[eval step {step}] " + fmt(vm, "val", show))
             logger.plot(out, [r.name for r in cfg.roles])
-            plotted = step
         if (t_cfg.save_freq and step % t_cfg.save_freq == 0) or step == total:
             save_checkpoint(run, out)
-    if plotted != total:  # the last step's train curves (a last step with an eval has just been drawn)
+    if not (t_cfg.test_freq and first <= total):  # with test_freq on, the last step evaluated and drew the plot
         logger.plot(out, [r.name for r in cfg.roles])
     return finish(metrics)
 
