@@ -44,7 +44,7 @@ STAGES = ("sft", "base", "rl", "compare")
 # --tiny: the plumbing of every stage, not learning. max_tokens caps each role's reply: the random model never stops
 # on its own, so every turn ran to the recipe's budget (128-512 tokens), most of a tiny recipe's time
 TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 2,
-        "max_tokens": 16}
+        "max_tokens": 16, "adapter_kl_turns": 0}
 
 
 def recipes() -> list[str]:
@@ -95,7 +95,7 @@ def write_config(path: Path, recipe: Path, out: Path, tiny: bool, seed: int | No
                   f"          rollout=R(config.rollout, num_chains={t['num_chains']}, progress=False),",
                   f"          data=R(config.data, batch_size={t['batch_size']}, val_size={t['val_size']}),",
                   f"          trainer=R(config.trainer, total_steps={t['total_steps']}, test_freq={t['total_steps']},"
-                  " save_freq=1, adapter_kl_turns=0))"]
+                  f" save_freq=1, adapter_kl_turns={t['adapter_kl_turns']}))"]
     if seed is not None:
         lines.append(f"config = R(config, trainer=R(config.trainer, seed={seed}))")
     text = "\n".join(lines) + "\n"
