@@ -246,8 +246,8 @@ def test_repair_mistake_approach_teaches_a_rewrite_from_another_familys_function
     """repair_mistake="approach": the refiner's lesson starts from another family's function on the same
     signature (a wrong approach: its body is not a one-site change of the reference), written with this
     task's name and parameters, failing a test (in the sandbox for every family, through the env for 6); the fix
-    passes. A family with no other
-    family on its signature, and a HumanEval task, fall back to a near miss; a bad value is one line."""
+    passes. A family with no other family on its signature, and a HumanEval task, fall back to a near miss; a bad
+    value is one line."""
     from data.code_data import wrong_approaches
     by = {}
     for t in train:
