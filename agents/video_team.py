@@ -12,7 +12,9 @@ The "video" is a list of timestamped clip captions ("[c3 0:08-0:12] Anna picks u
 
 The captioner and the grapher work independently (each sees the captions, not the other's report),
 as the published system's agents do: their stated choices are two votes, which the env's
-agreement skip reads. Each prompt carries a one-line example of its format (small models copy it).
+agreement skip reads. Each prompt carries a short example of its format (small models copy it), whose
+choice is `<letter>`, never a letter: with `Choice: B` there, SmolLM2-135M after the recipe's SFT stated
+`B` on 97 of 102 val questions in every role, and `D` on 26 of 30 with a `D` (docs/recipes.md, video_qa).
 
 Replies are untrusted text: every parser here never raises and runs in linear time (possessive
 quantifiers next to one another on the same characters; bounded work per line, bounded lines).
@@ -28,15 +30,15 @@ SYSTEM = {
                  "clip captions (clip id, time, what a captioner saw; captions can be noisy). Pick the clips that "
                  "matter for the question and say what happens in them, one line per clip starting with its id. "
                  "End with the choice they support.\nExample:\n[c4] Anna washes the cup.\n[c6] Then Anna puts the "
-                 "cup down.\nChoice: B",
+                 "cup down.\nChoice: <letter>",
     "grapher": "You are the graph agent of a video question-answering team. From the clip captions, write the "
                "scene graph that matters for the question: one triple per line, (person, action, object) and its "
                "clip id, and links between clips, (c2, causes, c3) or (c4, before, c6). End with the choice the "
                "graph supports.\nExample:\n(Anna, wash, cup) [c4]\n(Anna, put down, cup) [c6]\n(c4, before, c6)\n"
-               "Choice: B",
+               "Choice: <letter>",
     "organizer": "You are the organizer of a video question-answering team. You cannot see the video: a text agent "
                  "and a graph agent report on it. Weigh their reports and answer with one letter and a short "
-                 "reason.\nExample:\nAnswer: B\nReason: both agents say Anna put the cup down right after washing "
+                 "reason.\nExample:\nAnswer: <letter>\nReason: both agents say Anna put the cup down right after washing "
                  "it [c6].",
 }
 LABEL = {"captioner": "Text agent (captioner)", "grapher": "Graph agent (grapher)"}

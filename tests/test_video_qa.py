@@ -132,6 +132,20 @@ def test_organizer_right_wrong_unparsable(tasks):
     assert CAP not in seen[1].messages[1]["content"]  # the grapher works independently of the captioner
 
 
+def test_no_prompt_shows_a_letter_to_copy(tasks):
+    """Every role's prompt shows its format with `<letter>` where the choice goes, never a letter: with
+    `Choice: B` in the examples, the SFT'd SmolLM2 stated B on 97 of 102 val questions in every role (and D
+    on 26 of 30 with a D there). Read by the env's own parser: no choice in any system prompt; a letter put back is
+    one. (The user message lists the choices, A. to E., in the same order for every role.)"""
+    env, task = VideoQAEnv(), tasks[0]
+    roles, _, _, seen = play(env, task, [CAP, GRAPH, "Answer: C"])
+    for role, obs in zip(roles, seen):
+        system, user = (m["content"] for m in obs.messages)
+        assert "<letter>" in system and "<letter>" in user, role  # the example and the task's last line
+        assert parse_choice(system, task["choices"]) is None, (role, system)
+        assert parse_choice(system.replace("<letter>", "B"), task["choices"]) == 1, role  # a letter would be read
+
+
 def test_agreement_skip(tasks):
     task = tasks[0]
     on = VideoQAEnv(skip_on_agreement=True)
