@@ -14,7 +14,7 @@ The captioner and the grapher work independently (each sees the captions, not th
 as the published system's agents do: their stated choices are two votes, which the env's
 agreement skip reads. Each prompt carries a short example of its format (small models copy it), whose
 choice is `<letter>`, never a letter: with `Choice: B` there, SmolLM2-135M after the recipe's SFT stated
-`B` on 97 of 102 val questions in every role, and `D` on 26 of 30 with a `D` (docs/recipes.md, video_qa).
+`B` on 87 to 101 of 102 val questions in every role, and `D` on 26 of 30 with a `D` (docs/recipes.md).
 
 Replies are untrusted text: every parser here never raises and runs in linear time (possessive
 quantifiers next to one another on the same characters; bounded work per line, bounded lines).
@@ -38,8 +38,8 @@ SYSTEM = {
                "Choice: <letter>",
     "organizer": "You are the organizer of a video question-answering team. You cannot see the video: a text agent "
                  "and a graph agent report on it. Weigh their reports and answer with one letter and a short "
-                 "reason.\nExample:\nAnswer: <letter>\nReason: both agents say Anna put the cup down right after washing "
-                 "it [c6].",
+                 "reason.\nExample:\nAnswer: <letter>\nReason: both agents say Anna put the cup down right after "
+                 "washing it [c6].",
 }
 LABEL = {"captioner": "Text agent (captioner)", "grapher": "Graph agent (grapher)"}
 TASK = {

@@ -134,7 +134,7 @@ def test_organizer_right_wrong_unparsable(tasks):
 
 def test_no_prompt_shows_a_letter_to_copy(tasks):
     """Every role's prompt shows its format with `<letter>` where the choice goes, never a letter: with
-    `Choice: B` in the examples, the SFT'd SmolLM2 stated B on 97 of 102 val questions in every role (and D
+    `Choice: B` in the examples, the SFT'd SmolLM2 stated B on 87 to 101 of 102 val questions in every role (and D
     on 26 of 30 with a D there). Read by the env's own parser: no choice in any system prompt; a letter put back is
     one. (The user message lists the choices, A. to E., in the same order for every role.)"""
     env, task = VideoQAEnv(), tasks[0]
