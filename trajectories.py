@@ -82,15 +82,20 @@ def read_bytes(path, cap: int = MAX_FILE_BYTES) -> bytes:
             kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
                 "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or the like"
             raise TrajectoryError(f"{path}: not a regular file ({kind}); refused")
+        size = os.fstat(fd).st_size  # the read is sized by the file, never by the cap: f.read(cap + 1) reserved
+        if size > cap:                # 1 GiB for every file (MemoryError under `ulimit -v`)
+            raise TrajectoryError(f"{path}: larger than {cap} bytes (trajectories.MAX_FILE_BYTES); refused")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(cap + 1)
+            chunks = [f.read(size)]
+            while chunk := f.read(1 << 20):  # it grew since fstat
+                chunks.append(chunk)
+                if sum(map(len, chunks)) > cap:
+                    raise TrajectoryError(f"{path}: larger than {cap} bytes (trajectories.MAX_FILE_BYTES); refused")
     except OSError as e:
         raise TrajectoryError(f"{path}: cannot be read ({e.strerror or e})") from None
     finally:
         os.close(fd)
-    if len(data) > cap:
-        raise TrajectoryError(f"{path}: larger than {cap} bytes (trajectories.MAX_FILE_BYTES); refused")
-    return data
+    return b"".join(chunks)
 
 
 def _number(x) -> bool:

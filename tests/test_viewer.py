@@ -314,3 +314,19 @@ def test_html_page_shows_hostile_fields_as_text_in_chromium(source, tmp_path):
     assert "<img" not in dom and "<svg onload" not in dom and "<b>" not in dom.split("<body>")[1]
     if source == "trajectory file":
         assert dom.count("&lt;img src=x onerror=") >= 5 and dom.count("&lt;!--&lt;script&gt;") >= 4
+
+
+def test_readers_do_not_reserve_the_cap_under_an_address_space_limit(tmp_path):
+    """read_bytes read f.read(MAX_FILE_BYTES + 1): 1 GiB reserved for every file, so under `ulimit -v` (usual on
+    shared clusters) the viewer and --html died with MemoryError on a file of one line. It sizes the read by fstat."""
+    run = tmp_path / "run"
+    trajectories.write(run / "trajectories" / "val_step_000001.jsonl", [GOOD])
+    limit = ("import resource, sys; vm = int(next(l for l in open('/proc/self/status') if l.startswith('VmSize'))"
+             ".split()[1]) * 1024; resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20),) * 2); "
+             "sys.argv = ['trajectories.py', *sys.argv[1:]]; import runpy; runpy.run_path('trajectories.py', "
+             "run_name='__main__')")
+    for args in ([str(run)], [str(run), "--html"]):
+        r = subprocess.run([sys.executable, "-c", limit, *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                           check=False)
+        assert r.returncode == 0 and "MemoryError" not in r.stderr, r.stderr[-2000:]
+    assert (run / "view.html").stat().st_size > 0
