@@ -17,7 +17,8 @@ run, at eval step N (default: each run's last):
 An arm may also be an eval.py output directory (results.json + greedy.jsonl, or majority.jsonl for
 --maj-k: each task's majority-vote answer), e.g. a single agent given the team's number of generations.
 An arm RUN@N is that run at its eval of step N whatever --step: `compare.py runs/X@0 runs/X` pairs a run's
-end with its own start (recipes.py: RL against the SFT it started from).
+end with its own start (recipes.py: RL against the SFT it started from); an eval.py folder holds one step,
+so EVAL@N names it or is one line.
 Paired statistics, for the first arm against every other on the tasks both answered (matched by the
 whole task record: question, answer, and for video tasks the video, its clips and the choices; a task
 a val set holds twice pairs its first copy with the other arm's first copy, and so on). Arms whose task
@@ -397,7 +398,11 @@ def arm(r: str) -> tuple[Path, int | None]:
     """An arm argument: (its directory, the eval step it names or None). RUN@N, when no path of that name
     exists, is RUN at its eval of step N."""
     m = re.fullmatch(r"(.+)@(\d+)", r)
-    return (Path(m.group(1)), int(m.group(2))) if m and not os.path.lexists(r) else (Path(r), None)
+    if not m or os.path.lexists(r):
+        return Path(r), None
+    if len(m.group(2)) > 18:  # int() refuses past 4300 digits; no run has 10**18 steps
+        fail(f"{m.group(1)[:200]}@{m.group(2)[:20]}... ({len(m.group(2))} digits): not a step")
+    return Path(m.group(1)), int(m.group(2))
 
 
 def output_path(out: str, runs: list[str], flag: str) -> Path:
@@ -427,6 +432,8 @@ def main(argv=None):
     for r in a.runs:  # RUN@N: that run at its eval of step N (a run against its own start: RUN@0 RUN)
         d, step = arm(r)
         rows.append(summarise(d, a.step) if step is None else {**summarise(d, step), "run": r})
+        if step is not None and rows[-1]["step"] != step:  # an eval.py folder holds one step (--step N: each run's)
+            fail(f"{d} is eval.py's output of step {rows[-1]['step']}, not step {step}")
     for r in rows[1:]:  # the first arm against each other (in --json; the printed table below)
         r["paired"] = paired(rows[0]["per_task"], r["per_task"])
     print(table(rows))

@@ -279,3 +279,20 @@ def test_every_workflows_aggregate_reads_episodes_compare_replays(config):
         return
     out = module.aggregate([types.SimpleNamespace(metrics=m) for m in ms])
     assert isinstance(out, dict) and out and all(isinstance(v, float) for v in out.values())
+
+
+def test_an_eval_folder_at_another_step_and_a_step_past_int_digits_are_one_line(run, tmp_path):
+    """`compare.py base@7` on an eval.py folder (its step 0) answered with step 0, silently; RUN@<5000 digits> was a
+    ValueError traceback (int() of more than 4300 digits). Each is one line; the eval folder at its own step is
+    read as before."""
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    (ev / "results.json").write_text(json.dumps({"step": 0}))
+    (ev / "majority.jsonl").write_text(json.dumps({"task": Q, "correct": 1.0}) + "\n")
+    with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(ev))} is eval\.py's output of step 0, not step 7"):
+        compare.main([f"{ev}@7"])
+    assert compare.main([f"{ev}@0"])[0]["step"] == 0
+    for arm in (f"{run}@{'9' * 5000}", f"{ev}@{'9' * 5000}"):
+        r = subprocess.run([sys.executable, "compare.py", arm], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode != 0 and len(lines) == 1 and "not a step" in lines[0] and len(lines[0]) < 400, r.stderr[-500:]
