@@ -9,10 +9,12 @@ function): envs/code_team.scripted_replies plays it. Scoring is rewards/code.py.
 from __future__ import annotations
 
 import ast
+import functools
 import gzip
 import hashlib
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,13 +89,16 @@ def _parses(src: str) -> bool:
 # tests/test_teacher_code.py runs them all in the sandbox anyway); inputs are drawn until the tests
 # expect at least two different values (a function returning a constant fails one).
 #
-# Splits: the val split holds a fifth of each family's functions (name and constant), with every
-# parameter naming of them, so no val function appears in train under another parameter name;
-# the seed picks and orders tasks, never a task's text, so `synthetic:val` is the same tasks for any
-# train seed. Specs for load_code_tasks (and data.train_files / data.val_files of the `code` workflow):
+# Splits: by what a function computes (its body with the names canonicalised: canonical_body), never by
+# its name, so no val function is a train function renamed (the first split, by name and constant, put
+# every val function's body in train under another name: _sides). Val holds a fifth of the constants of
+# each family that has constants, and 5 of the families without one whole (list_sum, list_min, is_odd,
+# is_palindrome, first_char). The seed picks and orders tasks, never a task's text, so `synthetic:val` is
+# the same tasks for any train seed. Specs for load_code_tasks (and data.train_files / data.val_files of
+# the `code` workflow):
 #     synthetic:train           1000 train tasks, seed 0      synthetic:val       200 val tasks, seed 0
 #     synthetic:train:N         N tasks                       synthetic:val:N:S   N tasks, seed S
-# (the splits hold 6894 and 1796 tasks over 38 families: synthetic_split_size). A config selects them
+# (the splits hold 6716 tasks of 33 families and 1974 of 23: synthetic_split_size). A config selects them
 # with data.train_files="synthetic:train", data.val_files="synthetic:val" (env="code").
 
 LISTS = ("nums", "values", "numbers", "xs", "arr", "data", "items", "lst")
@@ -258,24 +263,67 @@ def _fill(text: str, fam: _Family, params: tuple, k) -> str:
     return text.format(**dict(zip("ab", params)), k=k, kr=repr(k), k0=pair[0], k1=pair[1])
 
 
+def canonical_body(code: str) -> str:
+    """What the first function in `code` (a complete def) computes, whatever its names: its body with the
+    parameters (in signature order) and then every name it binds (loop and comprehension variables, locals)
+    renamed _0, _1, ..., as ast.dump text; built-ins, globals and attributes keep their names. Functions that
+    differ only by their parameters' and locals' names (and their own name) have the same key."""
+    fn = ast.parse(code).body[0]
+    names: dict[str, str] = {}
+    for a in fn.args.args:
+        names.setdefault(a.arg, f"_{len(names)}")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.setdefault(node.id, f"_{len(names)}")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id in names:
+            node.id = names[node.id]
+    return "\n".join(ast.dump(stmt) for stmt in fn.body)
+
+
+def _source(fam: _Family, name: str, params: tuple, k) -> tuple[str, str]:
+    """(signature line, indented body) of one function of the family."""
+    body = "    " + _fill(fam.body, fam, params, k).replace("\n", "\n    ") + "\n"
+    return f"def {name}({_fill(fam.sig, fam, params, k)}) -> {fam.ret}:\n", body
+
+
 def _universe(split: str) -> dict[str, list[tuple]]:
-    """family id -> every (family, name, params, constant) of the split, in a fixed order. A family's
-    functions (name, constant) are ranked by a hash of their text; every 5th, from the first, is val,
-    so every family has val functions and train ones (no seed involved)."""
-    out = {}
-    for fam in FAMILIES:
-        funcs = [(_fill(name, fam, (), k), k) for name in fam.names for k in fam.consts]
-        funcs.sort(key=lambda f: hashlib.sha256(f"{fam.id}|{f[0]}|{f[1]!r}".encode()).hexdigest())
-        mine = funcs[0::5] if split == "val" else [f for i, f in enumerate(funcs) if i % 5]
-        out[fam.id] = [(fam, name, params, k) for name, k in mine for params in fam.params]
+    """family id -> every (family, name, params, constant) of the split, in a fixed order (_sides)."""
+    out: dict[str, list[tuple]] = {}
+    for m, in_val in _sides():
+        if in_val == (split == "val"):
+            out.setdefault(m[0].id, []).append(m)
     return out
+
+
+@functools.cache
+def _sides() -> tuple[tuple[tuple, bool], ...]:
+    """Every (family, name, params, constant) with whether it is val. The split is by what a function computes
+    (canonical_body), so no val function is a train function under other names: all the names and parameter
+    names of one body land on the same side, across families too (count_positive is count_greater with 0,
+    first_char nth_item with 0, repeat k is mul_const k). A body belongs to the first family that has it; a
+    family that owns several bodies (one per constant) ranks them by a hash and every 5th, from the first, is
+    val (so it has val functions and train ones); the families of one body each (no constant: list_sum,
+    reverse, ...) are ranked together the same way, so a fifth of them is held out whole. No seed is involved."""
+    members = [(fam, _fill(name, fam, (), k), params, k)
+               for fam in FAMILIES for name in fam.names for k in fam.consts for params in fam.params]
+    key = {m: canonical_body("".join(_source(*m))) for m in members}
+    owner: dict[str, str] = {}
+    for m in members:
+        owner.setdefault(key[m], m[0].id)
+    owned = Counter(owner.values())
+    strata: dict[str, list[str]] = {}
+    for body, fid in owner.items():
+        strata.setdefault(fid if owned[fid] > 1 else "", []).append(body)
+    val = {b for bodies in strata.values()
+           for b in sorted(bodies, key=lambda b: hashlib.sha256(b.encode()).hexdigest())[0::5]}
+    return tuple((m, key[m] in val) for m in members)
 
 
 def _task(fam: _Family, name: str, params: tuple, k, split: str) -> dict:
     """One row: its tests' inputs come from a generator seeded by the task itself (never by the seed
     of the split), the expected values from running the canonical solution."""
-    body = "    " + _fill(fam.body, fam, params, k).replace("\n", "\n    ") + "\n"
-    sig = f"def {name}({_fill(fam.sig, fam, params, k)}) -> {fam.ret}:\n"
+    sig, body = _source(fam, name, params, k)
     ns: dict = {}
     exec(sig + body, ns)  # noqa: S102 — our own canonical solution, to compute the tests' expected values
     fn, rng = ns[name], random.Random(f"{fam.id}|{name}|{params}|{k!r}")
@@ -334,7 +382,7 @@ def synthetic_code_tasks(n: int | None = None, seed: int = 0, split: str = "trai
     """`n` synthetic tasks of `split` ("train" or "val"; n defaults to SYNTH_SIZES[split]), chosen and
     ordered by `seed`: the families in turn (a seeded order), each its tasks in a seeded order, so
     every family is about equally common. Same (n, seed, split) -> the same tasks; train and val never
-    share a function (family, name and constant). DataError when the split has fewer than n tasks."""
+    share a function under any names (_sides). DataError when the split has fewer than n tasks."""
     if split not in SYNTH_SIZES:
         raise DataError(f"synthetic code tasks: split must be 'train' or 'val', got {split!r}")
     n = SYNTH_SIZES[split] if n is None else n
