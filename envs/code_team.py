@@ -202,12 +202,17 @@ def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8, mistake: 
     return None
 
 
+MIN_TIMEOUT = 1
+"""the least test timeout in seconds: the sandbox starts two Python processes (judge and worker, ~0.1 s on an
+idle machine); below it a right solution runs out of time and scores 0 (timeout 1e-3 did on every task)"""
+
+
 class CodeTeamEnv:
     roles = ROLES
 
     def __init__(self, max_refinement_iterations: int = 2, timeout: float = 10.0, repair_mistake: str = "near_miss"):
         self.max_refinements = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
-        self.timeout = need_number("timeout", timeout, 0, 600, lo_open=True)
+        self.timeout = need_number("timeout", timeout, MIN_TIMEOUT, 600)
         if repair_mistake not in REPAIR_MISTAKES:
             raise ValueError(f"config field data.env_kwargs.repair_mistake: must be one of {REPAIR_MISTAKES}, "
                              f"got {repair_mistake!r}")

@@ -112,7 +112,8 @@ def huge(tmp_path_factory):
 
 
 @pytest.mark.parametrize("env, kw, field", [
-    ("code", {"timeout": "abc"}, r"timeout: must be a number in \(0, 600\], got 'abc'"),
+    ("code", {"timeout": "abc"}, r"timeout: must be a number in \[1, 600\], got 'abc'"),
+    ("code", {"timeout": 1e-3}, r"timeout: must be a number in \[1, 600\], got 0.001"),  # the reference scored 0
     ("code", {"timeout": float("nan")}, "timeout"), ("math_tool", {"code_timeout": -1}, "code_timeout"),
     ("math_tool", {"analyzer_reward": "both"}, r"analyzer_reward: must be one of 'team', 'plan', got 'both'"),
     ("search", {"search_k": -3}, r"search_k: must be an integer in \[1, 1000\], got -3"),
@@ -133,8 +134,8 @@ def huge(tmp_path_factory):
 ])
 def test_env_kwargs_are_checked_by_each_env_before_the_model_loads(env, kw, field, fifo, huge):
     """A FIFO corpus used to hang, /dev/zero to end in MemoryError, 1e999 in OverflowError; a code
-    timeout "abc" scored a right solution 0, search_k -3 made every episode raise, an infinite
-    fix_bonus an infinite reward."""
+    timeout "abc" or 1e-3 (less than the sandbox takes to start) scored a right solution 0, search_k -3 made
+    every episode raise, an infinite fix_bonus an infinite reward."""
     if env == "research":
         env = "envs.research:ResearchEnv"
     kw = {k: {"FIFO": fifo, "HUGE": huge}.get(v, v) if isinstance(v, str) else v for k, v in kw.items()}
