@@ -444,9 +444,10 @@ def _ours(row, where) -> list[dict]:
 NEXT_TYPES = {"C": "causal", "T": "temporal", "D": "descriptive"}
 
 
-def _object_rows(path: str, what: str, key_name: str) -> list[tuple[str, str, object]]:
-    """[(where, key, value)] of a JSON object file, `where` = file:line of the key. A key written twice
-    is an error (json.loads would keep one of the two values without a word)."""
+def _object_rows(path: str, what: str, key_name: str, value_name: str) -> list[tuple[str, str, object]]:
+    """[(where, key, value)] of a JSON object file (`what`: captions, answers) mapping each `key_name` to its
+    `value_name`, `where` = file:line of the key. A key written twice is an error (json.loads would keep one of
+    the two values without a word); so is an empty object."""
     p = Path(path)
     if p.is_dir() or not p.exists():
         raise DataError(f"{what} file {p} {'is a directory' if p.is_dir() else 'does not exist'}")
@@ -461,9 +462,9 @@ def _object_rows(path: str, what: str, key_name: str) -> list[tuple[str, str, ob
     except (ValueError, RecursionError) as e:
         raise DataError(f"{p}:1: not valid JSON ({str(e) or type(e).__name__})") from None
     if not isinstance(data, dict):
-        raise DataError(f"{p}:1: expected a JSON object (video id -> captions), got {type(data).__name__}")
+        raise DataError(f"{p}:1: expected a JSON object ({key_name} -> {value_name}), got {type(data).__name__}")
     if not data:
-        raise DataError(f"{p}:1: the file has no videos")
+        raise DataError(f"{p}:1: the {what} file is empty (a JSON object {key_name} -> {value_name} is expected)")
     # the line each key starts on: walk the (valid) object once with raw_decode, every key (repeats too)
     dec, out, first, pos, line, last = json.JSONDecoder(), [], {}, text.index("{") + 1, 1, 0
     while True:
@@ -512,9 +513,9 @@ def _question_rows(path: str) -> list[tuple[str, object]]:
 def load_real(questions: str, captions: str, answers: str | None = None) -> list[dict]:
     """Tasks from a NExT-QA or EgoSchema question file and a caption file (module docstring)."""
     videos = {}
-    for where, vid, caps in _object_rows(captions, "captions", "video id"):
+    for where, vid, caps in _object_rows(captions, "captions", "video id", "captions"):
         videos[str(vid)] = _clips(caps, where, f"captions of {str(vid)[:60]!r}")  # (clips, ids)
-    gold = {str(k): v for _, k, v in _object_rows(answers, "answers", "q_uid")} if answers else {}
+    gold = {str(k): v for _, k, v in _object_rows(answers, "answers", "q_uid", "answer")} if answers else {}
     tasks, seen = [], {}
     for where, row in _question_rows(questions):
         if not isinstance(row, dict):

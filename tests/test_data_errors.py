@@ -221,3 +221,25 @@ def test_a_hub_dataset_without_network_is_one_line(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1].startswith("error: hf:openai/gsm8k:main:test: cannot be read as a dataset")
     assert "prepare_hf.py" in r.stderr
+
+
+def test_an_empty_or_wrong_egoschema_answers_file_is_named_as_answers(tmp_path):
+    """EgoSchema's answers file (q_uid -> answer) read empty was reported as "the file has no videos", the
+    captions file's words: each of the two files is named by what it holds."""
+    from data.video_data import load_video
+    caps, ego, ans = tmp_path / "captions.json", tmp_path / "ego.json", tmp_path / "answers.json"
+    caps.write_text(json.dumps({"1001": ["a man opens a door", "he walks in"]}))
+    ego.write_text(json.dumps([{"q_uid": "1001", "question": "What does he do?",
+                                **{f"option {i}": f"thing {i}" for i in range(5)}}]))
+    spec = f"{ego}@{caps}@{ans}"
+    for text, msg in [("{}", "the answers file is empty (a JSON object q_uid -> answer is expected)"),
+                      ("[3]", "expected a JSON object (q_uid -> answer), got list")]:
+        ans.write_text(text)
+        with pytest.raises(DataError) as e:
+            load_video(spec)
+        assert str(e.value) == f"{ans}:1: {msg}"
+    ans.write_text('{"1001": 3}')
+    assert load_video(spec)[0]["answer"] == 3
+    caps.write_text("{}")
+    with pytest.raises(DataError, match=re.escape(f"{caps}:1: the captions file is empty (a JSON object video id ->")):
+        load_video(spec)
