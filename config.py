@@ -353,9 +353,13 @@ class RolloutConfig:
     max_turns: int = 8
     """max model turns per episode"""
     top_p: float = 1.0
-    """nucleus sampling in training rollouts"""
+    """nucleus sampling in training rollouts. Both engines record a token's logprob under the truncated,
+    renormalised distribution they sampled from, the trainer its logprob under the full one: their ratio is
+    the kept mass, not a policy change (TRL #6789: 0.896 at top_p 0.8), so top_p < 1 (or top_k > 0) is refused
+    where the engine's logprobs enter the loss (algo.rollout_is on, the default with vLLM, or
+    algo.recompute_old_logprobs never); with the old logprobs recomputed, logprob_gap includes that mass"""
     top_k: int = 0
-    """top-k sampling in training rollouts (0 = off)"""
+    """top-k sampling in training rollouts (0 = off; refused where top_p < 1 is)"""
     max_model_len: int = 2048
     """prompt + completion limit per turn; longer episodes end truncated"""
     max_batch_size: int = 64
@@ -591,6 +595,14 @@ class Config:
         if self.data.reward == "calculator" and "remax" in self.estimators:
             _bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
                  "use data.reward=env with remax")
+        ro, al = self.rollout, self.algo
+        if (ro.top_p < 1 or ro.top_k > 0) and (al.rollout_is_on(ro.engine) or al.recompute_old_logprobs == "never"):
+            use = ("the rollout IS weight (algo.rollout_is, on by default with vLLM)" if al.rollout_is_on(ro.engine)
+                   else "the old-policy ratio (algo.recompute_old_logprobs never)")
+            _bad("rollout.top_p" if ro.top_p < 1 else "rollout.top_k", "truncated sampling: the engine's logprobs are "
+                 f"under the truncated, renormalised distribution and the trainer's under the full one, so {use} would "
+                 "weight every token by the kept mass (TRL #6789): set algo.rollout_is off and "
+                 "algo.recompute_old_logprobs auto, or rollout.top_p 1 and rollout.top_k 0")
         if self.rollout.merge_turns and any(self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
             _bad("rollout.merge_turns", "remax's baseline is per turn (the greedy reply to that turn's prompt), but a "
                  "merged sequence keeps only its last turn's reward and baseline: the earlier turns' tokens would be "

@@ -181,3 +181,31 @@ def test_transcript_flag_is_checked_by_both_envs():
     for make in (lambda v: MathToolEnv(transcript=v), lambda v: SearchTeamEnv(transcript=v)):
         with pytest.raises(ConfigError, match=r"data\.env_kwargs\.transcript: must be true or false"):
             make("yes")
+
+
+def test_truncated_sampling_is_refused_where_the_engines_logprobs_enter_the_loss():
+    """top_p < 1 / top_k > 0: the engines record a token's logprob under the truncated, renormalised distribution,
+    the trainer under the full one, so exp(trainer - engine) is the kept mass on every token, not a policy change
+    (TRL #6789): refused where that ratio enters the loss (the rollout IS weight, on by default with vLLM; the old
+    logprobs taken from the engine), allowed where the trainer recomputes them and no IS weight is applied."""
+    import torch
+
+    import engines
+    logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(0)) * 3  # (B, V)
+    one, zero = torch.ones(4, 1), torch.zeros(4, 1, dtype=torch.long)
+    tok, lp = engines.sample(logits, one, zero, one * 0.8, torch.zeros(4, dtype=torch.bool), torch.arange(4),
+                             torch.tensor(0), True)
+    full = logits.log_softmax(-1)  # (B, V) what the trainer scores
+    probs = full.exp().sort(-1, descending=True).values  # (B, V)
+    kept = (probs * ((probs.cumsum(-1) - probs) < 0.8)).sum(-1)  # (B,) the nucleus's mass
+    assert torch.allclose(full.gather(-1, tok[:, None]).squeeze(-1) - lp, kept.log(), atol=1e-5)
+    assert (kept < 0.9).all()
+    R = dataclasses.replace
+    for ro, al, field, what in [(dict(top_p=0.8), dict(rollout_is="on"), "top_p", "the rollout IS weight"),
+                                (dict(top_k=20, engine="vllm"), {}, "top_k", "the rollout IS weight"),
+                                (dict(top_p=0.9), dict(recompute_old_logprobs="never"), "top_p", "the old-policy ratio")]:
+        with pytest.raises(ConfigError, match=f"config field rollout.{field}: truncated sampling: .* so {what}"):
+            R(BASE, rollout=R(BASE.rollout, **ro), algo=R(BASE.algo, **al)).validate()
+    for ro, al in [(dict(top_p=0.8, top_k=20), {}), (dict(top_p=0.8, engine="vllm"), dict(rollout_is="off")),
+                   ({}, dict(rollout_is="on")), ({}, dict(recompute_old_logprobs="never"))]:
+        R(BASE, rollout=R(BASE.rollout, **ro), algo=R(BASE.algo, **al)).validate()
