@@ -46,6 +46,77 @@ def _barrier():
         dist.barrier()
 
 
+_HELD: dict[str, list] = {}  # lock file -> [fd, (st_dev, st_ino), holds]: the locks this process holds
+
+
+class DirLock:
+    """One process at a time in a directory (train.py's run directory, sft.py's --out, a recipe's): two runs in one
+    directory doubled every metrics line, or left one's loss log under the other's summary. <dir>/.lock is
+    flock'ed, and the holder's pid, host and start time written in it; another process is refused with one
+    ConfigError line naming them. Stale locks: an flock belongs to its open file, and the kernel drops it when the
+    process ends, however it ends (kill -9 included): a lock file left behind by a dead run never blocks, whatever
+    pid it names. The same process may take its own lock again (an in-process caller: a test, a notebook).
+    Released by release(), at the end of a with block, or when the object is collected (a function's local:
+    when it returns). Under torchrun only rank 0 takes it (the ranks of one run share the directory)."""
+
+    def __init__(self, directory, who: str):
+        self.held, directory = None, Path(directory)
+        if os.environ.get("RANK", "0") != "0":
+            return
+        path = directory / ".lock"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ConfigError(f"{directory}: cannot be used ({e.strerror or e})") from None
+        st, key = os.fstat(fd), str(path.resolve())
+        held = _HELD.get(key)
+        if held and held[1] == (st.st_dev, st.st_ino):  # this process holds it already
+            os.close(fd)
+            held[2] += 1
+            self.held = held
+            return
+        try:
+            import fcntl
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):  # a filesystem without flock: say so, run on
+                print(f"note: {path} cannot be locked here ({e.strerror}): nothing stops a second run in {directory}")
+                return
+            try:
+                h = json.loads(holder)
+                holder = f"{h['who']} (pid {h['pid']} on {h['host']}, since {h['started']})"
+            except (ValueError, KeyError, TypeError):
+                holder = "another process (its lock file names none)"
+            raise ConfigError(f"{directory} is in use by {holder}: two runs in one directory mix their files; wait "
+                              "for it to end, or stop it") from None
+        import socket
+        import time
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"who": who, "pid": os.getpid(), "host": socket.gethostname(),
+                                  "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}).encode() + b"\n", 0)
+        self.held = _HELD[key] = [fd, (st.st_dev, st.st_ino), 1]
+
+    def release(self):
+        held, self.held = self.held, None
+        if held is not None:
+            held[2] -= 1
+            if held[2] == 0:
+                os.close(held[0])  # the flock goes with it
+                for k in [k for k, v in _HELD.items() if v is held]:
+                    del _HELD[k]
+
+    __del__ = release
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
 FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
                   "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
                   "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",

@@ -41,6 +41,7 @@ from config import Config, ConfigError, load_config_file, pop_config_arg, pop_en
 from rewards.calculator import RewardCalculator, rescore_episodes
 from rollout import Sample, merge_turns
 from rundir import (
+    DirLock,
     Logger,
     config_changes,
     duration,
@@ -206,6 +207,7 @@ def main(cfg: Config):
     if ready is None:
         return {}
     cfg, ckpt, changes, train_tasks, val_tasks = ready
+    lock = DirLock(cfg.trainer.output_dir, "train.py")  # noqa: F841 (one run per directory; released as main returns)
 
     # --- build --------------------------------------------------------------------------------
     run, out = build(cfg, ckpt)

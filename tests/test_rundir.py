@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,29 @@ def test_the_console_line_shows_the_workflows_and_the_configs_metrics(tmp_path, 
     train.main(cfg)
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("[step 1/1]"))
     assert "evaluator_balanced_acc" in line and "evaluator_fpr" in line and "evaluator_recall" in line
+
+
+def test_a_run_directory_in_use_is_refused_with_its_holder_and_a_dead_holder_blocks_nothing(run3, tmp_path):
+    """Two train.py in one run directory both ran, every metrics line doubled. The run directory is locked: a
+    second process is refused with one line naming the holder (pid, host, start); the lock is an flock, dropped by
+    the kernel when its holder dies, so the lock file a kill -9'd run leaves (naming a dead pid) blocks nothing."""
+    import socket
+    from rundir import DirLock
+    log = (run3 / "metrics.jsonl").read_bytes()
+    cmd = [sys.executable, "train.py", "--config", "configs/tiny_toy.py", "--trainer.output-dir", str(run3),
+           "--trainer.total-steps", "4", "--trainer.save-freq", "1", "--trainer.keep-checkpoints", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with DirLock(run3, "a test"):  # a real holder: this process
+        assert DirLock(run3, "the same process").held  # its own lock, taken again
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith(f"error: {run3} is in use by a test (pid {os.getpid()} on {socket.gethostname()}, since ")
+    assert (run3 / "metrics.jsonl").read_bytes() == log and not ck(run3, 4).exists()  # nothing touched
+    holder = subprocess.run([sys.executable, "-c", "import os, sys; from rundir import DirLock; "
+                             "lock = DirLock(sys.argv[1], 'a killed run'); os.kill(os.getpid(), 9)", str(run3)],
+                            cwd=ROOT, env=env)
+    assert holder.returncode == -9 and "a killed run" in (run3 / ".lock").read_text()
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert steps_of(run3) == [1, 2, 3, 4]  # resumed once, each step logged once
