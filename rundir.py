@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def _barrier():
 
 
 _HELD: dict[str, list] = {}  # lock file -> [fd, (st_dev, st_ino), holds]: the locks this process holds
+_STARTED = time.strftime("%Y-%m-%d %H:%M:%S %z")  # ~ when this process started (a lock names its holder by it)
 
 
 class DirLock:
@@ -93,10 +95,10 @@ class DirLock:
             raise ConfigError(f"{directory} is in use by {holder}: two runs in one directory mix their files; wait "
                               "for it to end, or stop it") from None
         import socket
-        import time
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"who": who, "pid": os.getpid(), "host": socket.gethostname(),
-                                  "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}).encode() + b"\n", 0)
+        me = json.dumps({"who": who, "pid": os.getpid(), "host": socket.gethostname(), "started": _STARTED}).encode()
+        if os.pread(fd, 4096, 0) != me + b"\n":  # this process again: the file as it was
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me + b"\n", 0)
         self.held = _HELD[key] = [fd, (st.st_dev, st.st_ino), 1]
 
     def release(self):

@@ -57,7 +57,8 @@ The pipeline, as this file reads top to bottom:
      the task file, init_from adapters). The log is written as sft_loss.jsonl.tmp and summary.json last,
      each renamed into place: summary.json means finished. A rerun into the same <out> with the same
      fingerprint is not run again; one with another is refused (one line naming what differs), so a
-     finished SFT is never overwritten by a different one or truncated by a rerun that fails.
+     finished SFT is never overwritten by a different one or truncated by a rerun that fails. One SFT at
+     a time in an <out> (rundir.DirLock): a second is refused with one line naming the first.
   Every option, and every adapter name (names become directories: [A-Za-z0-9_-], 'critic' reserved;
   a role name in a trajectory file counts), is checked before anything is written.
 
@@ -420,6 +421,8 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
             raise ValueError(f"sft option init_from: {d} is not a PEFT adapter directory (no adapter_config.json)")
 
     # --- done already? the same fingerprint: the same SFT (a rerun, train.py's mode=both resuming) ---
+    from rundir import DirLock, hub_id
+    lock = DirLock(out, "sft.py")  # noqa: F841 (one SFT per --out, from here: released as run_sft returns)
     fp, done = fingerprint(cfg, tc, records, inits), out / "summary.json"
     if done.exists():
         try:
@@ -546,7 +549,6 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
 
     (out / "examples").mkdir(exist_ok=True)
     summary["losses"], summary["adapters"] = {}, {}
-    from rundir import hub_id
     for a in adapters:
         exs = by_adapter.get(a, [])
         if not exs:

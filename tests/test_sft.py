@@ -633,3 +633,20 @@ def test_the_pack_turns_benchmark_runs_and_checks_its_arms_agree():
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
     ratio = float(re.search(r"packed / unpacked: tokens ([0-9.]+)", r.stdout).group(1))
     assert 0 < ratio < 0.7
+
+
+def test_a_second_sft_into_one_out_is_refused_naming_the_first(_tiny_base, tmp_path):
+    """Two sft.py into one --out both ran: a loss log of both runs under a summary that says done. --out is locked
+    (rundir.DirLock): the second is one line naming the holder, and writes nothing."""
+    import subprocess
+    import sys
+    from rundir import DirLock
+    data, out = tmp_path / "t.jsonl", tmp_path / "o"
+    write(data, good_records(_tiny_base[1], short_chat)[:2])
+    with DirLock(out, "another sft.py"):
+        r = subprocess.run([sys.executable, "sft.py", "--data", str(data), "--roles", "generator_initial", "--out",
+                            str(out), "--no-progress"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert r.stderr.startswith(f"error: {out} is in use by another sft.py (pid {os.getpid()} on "), r.stderr
+    assert [p.name for p in out.iterdir()] == [".lock"]  # nothing of the refused run
