@@ -31,6 +31,9 @@ evaluation is greedy already"""
 MAX_THREADS = 1024
 """trainer.threads above this is a typo (torch.set_num_threads(99999) ends in SIGSEGV); session.py
 also caps any request at the machine's cores"""
+MAX_SEED = 2**31 - 1
+"""seeds are at most this: numpy refuses a seed past 2**32 - 1, and seed + epoch, seed + 12345 (eval.py's
+sampling) must stay below that (4294967296 trained an SFT for minutes, then every eval died)"""
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 RESERVED_NAMES = ("critic",)  # GAE's value model wears an adapter of this name (learner.Critic)
 
@@ -499,6 +502,8 @@ class TrainerConfig:
                               ("save_freq", self.save_freq, 0), ("test_freq", self.test_freq, 0),
                               ("max_empty_steps", self.max_empty_steps, 1), ("threads", self.threads, 0),
                               ("adapter_kl_turns", self.adapter_kl_turns, 0)])
+        if not 0 <= self.seed <= MAX_SEED:
+            _bad("trainer.seed", f"must be in [0, {MAX_SEED}], got {self.seed}")
         if self.threads > MAX_THREADS:
             _bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {self.threads}")
         if not 0 <= self.trajectory_sample <= 1:

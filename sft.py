@@ -89,7 +89,7 @@ import torch
 
 import lora
 import trajectories
-from config import MAX_LR, check_name
+from config import MAX_LR, MAX_SEED, check_name
 from model import load_model
 from rewards.calculator import RewardCalculator, TrajectoryError, load_records
 from sft_teachers import (  # noqa: F401 (re-exported: sft.math_teacher, sft.Example, ... keep working)
@@ -298,6 +298,8 @@ def check_options(cfg: SFTConfig):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             bad(name, f"must be an integer >= {lo}")
+    if cfg.seed > MAX_SEED:
+        bad("seed", f"must be at most {MAX_SEED} (config.MAX_SEED)")
     if cfg.rank is not None and (isinstance(cfg.rank, bool) or not isinstance(cfg.rank, int) or cfg.rank < 1):
         bad("rank", "must be an integer >= 1 (or None)")
     if cfg.alpha is not None and not (num(cfg.alpha) and 0 < cfg.alpha < math.inf):

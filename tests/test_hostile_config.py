@@ -36,6 +36,8 @@ def roles(**kw):
     (roles(lr=1e30), r"roles\[0\]\.lr: must be in \(0, 1\.0\]"), (roles(targets=("../x",)), r"roles\[0\]\.targets"),
     (with_("algo", lr=1e30), r"algo\.lr: must be <= 1\.0"), (with_("algo", critic_lr=5.0), r"algo\.critic_lr"),
     (with_("trainer", threads=99999), r"trainer\.threads: must be <= 1024"),
+    (with_("trainer", seed=2**32), r"trainer\.seed: must be in \[0, 2147483647\]"),
+    (with_("trainer", seed=-1), r"trainer\.seed: must be in \[0, 2147483647\], got -1"),
     (with_("data", max_refinement_iterations=-1), r"data\.max_refinement_iterations"),
 ])
 def test_bad_names_and_numbers_name_their_field(cfg, field):

@@ -328,7 +328,7 @@ def test_min_steps_lifts_only_the_adapters_with_few_examples(_tiny_base):
                                           ("grad_clip", float("nan")), ("grad_clip", -1.0), ("warmup_steps", -5),
                                           ("min_reward", float("nan")), ("alpha", float("inf")), ("eval_every", -1),
                                           ("weight_decay", float("inf")), ("teacher_tasks", -2),
-                                          ("min_steps", -1)])
+                                          ("min_steps", -1), ("seed", 2**32)])
 def test_every_number_is_checked_before_anything_is_written(tiny, tmp_path, field, value):
     """lr inf / grad_clip nan saved a NaN adapter and exited 0; warmup -5 and grad_clip -1 trained the
     loss upward."""
