@@ -87,7 +87,9 @@ def pick_threads(requested: int) -> tuple[int, str | None]:
     torch.set_num_threads(99999) ends in SIGSEGV."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    from_env = int(env) if env.isascii() and env.isdigit() and int(env) > 0 else 0  # "²".isdigit() is True
+    digits = env.lstrip("0") if env.isascii() and env.isdigit() else ""  # "²".isdigit() is True
+    # past 9 digits: more threads than any machine has cores (and int() refuses 4301 digits: a ValueError)
+    from_env = 0 if not digits else int(digits) if len(digits) < 10 else cores
     now = None if requested or from_env else busy_cores()
     load = now if now is not None else os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     n = min(cores, requested or from_env or max(1, round(cores - load)))

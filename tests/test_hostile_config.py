@@ -211,3 +211,14 @@ def test_truncated_sampling_is_refused_where_the_engines_logprobs_enter_the_loss
     for ro, al in [(dict(top_p=0.8, top_k=20), {}), (dict(top_p=0.8, engine="vllm"), dict(rollout_is="off")),
                    ({}, dict(rollout_is="on")), ({}, dict(recompute_old_logprobs="never"))]:
         R(BASE, rollout=R(BASE.rollout, **ro), algo=R(BASE.algo, **al)).validate()
+
+
+def test_an_omp_setting_of_thousands_of_digits_is_more_threads_than_cores_not_a_traceback(monkeypatch):
+    """OMP_NUM_THREADS of 4,301+ digits: int() refuses it (ValueError, from deep inside train.py's start). It is a
+    count like 99999: more than the cores, so the cores."""
+    import session
+    monkeypatch.setattr(session.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(session, "busy_cores", lambda: 0.0)
+    for env, want in [("9" * 4301, 2), ("0" * 5000 + "1", 1), ("0" * 5000, 2)]:
+        monkeypatch.setenv("OMP_NUM_THREADS", env)
+        assert session.pick_threads(0)[0] == want, env[:10]
