@@ -17,7 +17,8 @@ voting; a task counts when the voted answer is right (a single agent given the g
 spends). Written per task to majority.jsonl; compare.py reads it as an arm.
 --base switches every adapter off (the reference policy).
 Writes <checkpoint>/eval/results.json (or --out/results.json) and the episodes as trajectory files
-(trajectories.py) next to it; the run's metrics.jsonl is never opened. An --out inside a checkpoint's
+(trajectories.py) next to it; the run's metrics.jsonl is never opened. An eval replaces the files of an
+earlier one in its folder (none of them stays: compare.py read a stale majority.jsonl), results.json last. An --out inside a checkpoint's
 own files (its root, adapters/, tokenizer/, ...) is refused: a results.json among the adapters makes
 the checkpoint unusable; a new folder in it (eval/, eval_maj/) is fine.
 A bad argument (a count below its minimum, a non-finite threshold, a missing config or data file, a
@@ -41,11 +42,12 @@ import numpy as np
 
 import collectives
 import session
+import trajectories
 from config import ConfigError, load_config_file
 from data.math_data import DataError
 from rollout import RoleSpec
 from rundir import checkpoint_config
-from workflows import load_data
+from workflows import check_names, check_roles, load_data
 
 # what save_checkpoint writes into step_N (besides what its manifest lists): an --out must not land there
 CHECKPOINT_OWNS = ("adapters", "tokenizer", "config.json", "trainer_state.pt", "manifest.json")
@@ -153,6 +155,8 @@ def main(argv=None) -> dict:
             trainer=dataclasses.replace(cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none",
                                         eval_only=bool(ckpt and not args.base), logger=("console",), resume_if_changed=True))
         cfg.validate()
+        check_names(cfg)  # the workflow's own checks, as train.py makes them (an unknown env keyword: one line)
+        check_roles(cfg)
         _, tasks = load_data(cfg)
     except (ConfigError, DataError, FileNotFoundError, TypeError) as e:  # --config, --data: one line, not a traceback
         msg = " ".join(str(e).split())
@@ -166,6 +170,9 @@ def main(argv=None) -> dict:
     samples, eps = session.episodes(run.engine, run.tok, cfg, mine, ids, specs, 1)
     results = {"checkpoint": str(ckpt) if ckpt else None, "base": args.base, "step": run.step, "tasks": len(tasks),
                "data": cfg.data.val_files, **session.eval_metrics(run, samples, eps, "greedy")}
+    if collectives.rank() == 0:  # this eval replaces an earlier one in `out`: none of its files may stay (compare.py
+        for f in ("results.json", "majority.jsonl", "sampled.jsonl"):  # scored an arm by a stale majority.jsonl);
+            (out / f).unlink(missing_ok=True)  # results.json, written last, says the eval finished
     session.save_trajectories(run, eps, out / "greedy.jsonl", "eval_greedy", 1.0)
     k = max(args.n_samples, args.maj_k)
     if k:
@@ -184,11 +191,11 @@ def main(argv=None) -> dict:
                             "maj_k": args.maj_k, "generations_per_task": float(np.mean([r["generations"] for r in rows]))})
             if collectives.rank() == 0:
                 out.mkdir(parents=True, exist_ok=True)
-                (out / "majority.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+                trajectories.write(out / "majority.jsonl", rows)
         session.save_trajectories(run, seps, out / "sampled.jsonl", "eval_sampled", 1.0)
     if collectives.rank() == 0:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
+        trajectories.write_text(out / "results.json", json.dumps(results, indent=1))
         print(json.dumps({k: v for k, v in results.items() if "/reward/" in k or "@" in k or k.endswith("team_reward")},
                          indent=1))
         print(f"results: {out / 'results.json'}")

@@ -18,9 +18,10 @@ import dataclasses
 from pathlib import Path
 
 import session
-from config import load_config_file
+from config import ConfigError, load_config_file
 from rollout import RoleSpec
 from rundir import checkpoint_config
+from workflows import check_names, check_roles
 
 
 def main(argv=None):
@@ -37,11 +38,17 @@ def main(argv=None):
         p.error("give --checkpoint, or --config with --base")
     ckpt = Path(args.checkpoint) if args.checkpoint else None
     ckpt_cfg = checkpoint_config(ckpt) if ckpt else None  # checked as resume checks it; one line if bad
-    cfg = load_config_file(args.config) if args.config else ckpt_cfg
-    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, progress=False), trainer=dataclasses.replace(
-        cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none", eval_only=bool(ckpt and not args.base),
-        logger=("console",)))
-    cfg.validate()
+    try:
+        cfg = load_config_file(args.config) if args.config else ckpt_cfg
+        R = dataclasses.replace
+        cfg = R(cfg, rollout=R(cfg.rollout, progress=False), trainer=R(
+            cfg.trainer, resume=str(ckpt) if ckpt and not args.base else "none", eval_only=bool(ckpt and not args.base),
+            logger=("console",)))
+        cfg.validate()
+        check_names(cfg)  # the workflow's own checks, as train.py makes them (an unknown env keyword: one line)
+        check_roles(cfg)
+    except (ConfigError, FileNotFoundError, TypeError) as e:  # --config: one line, not a traceback
+        raise SystemExit(f"error: {' '.join(str(e).split())}") from None
     run, _ = session.build(cfg, ckpt if not args.base else None, train=False)
     specs = session.role_specs(cfg, args.seed if args.sample else None, greedy=not args.sample)
     if args.base:

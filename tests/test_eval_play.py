@@ -218,3 +218,32 @@ def test_push_to_hub_uploads_a_peft_adapter_with_a_card_and_fails_clearly_offlin
     assert r.returncode != 0 and "could not push adapter 'generator_initial' to the hub repo 'me/team-generator_initial'" in r.stderr, r.stderr[-2000:]
     assert (tmp_path / "x" / "generator_initial" / "config.json").exists()
     assert (tmp_path / "x" / "hub" / "generator_initial" / "README.md").exists()
+
+
+def test_an_eval_into_a_used_folder_keeps_no_file_of_the_earlier_one(trained, tmp_path):
+    """A greedy eval into the folder of an earlier --maj-k eval left its majority.jsonl and sampled.jsonl, and
+    compare.py scored the arm by them (a maj@? row for an eval of other data)."""
+    import compare
+    ck, out = str(trained / "checkpoints" / "step_000002"), tmp_path / "ev"
+    troupe_eval.main(["--checkpoint", ck, "--maj-k", "2", "--limit", "2", "--out", str(out)])
+    assert (out / "majority.jsonl").exists() and (out / "sampled.jsonl").exists()
+    troupe_eval.main(["--checkpoint", ck, "--limit", "1", "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == ["greedy.jsonl", "results.json"]
+    (row,) = compare.main([str(out)])
+    assert row["run"] == f"{out} (greedy)" and row["n"] == 1
+
+
+def test_eval_and_play_check_the_env_kwargs_as_train_does(tmp_path):
+    """eval.py and play.py skipped the workflow checks train.py makes (workflows.check_names / check_roles): an
+    unknown env keyword was a traceback from inside the rollout. Each is one line naming the field, before any model."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import dataclasses\nfrom config import load_config_file\n"
+                   f"c = load_config_file({CFG!r})\n"
+                   "config = dataclasses.replace(c, data=dataclasses.replace(c.data, env_kwargs={'no_such_knob': 1}))\n")
+    want = r"^error: config field data\.env_kwargs: workflow 'math_3agent' refused \{'no_such_knob': 1\}"
+    for call in (lambda: troupe_eval.main(["--config", str(bad), "--base", "--limit", "1", "--out", str(tmp_path / "e")]),
+                 lambda: play.main(["What is 2 + 2?", "--config", str(bad), "--base"])):
+        with pytest.raises(SystemExit, match=want) as e:
+            call()
+        assert "\n" not in str(e.value.code)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]
