@@ -51,13 +51,21 @@ def episode_record(ep, tok, split: str, step: int) -> dict:
 
 
 def write(path, records: list[dict]):
+    write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in records))
+
+
+def write_text(path, text: str):
+    """`text` into `path` whole or not at all (a temp file, then a rename): a kill or a full disk mid-write
+    leaves the old file (or none), never a torn one. Trajectory files, recipes.py's markers and summary."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(r, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class TrajectoryError(ValueError):
