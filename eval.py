@@ -18,9 +18,10 @@ spends). Written per task to majority.jsonl; compare.py reads it as an arm.
 --base switches every adapter off (the reference policy).
 Writes <checkpoint>/eval/results.json (or --out/results.json) and the episodes as trajectory files
 (trajectories.py) next to it; the run's metrics.jsonl is never opened. An eval replaces the files of an
-earlier one in its folder (none of them stays: compare.py read a stale majority.jsonl), results.json last. An --out inside a checkpoint's
-own files (its root, adapters/, tokenizer/, ...) is refused: a results.json among the adapters makes
-the checkpoint unusable; a new folder in it (eval/, eval_maj/) is fine.
+earlier one in its folder (none of them stays: compare.py read a stale majority.jsonl), results.json
+last. An --out inside a checkpoint's own files (its root, adapters/, tokenizer/, ...) is refused
+(rundir.check_out): a results.json among the adapters makes the checkpoint unusable; a new folder in
+it (eval/, eval_maj/) is fine, and checkpoint rotation keeps it.
 A bad argument (a count below its minimum, a non-finite threshold, a missing config or data file, a
 bad checkpoint) ends the program with one line before any model loads, never a traceback.
 """
@@ -34,7 +35,6 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,42 +46,11 @@ import trajectories
 from config import ConfigError, load_config_file
 from data.math_data import DataError
 from rollout import RoleSpec
-from rundir import checkpoint_config
+from rundir import check_out, checkpoint_config
 from workflows import check_names, check_roles, load_data
-
-# what save_checkpoint writes into step_N (besides what its manifest lists): an --out must not land there
-CHECKPOINT_OWNS = ("adapters", "tokenizer", "config.json", "trainer_state.pt", "manifest.json")
-
 
 def fail(msg: str):
     raise SystemExit(f"error: {msg}")
-
-
-def check_out(out: Path, flag: str = "--out"):
-    """One line unless `out` can hold eval.py's files without harming anything: not an existing file,
-    under a folder (not a file), and not the root of a checkpoint nor inside what the checkpoint owns."""
-    if out.exists() and not out.is_dir():
-        fail(f"{flag} {out} is a file, not a directory")
-    up = next(a for a in [out, *out.parents] if a.exists())
-    if not up.is_dir():
-        fail(f"{flag} {out}: {up} is a file, not a directory")
-    try:
-        real = out.resolve()
-    except (OSError, RuntimeError) as e:  # a symlink loop
-        fail(f"{flag} {out}: {e}")
-    for ck in [real, *real.parents]:
-        if not ((ck / "manifest.json").is_file() or (re.fullmatch(r"step_\d+(\.tmp)?", ck.name)
-                                                     and ck.parent.name == "checkpoints")):
-            continue
-        owns = set(CHECKPOINT_OWNS)
-        try:
-            owns |= {f.split("/")[0] for f in json.loads((ck / "manifest.json").read_text())["files"]}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass  # no or a bad manifest: the fixed names still hold
-        rel = real.relative_to(ck).parts
-        if not rel or rel[0] in owns or rel[0].startswith("rng_rank"):
-            fail(f"{flag} {out} is inside the checkpoint {ck}" + (f" (its {rel[0]})" if rel else "") + ": eval.py's files "
-                 "there would make it unusable; use a new folder in it (the default <checkpoint>/eval) or outside it")
 
 
 def sampled_scores(cfg, eps, threshold: float) -> dict:

@@ -3,7 +3,8 @@
     python export.py --checkpoint runs/X/checkpoints/step_000024 --out exported/
     python export.py --checkpoint ... --out exported/ --adapter generator_initial
 
-Each `<out>/<adapter>/` holds the base weights with that adapter merged in, the config and the
+An --out that is a file, under one, or inside a checkpoint's own files, and an --adapter the checkpoint does
+not have, are one line before anything loads. Each `<out>/<adapter>/` holds the base weights with that adapter merged in, the config and the
 tokenizer (chat template included): `AutoModelForCausalLM.from_pretrained(dir)` and vLLM load it
 with no troupe code. The PEFT adapters themselves are in the checkpoint's `adapters/<name>/`
 (`peft.PeftModel.from_pretrained(base, dir)` loads them). Nothing is merged in place.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import lora
 from model import load_model
-from rundir import checkpoint_config
+from rundir import check_out, checkpoint_config
 
 
 def hub_folder(checkpoint, name: str, out) -> Path:
@@ -68,9 +69,13 @@ def push_to_hub(checkpoint, out, prefix: str, adapters=None) -> list[str]:
 
 def export(checkpoint, out, adapters=None) -> list[Path]:
     checkpoint, out = Path(checkpoint), Path(out)
+    check_out(out)  # not a file, nor under one, nor inside a checkpoint's own files: one line
     cfg = checkpoint_config(checkpoint)  # checked as resume checks it (a NaN adapter is refused); one line if bad
+    have = sorted(p.name for p in (checkpoint / "adapters").iterdir() if p.is_dir())
+    if unknown := [a for a in adapters or () if a not in have]:  # '../x' would read and write outside
+        raise SystemExit(f"error: --adapter {unknown[0][:80]!r}: {checkpoint} has no such adapter (it has {have})")
     model, tok = load_model(cfg.model.spec, cfg.model.dtype, "cpu", seed=cfg.trainer.seed)
-    names = adapters or sorted(p.name for p in (checkpoint / "adapters").iterdir() if p.is_dir())
+    names = adapters or have
     for name in names:
         lora.load_adapter(model, name, checkpoint / "adapters" / name)
     written = []

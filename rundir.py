@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import time
 import uuid
@@ -268,6 +269,46 @@ def checkpoint_config(ckpt) -> Config:
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OSError) as e:
             why = f"{ckpt / 'config.json'} is not a config ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
     raise SystemExit(f"error: {ckpt} cannot be loaded: {why}")
+
+
+# what save_checkpoint writes into step_N besides what its manifest lists (and rng_rank*.pt): the checkpoint's own
+CHECKPOINT_OWNS = ("adapters", "tokenizer", "config.json", "trainer_state.pt", "manifest.json")
+
+
+def checkpoint_owns(ckpt: Path) -> set[str]:
+    """The names in `ckpt` that are the checkpoint's (a folder eval.py made in it, eval/, is not)."""
+    owns = set(CHECKPOINT_OWNS) | {p.name for p in ckpt.glob("rng_rank*")}
+    try:
+        owns |= {f.split("/")[0] for f in json.loads((ckpt / "manifest.json").read_text())["files"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # no or a bad manifest: the fixed names still hold
+    return owns
+
+
+def check_out(out: Path, flag: str = "--out"):
+    """For eval.py's and export.py's output folder: one line (SystemExit) unless `out` can hold files without
+    harming anything: not an existing file, under a folder (not a file), and not the root of a checkpoint nor
+    inside what the checkpoint owns."""
+    def fail(msg):
+        raise SystemExit(f"error: {flag} {out}{msg}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        fail(" is a file, not a directory")
+    up = next(a for a in [out, *out.parents] if a.exists())
+    if not up.is_dir():
+        fail(f": {up} is a file, not a directory")
+    try:
+        real = out.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        fail(f": {e}")
+    for ck in [real, *real.parents]:
+        if not ((ck / "manifest.json").is_file() or (re.fullmatch(r"step_\d+(\.tmp)?", ck.name)
+                                                     and ck.parent.name == "checkpoints")):
+            continue
+        rel = real.relative_to(ck).parts
+        if not rel or rel[0] in checkpoint_owns(ck) or rel[0].startswith("rng_rank"):
+            fail(f" is inside the checkpoint {ck}" + (f" (its {rel[0]})" if rel else "") + ": files there would make "
+                 "it unusable; use a new folder in it (eval.py's default <checkpoint>/eval) or outside it")
 
 
 def load_checkpoint(run, ckpt: Path):

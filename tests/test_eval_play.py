@@ -247,3 +247,23 @@ def test_eval_and_play_check_the_env_kwargs_as_train_does(tmp_path):
             call()
         assert "\n" not in str(e.value.code)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.py"]
+
+
+def test_export_refuses_an_out_that_is_a_file_and_an_adapter_it_does_not_have(trained, tmp_path):
+    """export.py --out a file (or a path under one) was a traceback after the model loaded; --adapter ../x read
+    <checkpoint>/adapters/../x and wrote <out>/../x. Each is one line, and nothing is written."""
+    import subprocess
+    import sys
+    ck = trained / "checkpoints" / "step_000002"
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    cases = [(["--out", str(f)], f"error: --out {f} is a file, not a directory"),
+             (["--out", str(f / "sub")], f"error: --out {f / 'sub'}: {f} is a file, not a directory"),
+             (["--out", str(tmp_path / "ex"), "--adapter", "../x"], f"error: --adapter '../x': {ck} has no such adapter"),
+             (["--out", str(ck / "adapters")], f"error: --out {ck / 'adapters'} is inside the checkpoint {ck} (its adapters)")]
+    for args, want in cases:
+        r = subprocess.run([sys.executable, "export.py", "--checkpoint", str(ck), *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300, check=False)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+        assert r.stderr.startswith(want), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] and f.read_text() == "x"
