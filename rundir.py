@@ -11,8 +11,10 @@
     runs/X/checkpoints/step_N/manifest.json      written last: every file's size and sha256
 
 A checkpoint is written into step_N.tmp, its manifest last, and renamed when complete, so a crash
-mid-save leaves the previous one intact. resume=auto takes the newest checkpoint whose manifest,
-sizes, checksums, states and (finite) adapters all check out, and says which it skipped and why;
+mid-save leaves the previous one intact; rotation (keep_checkpoints) deletes an old checkpoint's own
+files and keeps what else its folder holds (eval.py's <checkpoint>/eval). resume=auto takes the newest
+checkpoint whose manifest, sizes, checksums, states and (finite) adapters all check out, and says which
+it skipped and why;
 eval.py, play.py and export.py load a checkpoint through the same checks (checkpoint_config), so a
 bad file is one line naming it there too. Every rank calls save/load (gathering FSDP shards is a collective);
 rank 0 writes the shared files. Loading the adapters happens before sharding (load_adapters),
@@ -205,8 +207,26 @@ def save_checkpoint(run, out: Path):
             shutil.rmtree(final)
         os.replace(tmp, final)
         for old in ckpt_dirs(out)[:-run.cfg.trainer.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_checkpoint(old)
     _barrier()
+
+
+def remove_checkpoint(ckpt: Path):
+    """Rotation: delete what the checkpoint owns, its manifest first (a rotation cut short leaves no checkpoint
+    that looks whole), and keep whatever else its folder holds: eval.py's default <checkpoint>/eval results,
+    train.py --trainer.eval-only's eval_metrics.json. The folder goes once empty."""
+    owns = checkpoint_owns(ckpt)
+    (ckpt / "manifest.json").unlink(missing_ok=True)
+    for name in sorted(owns):
+        p = ckpt / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    try:
+        ckpt.rmdir()
+    except OSError:  # not empty: results written into it stay
+        pass
 
 
 def hub_id(spec: str) -> str:

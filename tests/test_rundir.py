@@ -246,3 +246,21 @@ def test_a_run_directory_in_use_is_refused_with_its_holder_and_a_dead_holder_blo
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert steps_of(run3) == [1, 2, 3, 4]  # resumed once, each step logged once
+
+
+def test_checkpoint_rotation_keeps_the_eval_results_written_into_a_checkpoint(run3):
+    """Rotation rmtree'd the whole step_N folder, eval.py's default <checkpoint>/eval results with it. It deletes
+    what the checkpoint owns (its manifest first) and keeps the rest; the folder left is no checkpoint."""
+    import eval as eval_
+    from rundir import check_checkpoint
+    eval_.main(["--checkpoint", str(ck(run3, 1)), "--limit", "2"])
+    (ck(run3, 2) / "eval_metrics.json").write_text("{}")  # what train.py --trainer.eval-only writes there
+    results = (ck(run3, 1) / "eval" / "results.json").read_bytes()
+    train.main(cfg_for(run3, total_steps=4, keep_checkpoints=2))  # rotates steps 1 and 2 out
+    assert (ck(run3, 1) / "eval" / "results.json").read_bytes() == results
+    assert sorted(p.name for p in ck(run3, 1).iterdir()) == ["eval"]
+    assert sorted(p.name for p in ck(run3, 2).iterdir()) == ["eval_metrics.json"]
+    assert "manifest.json is missing" in check_checkpoint(ck(run3, 2))
+    assert check_checkpoint(ck(run3, 3)) is None and check_checkpoint(ck(run3, 4)) is None
+    train.main(cfg_for(run3, total_steps=5, keep_checkpoints=2))  # and rotation goes on past the folders left
+    assert not ck(run3, 3).exists() and check_checkpoint(ck(run3, 5)) is None and steps_of(run3) == [1, 2, 3, 4, 5]
