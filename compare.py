@@ -48,6 +48,7 @@ from pathlib import Path
 
 import trajectories
 from config import ConfigError, from_dict
+from envs import play_replies
 from workflows import workflow
 
 
@@ -194,9 +195,7 @@ def replay(records: list[tuple[str, dict]], make_env, env_name: str) -> list[dic
     for where, r in records:
         try:
             env = make_env()
-            env.reset(r["task"])
-            for t in r["turns"]:
-                env.step(t["reply"])
+            play_replies(env, r["task"], [t["reply"] for t in r["turns"]])  # a set handed out at once: its replies
             got_rewards, metrics = list(env.turn_rewards()), env.metrics()
         except Exception as e:  # the env's own code on a task it was not made for: name the episode, not a traceback
             fail(f"{where}: the episode does not replay through the {env_name} workflow ({type(e).__name__}: "

@@ -12,11 +12,13 @@ so `from rollout import TorchEngine` keeps working.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import time
 from dataclasses import dataclass, field
 
+import chat
 from engines import SUPPORTED, Request, Result, SamplingParams, TorchEngine  # noqa: F401 (re-exported)
 from vllm_engine import VLLMEngine  # noqa: F401 (re-exported; vLLM itself is imported only when one is built)
 from envs import Prompt, Turn  # noqa: F401  (re-exported: what an env hands the driver; Turn = its old name)
@@ -73,7 +75,7 @@ class Episode:
     truncated: bool = False
     error: str | None = None  # the env raised: the episode ended there and earns 0
     task: dict | None = None
-    fork_of: tuple[int, int] | None = None  # ReMax baseline fork: (episode id, turn) it replays greedily
+    fork_of: tuple[int, int, int] | None = None  # ReMax baseline fork: (episode id, first turn, turns) it replays greedily
 
     @property
     def steps(self) -> list[Sample]:  # the old name of `samples`
@@ -88,41 +90,48 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
                  seed_ids: list[int] | None = None, baseline_roles: dict[str, RoleSpec] | None = None):
     """Roll out len(tasks) x num_chains episodes; returns (samples, episodes).
 
-    Each round: every live episode's pending turn becomes one request (its role's adapter and
-    sampling), all in ONE engine.generate call; replies go back through env.step. An episode
-    ends when the env says so, after max_turns model turns, or when a prompt would not fit in
-    max_model_len (then it is marked truncated). Rewards come from env.turn_rewards() at the end.
-    An env that raises (on reset, a reply, or its rewards) ends that episode with reward 0 on every
-    turn and `Episode.error` set; the other episodes go on.
+    Each round: every live episode's pending turns (one Prompt, or the several independent ones an env
+    hands out at once) become requests (each with its role's adapter and sampling), all in ONE
+    engine.generate call; replies go back through env.step (a list of replies for a list of prompts). An
+    episode ends when the env says so, when its next turns would pass max_turns model turns, or when a
+    prompt would not fit in max_model_len (then it is marked truncated). Rewards come from
+    env.turn_rewards() at the end. An env that raises (on reset, a reply, or its rewards) ends that
+    episode with reward 0 on every turn and `Episode.error` set; the other episodes go on.
+    A prompt that continues an earlier turn of its episode (that turn's messages + its reply verbatim as an
+    assistant message + new messages) is that turn's prompt ids + the ids the engine sampled + the chat
+    template's delta (chat.continue_ids): token for token, never a re-encode of the reply.
     Seeded sampling gives episode (task t, chain c) the stream seed + f(seed_ids[t] * num_chains + c,
-    turn): pass global task ids as seed_ids and a task samples the same on any rank and in any batch.
+    turn): pass global task ids as seed_ids and a task samples the same on any rank and in any batch. The
+    turns of a set handed out at once are numbered in the set's order, as if handed out one by one.
 
-    baseline_roles (ReMax): at every sampled turn the env is copied (env.fork() if it has one, else
-    copy.deepcopy) and the copy is played on with these (greedy) specs from that turn on; the
-    reward the copy's env gives its turn is the sampled turn's baseline, `step.baseline`.
-    The copies ride in the same engine calls as the sampled episodes.
+    baseline_roles (ReMax): at every sampled turn (or set) the env is copied (env.fork() if it has one,
+    else copy.deepcopy) and the copy is played on with these (greedy) specs from there on; the reward the
+    copy's env gives a turn is the sampled turn's baseline, `sample.baseline`. The copies ride in the
+    same engine calls as the sampled episodes.
     """
-    import copy
-
-    episodes, pending, seed_of = [], {}, {}
+    episodes, pending, seed_of, said = [], {}, {}, {}  # said: episode -> its turns so far, for continuations
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
 
     def fail(ep, e):
         ep.error = f"{type(e).__name__}: {e}"[:500]
         pending.pop(ep.episode_id, None)
 
+    def hand(ep, call):  # the env's next prompt(s) -> pending, or the episode ends (done, or the env raised)
+        try:
+            nxt = call()
+        except Exception as e:  # a bad task or a buggy env costs one episode, not the run
+            return fail(ep, e)
+        if nxt is None or (isinstance(nxt, list) and not nxt):
+            pending.pop(ep.episode_id, None)
+        else:
+            pending[ep.episode_id] = (nxt if isinstance(nxt, list) else [nxt], isinstance(nxt, list))
+
     for t, task in enumerate(tasks):
         for c in range(num_chains):
             ep = Episode(len(episodes), t, make_env(), task=task)
-            seed_of[ep.episode_id] = seed_ids[t] * num_chains + c
+            seed_of[ep.episode_id], said[ep.episode_id] = seed_ids[t] * num_chains + c, []
             episodes.append(ep)
-            try:
-                turn = ep.env.reset(task)
-            except Exception as e:  # a bad task or a buggy env costs one episode, not the run
-                fail(ep, e)
-                continue
-            if turn is not None:
-                pending[ep.episode_id] = turn
+            hand(ep, lambda: ep.env.reset(task))
     n_main = len(episodes)
     bar, tick, n_turns, n_tok, rnd = None, None, 0, 0, 0
     if progress and "progress" in inspect.signature(engine.generate).parameters:  # episodes done, and inside each engine call its decode steps with an ETA: a batched call
@@ -135,51 +144,50 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
             bar.set_postfix_str(f"round {rnd}: {len(reqs)} turns, token {min(done, total)}/{total}, ETA {eta:.0f}s | "
                                 f"{n_turns} turns, {n_tok} tokens done", refresh=True)
     while pending:
-        ids, reqs = [], []
-        for eid, turn in list(pending.items()):
+        slots, reqs = [], []  # slots[i]: (episode id, the Prompt) of reqs[i]
+        for eid, (prompts, _) in list(pending.items()):
             ep = episodes[eid]
-            if turn.role not in roles:
-                raise KeyError(f"env asked for role {turn.role!r}; configured roles are {sorted(roles)}")
-            spec = (baseline_roles if ep.fork_of else roles)[turn.role]
-            p = _chat_ids(tokenizer, turn.messages)
-            if len(ep.samples) >= max_turns or (max_model_len is not None and
-                                              len(p) + spec.sampling.max_new_tokens > max_model_len):
+            for p in prompts:
+                if p.role not in roles:
+                    raise KeyError(f"env asked for role {p.role!r}; configured roles are {sorted(roles)}")
+            specs = [(baseline_roles if ep.fork_of else roles)[p.role] for p in prompts]
+            ids = [prompt_ids(tokenizer, p.messages, said[eid]) for p in prompts]
+            if len(ep.samples) + len(prompts) > max_turns or (max_model_len is not None and any(
+                    len(x) + s.sampling.max_new_tokens > max_model_len for x, s in zip(ids, specs))):
                 ep.truncated = True
                 del pending[eid]
                 continue
-            sp = spec.sampling
-            if sp.seed is not None:  # distinct but reproducible stream per episode and turn
-                sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(ep.samples)) % 2**63)
-            if baseline_roles is not None and ep.fork_of is None:  # ReMax: a greedy twin from this turn on
+            if baseline_roles is not None and ep.fork_of is None:  # ReMax: a greedy twin from these turns on
                 twin = Episode(len(episodes), ep.task_id, ep.env.fork() if hasattr(ep.env, "fork")
                                else copy.deepcopy(ep.env), samples=[dataclasses.replace(x) for x in ep.samples],
-                               fork_of=(eid, len(ep.samples)))
-                seed_of[twin.episode_id] = seed_of[eid]
+                               fork_of=(eid, len(ep.samples), len(prompts)))
+                seed_of[twin.episode_id], said[twin.episode_id] = seed_of[eid], list(said[eid])
                 episodes.append(twin)
-                pending[twin.episode_id] = turn
-                bspec = baseline_roles[turn.role]
-                ids.append(twin.episode_id)
-                reqs.append(Request(p, bspec.adapter, bspec.sampling))
-            ids.append(eid)
-            reqs.append(Request(p, spec.adapter, sp))
+                pending[twin.episode_id] = pending[eid]
+                slots += [(twin.episode_id, p) for p in prompts]
+                reqs += [Request(x, baseline_roles[p.role].adapter, baseline_roles[p.role].sampling)
+                         for x, p in zip(ids, prompts)]
+            for j, (x, p, spec) in enumerate(zip(ids, prompts, specs)):
+                sp = spec.sampling
+                if sp.seed is not None:  # distinct but reproducible stream per episode and turn
+                    sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(ep.samples) + j) % 2**63)
+                slots.append((eid, p))
+                reqs.append(Request(x, spec.adapter, sp))
         rnd, call_t0 = rnd + 1, time.perf_counter()
         results = (engine.generate(reqs, progress=tick) if tick else engine.generate(reqs)) if reqs else []
         n_turns, n_tok = n_turns + len(results), n_tok + sum(len(r.completion_ids) for r in results)
-        for eid, req, res in zip(ids, reqs, results):
+        replies = {}  # episode -> its replies this round, in its prompts' order
+        for (eid, p), req, res in zip(slots, reqs, results):
             ep = episodes[eid]
-            role, key = pending[eid].role, getattr(pending[eid], "key", None)
-            key = sum(x.role == role for x in ep.samples) if key is None else key
-            ep.samples.append(Sample(eid, ep.task_id, role, len(ep.samples), req.prompt_ids, res.completion_ids,
-                                 res.logprobs, finish_reason=res.finish_reason, text=res.text, key=key))
-            try:
-                nxt = ep.env.step(res.text)
-            except Exception as e:
-                fail(ep, e)
-                continue
-            if nxt is None:
-                del pending[eid]
-            else:
-                pending[eid] = nxt
+            key = getattr(p, "key", None)
+            key = sum(x.role == p.role for x in ep.samples) if key is None else key
+            ep.samples.append(Sample(eid, ep.task_id, p.role, len(ep.samples), req.prompt_ids, res.completion_ids,
+                                     res.logprobs, finish_reason=res.finish_reason, text=res.text, key=key))
+            said[eid].append((p.messages, req.prompt_ids, res.completion_ids, res.text))
+            replies.setdefault(eid, []).append(res.text)
+        for eid, texts in replies.items():
+            many = pending[eid][1]
+            hand(episodes[eid], lambda: episodes[eid].env.step(texts if many else texts[0]))
         if bar is not None:
             bar.n = n_main - sum(1 for e in pending if e < n_main)
             bar.refresh()
@@ -187,11 +195,22 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
         bar.close()
     for ep in episodes:
         _finish(ep)
-        if ep.fork_of is not None:  # report the greedy reply's reward to the turn it replays
-            eid, k = ep.fork_of
-            episodes[eid].samples[k].baseline = ep.samples[k].reward
+        if ep.fork_of is not None:  # report the greedy replies' rewards to the turns they replay
+            eid, k, n = ep.fork_of
+            for i in range(k, k + n):
+                episodes[eid].samples[i].baseline = ep.samples[i].reward
     main = episodes[:n_main]
     return [s for ep in main for s in ep.samples], main
+
+
+def prompt_ids(tokenizer, messages: list[dict], earlier: list[tuple]) -> list[int]:
+    """A prompt's ids: the continuation of the latest earlier turn of its episode that it continues (chat.
+    continue_ids: that turn's prompt ids + its sampled ids + the template's delta), else the whole prompt
+    encoded (chat.chat_ids). earlier: (messages, prompt ids, completion ids, reply text) per turn."""
+    for prev, ids, completion, text in sorted(earlier, key=lambda t: -len(t[0])):  # the longest conversation first
+        if len(prev) < len(messages) and (out := chat.continue_ids(tokenizer, prev, ids, completion, text, messages)):
+            return out
+    return chat.chat_ids(tokenizer, messages)
 
 
 def _finish(ep: Episode):
@@ -217,25 +236,28 @@ def _finish(ep: Episode):
 
 
 def merge_turns(samples: list[Sample]) -> list[Sample]:
-    """Merge the turns of one role in one episode into a single training sequence, when possible.
+    """Merge the turns of one role in one episode into training sequences, where they extend one another.
 
-    A turn is merged into the same role's previous turn of the same episode (other roles may have
-    spoken in between) when its prompt starts with that turn's prompt + completion: the chat
-    template re-rendered the history token for token. The tokens in between (tool observations,
-    other roles' turns, template tokens) join the completion with loss mask 0 and logprob 0; the
-    merged step keeps the later turn's reward (and ReMax baseline). Turns that do not extend (a
-    template that rewrites history, role prompts that differ turn by turn, a reply that
-    re-tokenises differently) stay separate steps: `merged_turns` counts what was merged. Every
-    step returned is a new Sample whose `parts` are the episode's turns it joined: the learner
-    writes its mean advantage back to them, which is what the trajectory files show.
+    A turn is merged into an earlier merged sequence of the same role and episode (other roles may have
+    spoken in between; several sequences may be open, e.g. researchers working sub-questions side by side)
+    when its prompt starts with that sequence's tokens (prompt + completion): its conversation continued
+    token for token (chat.continue_ids). The tokens in between (tool observations, other roles' turns,
+    template tokens) join the completion with loss mask 0 and logprob 0; the merged step keeps the later
+    turn's reward (and ReMax baseline). Turns that do not extend (a template that rewrites history, role
+    prompts that differ turn by turn) stay separate steps: `merged_turns` counts what was merged. Every
+    step returned is a new Sample whose `parts` are the episode's turns it joined: the learner writes its
+    mean advantage back to them, which is what the trajectory files show.
     """
     out: list[Sample] = []
-    last: dict[tuple[int, str], Sample] = {}  # (episode, role) -> that role's latest merged step
+    open_: dict[tuple[int, str], list[Sample]] = {}  # (episode, role) -> that role's merged sequences so far
     for s in samples:
-        cur = last.get((s.episode_id, s.role))
-        full = cur.prompt_ids + cur.completion_ids if cur else None
-        if cur is not None and len(s.prompt_ids) >= len(full) and s.prompt_ids[:len(full)] == full:
-            gap = s.prompt_ids[len(full):]
+        fits = [c for c in open_.get((s.episode_id, s.role), ())
+                if len(s.prompt_ids) >= len(c.prompt_ids) + len(c.completion_ids)
+                and s.prompt_ids[:len(c.prompt_ids)] == c.prompt_ids
+                and s.prompt_ids[len(c.prompt_ids):len(c.prompt_ids) + len(c.completion_ids)] == c.completion_ids]
+        if fits:
+            cur = max(fits, key=lambda c: len(c.prompt_ids) + len(c.completion_ids))
+            gap = s.prompt_ids[len(cur.prompt_ids) + len(cur.completion_ids):]
             cur.loss_mask = ((cur.loss_mask or [1] * len(cur.completion_ids)) + [0] * len(gap)
                              + (s.loss_mask or [1] * len(s.completion_ids)))
             cur.parts.append(s)
@@ -249,10 +271,6 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
             continue
         new = dataclasses.replace(s, info=dict(s.info), loss_mask=None if s.loss_mask is None else list(s.loss_mask),
                                   parts=[s])
-        last[(s.episode_id, s.role)] = new
+        open_.setdefault((s.episode_id, s.role), []).append(new)
         out.append(new)
     return out
-
-
-def _chat_ids(tokenizer, messages) -> list[int]:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)

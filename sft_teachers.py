@@ -23,6 +23,7 @@ from pathlib import Path
 
 from agents.math_team import (blind_messages, build_messages, check_line, digit_check_line, digit_consistent,
                               digit_verdict, whole)
+from envs import play_replies
 from rewards.math import _last_boxed, extract_answer, math_reward
 
 GENERATORS = ("generator_initial", "generator_refinement", "solver")
@@ -223,12 +224,7 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
     def play(task, method, source, skip):
         env = make_env()  # the env's own method when it has one: it knows its env_kwargs (corpus, budgets, style)
         fn = getattr(env, method, None) or getattr(module, method)
-        turn, seen = env.reset(task), []
-        for reply in fn(task) or ():
-            if turn is None:
-                break
-            seen.append((turn, reply))
-            turn = env.step(reply)
+        seen = play_replies(env, task, fn(task) or ())
         for k, ((t, reply), r) in enumerate(zip(seen, env.turn_rewards())):
             if k < skip:
                 counts[f"teacher:mistake/{t.role}"] += 1

@@ -10,9 +10,15 @@ The env class (one instance per episode, built with data.env_kwargs as keyword a
                                           config's roles before any model loads)
   __init__(**env_kwargs)                  required. Validate every kwarg here, one ValueError naming it:
                                           workflows.check_roles builds one env before the model loads
-  reset(task) -> Prompt | None            required. Whose turn and what it sees
-  step(reply_text) -> Prompt | None       required. The next turn's prompt, or None when the episode is done.
-                                          The reply is hostile text: parse it in linear time, never raise
+  reset(task) -> Prompt | list | None     required. Whose turn and what it sees
+  step(reply_text) -> Prompt | list | None   required. The next turn's prompt, or None when the episode is
+                                          done. The reply is hostile text: parse it in linear time, never raise.
+                                          A list of Prompts hands out turns that do not depend on each other
+                                          (a debate's solvers, video QA's captioner and grapher): the driver
+                                          generates them in the same engine call (mixed adapters and all), numbers
+                                          them in the list's order as if they came one by one (their seeds, turn
+                                          indices and rewards' order), and calls step ONCE with the list of their
+                                          replies in that order. One Prompt (the default) gets one reply string
   turn_rewards() -> list[float]           required, after done: one reward per model turn, in order
   metrics() -> dict[str, float]           required, after done: episode-level numbers; "team_reward" is
                                           the team's score (eval, compare.py); every key is logged as
@@ -39,6 +45,12 @@ The env module (the file), all optional:
   check_config(cfg, grouped) -> (field, why) | None   rules across the env's options and the trainer's,
                                           checked before any model loads (workflows.check_roles; grouped:
                                           the estimators that centre per group, ppo.GROUPED)
+
+Conversations: a Prompt whose messages are an earlier turn's messages (of the same episode) + that turn's
+reply verbatim as {"role": "assistant", "content": reply} + new messages continues that turn: the driver
+builds its ids as the earlier prompt's ids + the ids the engine sampled + the chat template's delta
+(chat.continue_ids), token for token. Keep a role's own growing chat that way (its own replies verbatim,
+what others said as new user messages) and its turns share the prefix cache and train as one packed row.
 """
 from __future__ import annotations
 
@@ -63,6 +75,23 @@ class Prompt:
 
 
 Turn = Prompt  # the old name: `from envs import Turn` keeps working
+
+
+def prompts_of(handed) -> list[Prompt]:
+    """What reset / step handed out, as a list: [] for None, [p] for one Prompt, the list itself."""
+    return [] if handed is None else list(handed) if isinstance(handed, list) else [handed]
+
+
+def play_replies(env, task, replies) -> list[tuple[Prompt, str]]:
+    """Play one episode of `env` on `task` with scripted `replies` in turn order (a set of prompts handed out
+    at once takes the next replies, in its order); stops when the env ends or the replies run out. Returns
+    (prompt, reply) for every turn played. (sft.py's scripted teacher, the token benchmarks, tests.)"""
+    handed, played, replies = env.reset(task), [], list(replies)
+    while (ps := prompts_of(handed)) and len(replies) >= len(ps):
+        said, replies = replies[:len(ps)], replies[len(ps):]
+        played += list(zip(ps, said))
+        handed = env.step(said if isinstance(handed, list) else said[0])
+    return played
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,15 +37,19 @@ def bounded(cpu_seconds: float, label: str):
 
 
 def play(env, task, replies):
-    """Drive one episode with scripted replies: (roles spoken, turn rewards, metrics, turns seen)."""
-    turn, roles, seen = env.reset(task), [], []
-    for r in replies:
-        assert turn is not None, "ended early"
-        roles.append(turn.role)
-        seen.append(turn)
-        turn = env.step(r)
+    """Drive one episode with scripted replies: (roles spoken, turn rewards, metrics, turns seen). A set of
+    prompts handed out at once takes the next replies, in its order."""
+    from envs import prompts_of
+    handed, roles, seen, replies = env.reset(task), [], [], list(replies)
+    while replies:
+        ps = prompts_of(handed)
+        assert ps, "ended early"
+        said, replies = replies[:len(ps)], replies[len(ps):]
+        roles += [p.role for p in ps]
+        seen += ps
+        handed = env.step(said if isinstance(handed, list) else said[0])
     # the turn it wanted next, in full (a sandbox's reason, e.g. a timeout on a loaded machine, is in it)
-    assert turn is None, f"did not end; next: {turn.role}: {turn.messages[-1]['content']}"
+    assert not prompts_of(handed), f"did not end; next: {[(p.role, p.messages[-1]['content']) for p in prompts_of(handed)]}"
     return roles, env.turn_rewards(), env.metrics(), seen
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
-    ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "envs.sandbox"]),
+    ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "chat", "envs.sandbox"]),
     ("scoring, parsing, tools", ["rewards", "agents", "envs.tools", "rundir"]),
     ("workflows and data", ["envs", "data", "workflows", "sft_teachers"]),
     ("engines and the episode driver", ["engines", "vllm_engine", "rollout"]),

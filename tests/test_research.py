@@ -17,7 +17,8 @@ from data.research_data import LARGER, generate, load_research
 from data.search_data import generate as generate_world
 from envs.research import ResearchEnv, aggregate
 from helpers import play
-from rollout import Episode, Step, _chat_ids, merge_turns
+from chat import chat_ids as _chat_ids
+from rollout import Episode, Step, merge_turns
 from workflows import check_roles, load_data, workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -141,7 +141,8 @@ def test_tool_rounds_extend_one_another_and_pack(tiny, tasks):
     token, the tools stay in the system prompt after the last call, so the update packs a role's
     rounds into one row (2 tool calls + diagnosis: 3 turns -> 1 row; call + verdict: 2 -> 1)."""
     import learner
-    from rollout import Sample, _chat_ids
+    from chat import chat_ids as _chat_ids
+    from rollout import Sample
     _, tok = tiny
     task = tasks[0]
     env, steps = SWETeamEnv(**KW), []
