@@ -20,3 +20,21 @@ def team_transcript(system: str, opening: str, history: list[tuple[str, str]], a
         else:
             new.append(f"{label.get(who, who)}:\n{text.strip()}")
     return msgs + [{"role": "user", "content": "\n\n".join(new + [ask[role]])}]
+
+
+def role_conversation(system: str, opening: str, history: list[tuple[str, str]], task: str, label: dict[str, str],
+                      role: str) -> list[dict]:
+    """`role`'s own growing chat, up to its next turn (the per-role layout): its own system prompt, then per
+    turn of its own a user message (the opening, or what the others said since its last turn: each history
+    entry of another role or an observation as 'label:\\ntext', + `task`) and its reply verbatim as the
+    assistant's message. Each of its turns is its last turn's prompt + reply + new text: its turns continue
+    one conversation (token for token through chat.continue_ids), whatever the others say in between, and
+    the others' words reach it as messages, never as its own."""
+    msgs, new = [{"role": "system", "content": system}], [opening]
+    for who, text in history:
+        if who == role:
+            msgs += [{"role": "user", "content": "\n\n".join(new + [task])}, {"role": "assistant", "content": text}]
+            new = []
+        else:
+            new.append(f"{label.get(who, who)}:\n{text.strip()}")
+    return msgs + [{"role": "user", "content": "\n\n".join(new + [task])}]

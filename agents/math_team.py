@@ -1,14 +1,17 @@
 """Prompts and reply parsing for the math roles (the 3-agent team and the single-agent baseline).
 
 A role turns the shared history into chat messages: a system prompt of its own and one user
-message holding the problem and everything said so far (one user message keeps every chat
-template happy, including those that forbid two assistant turns in a row). Replies are read
+message holding the problem and everything said so far (build_messages: one user message keeps every
+chat template happy, including those that forbid two assistant turns in a row), or, in the per-role
+layout (role_messages), its own growing chat in which its earlier replies stay its own messages. Replies are read
 tolerantly: `parse_verdict` accepts "Verdict: Correct", "**INCORRECT**", "The solution is not
 correct.", ...; answers are read by rewards.math.extract_answer.
 """
 from __future__ import annotations
 
 import re
+
+from agents import role_conversation
 
 EXAMPLE = "for example: 2 + 3 = 5, so the answer is \\boxed{5}."
 SYSTEM = {  # a one-line worked example: small models copy the format, large ones lose nothing
@@ -62,6 +65,15 @@ def build_messages(role: str, problem: str, history: list[tuple[str, str]]) -> l
         raise KeyError(f"no prompt for role {role!r}; known: {sorted(SYSTEM)}")
     parts = [f"Problem: {problem}", *_said(history), TASK[role]]
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def role_messages(prompt: str, role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:
+    """The per-role layout: `role`'s own growing chat (agents.role_conversation) with the system prompt and
+    task of `prompt` (a key of SYSTEM: the role, or its prompt style such as evaluator_check): its earlier
+    replies stay verbatim as its own messages, what the others said since arrives as a new user message."""
+    if prompt not in SYSTEM:
+        raise KeyError(f"no prompt for role {prompt!r}; known: {sorted(SYSTEM)}")
+    return role_conversation(SYSTEM[prompt], f"Problem: {problem}", history, TASK[prompt], LABEL, role)
 
 
 def _said(history: list[tuple[str, str]]) -> list[str]:

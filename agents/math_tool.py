@@ -1,17 +1,21 @@
 """Prompts for the math-tool team: analyzer (plans), executor (writes Python), verifier (answers).
 
-Two ways to show a role the episode (MathToolEnv's `transcript`):
-    transcript_messages  (default) ONE team conversation (agents.team_transcript): a team system prompt,
-                         then per turn a user message (what is new + whose turn and what to write) and
-                         the reply as an assistant message. A role's later turn extends its earlier one
-                         (the engine's prefix cache prefills only the new text; the update packs the
+Three ways to show a role the episode (MathToolEnv's `layout`):
+    transcript_messages  "transcript" (default): ONE team conversation (agents.team_transcript): a team
+                         system prompt, then per turn a user message (what is new + whose turn and what to
+                         write) and the reply as an assistant message. Every turn extends the last one
+                         (the engine's prefix cache prefills only the new text; the update packs a role's
                          turns in one row); with every role on ONE adapter the whole episode is one row.
-    build_messages       each role its own system prompt and the history folded into one user message
-                         (the layout before transcripts): no turn extends another.
+    role_messages        "per_role": each role its own growing chat (agents.role_conversation): its system
+                         prompt, what the others said since its last turn as a user message, its replies
+                         as its own. Shorter prompts than a transcript; each role's later cycle extends its
+                         earlier one, which is what per-role adapters can reuse.
+    build_messages       "message": each role its own system prompt and the history folded into one user
+                         message (the layout before transcripts): no turn extends another.
 """
 from __future__ import annotations
 
-from agents import team_transcript
+from agents import role_conversation, team_transcript
 
 SYSTEM = {
     "analyzer": "You plan how to solve math problems. Write a short numbered plan of the computation; do not "
@@ -40,3 +44,11 @@ def transcript_messages(role: str, problem: str, history: list[tuple[str, str]])
     """The team conversation up to `role`'s turn (agents.team_transcript); history's "output" entries are
     the sandbox's, the others the roles' replies, verbatim."""
     return team_transcript(TEAM_SYSTEM, f"Problem: {problem}", history, ASK, LABEL, role)
+
+
+def role_messages(role: str, problem: str, history: list[tuple[str, str]]) -> list[dict]:
+    """`role`'s own conversation up to its turn (agents.role_conversation)."""
+    return role_conversation(SYSTEM[role], f"Problem: {problem}", history, TASK[role], LABEL, role)
+
+
+LAYOUTS = {"transcript": transcript_messages, "per_role": role_messages, "message": build_messages}

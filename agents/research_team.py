@@ -52,6 +52,11 @@ def researcher_messages(question: str, plan: list[str], notes, i: int, rounds: i
     return [{"role": "system", "content": SYSTEM["researcher"]}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+def next_sub_message(plan: list[str], i: int, rounds: int) -> dict:
+    """The per-role layout's message that starts sub-question i in the researcher's ongoing conversation."""
+    return {"role": "user", "content": f"Your sub-question ({i + 1} of {len(plan)}): {plan[i]}\nYou have {rounds} actions."}
+
+
 def writer_messages(question: str, notes) -> list[dict]:
     body = _notes_block(notes) if notes else "(no notes)"
     return [{"role": "system", "content": SYSTEM["writer"]},

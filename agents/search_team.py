@@ -1,24 +1,26 @@
-"""Prompts and parsing for the search team: query writer and answerer. Two layouts (SearchTeamEnv's
-`transcript`): transcript_messages (default; agents.team_transcript: one team conversation, so a role's
-later cycle extends its earlier one) and build_messages (each role its own system prompt and the history
-folded into one user message, the parsed query in place of the query writer's reply)."""
+"""Prompts and parsing for the search team: query writer and answerer. Three layouts (SearchTeamEnv's
+`layout`): "transcript" (default; transcript_messages, agents.team_transcript: one team conversation, so every
+turn extends the last), "per_role" (role_messages, agents.role_conversation: each role its own growing chat,
+the results and the other role's words as new messages) and "message" (build_messages: each role its own
+system prompt and the history folded into one user message, the parsed query in place of the query writer's
+reply)."""
 from __future__ import annotations
 
 import re
 
-from agents import team_transcript
+from agents import role_conversation, team_transcript
 
 SYSTEM = {
     "query_writer": "You write search queries. Reply with one short query on a single line: Query: <words>",
     "answerer": "You answer questions from search results. If the results contain the answer, reply "
                 "'Answer: <short answer>'. If you need more information, reply 'Search again: <what is missing>'.",
 }
+LABEL = {"query_writer": "Query", "results": "Search results", "answerer": "Answerer"}
+TASK = {"query_writer": "Write the next search query.", "answerer": "Answer, or ask to search again."}
 
 
 def build_messages(role: str, question: str, history: list[tuple[str, str]]) -> list[dict]:
-    labels = {"query_writer": "Query", "results": "Search results", "answerer": "Answerer"}
-    parts = [f"Question: {question}"] + [f"{labels[w]}:\n{t.strip()}" for w, t in history]
-    parts.append("Write the next search query." if role == "query_writer" else "Answer, or ask to search again.")
+    parts = [f"Question: {question}"] + [f"{LABEL[w]}:\n{t.strip()}" for w, t in history] + [TASK[role]]
     return [{"role": "system", "content": SYSTEM[role]}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
@@ -32,6 +34,14 @@ def transcript_messages(role: str, question: str, history: list[tuple[str, str]]
     """The team as one conversation up to `role`'s turn (agents.team_transcript): history's "results"
     entries are the engine's, the others the roles' replies, verbatim."""
     return team_transcript(TEAM_SYSTEM, f"Question: {question}", history, ASK, {"results": "Search results"}, role)
+
+
+def role_messages(role: str, question: str, history: list[tuple[str, str]]) -> list[dict]:
+    """`role`'s own conversation up to its turn (agents.role_conversation)."""
+    return role_conversation(SYSTEM[role], f"Question: {question}", history, TASK[role], LABEL, role)
+
+
+LAYOUTS = {"transcript": transcript_messages, "per_role": role_messages, "message": build_messages}
 
 
 # Replies are untrusted text: every parser below never raises and runs in linear time. Quantifiers

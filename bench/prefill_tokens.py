@@ -16,7 +16,8 @@ the roles on the config's adapters and, for the `shared` rows, every role on ONE
     update tokens   tokens the update's forwards read: per row (learner.Packed: turns that extend one
                     another share a row) its longest prompt + reply; unpacked, every turn's prompt + reply
 
-`before` is each env's old layout where it has one (math_tool and search: transcript=False); swe_team's
+`before` is each env's old layout where it has one (math_tool and search: layout="message"), `per_role`
+each role's own growing chat (math_tool, search, research: layout="per_role"); swe_team's
 rounds have no switch (the old prompts are gone), so its before is the "no cache, no packing" count.
 These are a perfect team's episodes: math_tool's ends in one cycle and a trained team's may take more;
 step time also pays for decoding, the sandbox and the optimizer, so a token ratio bounds the prefill and
@@ -37,7 +38,8 @@ from config import load_config_file  # noqa: E402
 from workflows import load_data, workflow  # noqa: E402
 
 CONFIGS = ("math_tool", "search", "research", "react_calculator", "swe_team", "code", "video_qa")
-OLD_LAYOUT = {"math_tool": {"transcript": False}, "search": {"transcript": False}}
+OLD_LAYOUT = {"math_tool": {"layout": "message"}, "search": {"layout": "message"}}
+PER_ROLE = {"math_tool": {"layout": "per_role"}, "search": {"layout": "per_role"}, "research": {"layout": "per_role"}}
 
 
 def extends(full: list[int], prompt: list[int]) -> bool:
@@ -68,6 +70,11 @@ def count(episodes: list[list[tuple[str, list[int], list[int]]]], adapter_of) ->
 
 
 def play(cfg, tok, n: int, env_kwargs: dict | None = None):
+    """The scripted team's episodes of the config's first n train tasks: per episode its turns (role, prompt
+    ids as the driver builds them: a turn that continues an earlier one is spliced onto it, rollout.prompt_ids;
+    the reply's ids + EOS), and the team rewards."""
+    from envs import play_replies
+    from rollout import prompt_ids
     if env_kwargs:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs={**cfg.data.env_kwargs, **env_kwargs}))
     make_env, module, _ = workflow(cfg)
@@ -79,13 +86,11 @@ def play(cfg, tok, n: int, env_kwargs: dict | None = None):
         replies = (getattr(env, "scripted_replies", None) or module.scripted_replies)(task)
         if not replies:
             continue
-        turn, turns = env.reset(task), []
-        for r in replies:
-            if turn is None:
-                break
-            p = tok.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-            turns.append((turn.role, p, tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]))
-            turn = env.step(r)
+        turns, said = [], []
+        for turn, r in play_replies(env, task, replies):
+            p, c = prompt_ids(tok, turn.messages, said), tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
+            turns.append((turn.role, p, c))
+            said.append((turn.messages, p, c, r))
         episodes.append(turns)
         rewards.append(env.metrics().get("team_reward", 0.0))
     return episodes, rewards
@@ -105,6 +110,7 @@ def main():
         cfg = load_config_file(str(ROOT / "configs" / f"{name}.py"))  # its data paths: relative to the repo
         adapter = {r.name: cfg.adapter_of(r) for r in cfg.roles}
         layouts = [("before", OLD_LAYOUT[name]), ("after", {})] if name in OLD_LAYOUT else [("now", {})]
+        layouts += [("per_role", PER_ROLE[name])] if name in PER_ROLE else []
         for layout, kw in layouts:
             episodes, rewards = play(cfg, tok, a.tasks, kw)
             if not episodes:

@@ -17,7 +17,11 @@ Sampling is seeded and the cache is exact, so both variants play the same episod
 printed must agree; a different reward means the two did not see the same step).
 Any other train.py option passes through after `--`, e.g. `-- --data.batch-size 2`; --before-extra /
 --after-extra add options to one variant only, e.g. the prompt layout before transcripts:
-    python bench/step_time.py --config configs/math_tool.py --before-extra "--data.env-kwargs.transcript false"
+    python bench/step_time.py --config configs/math_tool.py --before-extra "--data.env-kwargs.layout message"
+--before-root DIR runs the before variant from another checkout at its own defaults (no cache/packing flags
+added), e.g. the landed code against this one:
+    git worktree add /tmp/base <commit> && python bench/step_time.py --config configs/math_tool.py \
+        --before-root /tmp/base --after-extra "--data.env-kwargs.layout per_role"
 """
 from __future__ import annotations
 
@@ -35,14 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 BEFORE = ["--rollout.prefix-cache-tokens", "0", "--algo.no-pack-turns"]
 
 
-def one(config: str, steps: int, extra: list[str], before: bool, threads: int) -> dict:
+def one(config: str, steps: int, extra: list[str], flags: list[str], threads: int, root: Path = ROOT) -> dict:
+    """One fresh train.py process of `root` (this checkout, or --before-root's) with `flags` + `extra`."""
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, str(ROOT / "train.py"), "--config", config, "--trainer.total-steps", str(steps),
+        cmd = [sys.executable, str(root / "train.py"), "--config", str((ROOT / config).resolve()) if not
+               Path(config).is_absolute() else config, "--trainer.total-steps", str(steps),
                "--trainer.output-dir", out, "--trainer.resume", "none", "--trainer.no-val-before-train",
-               "--trainer.test-freq", "0", "--trainer.save-freq", "0", "--rollout.no-progress",
-               *(BEFORE if before else []), *extra]
+               "--trainer.test-freq", "0", "--trainer.save-freq", "0", "--rollout.no-progress", *flags, *extra]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if r.returncode:
             sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
         rows = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines() if x.strip()]
@@ -61,13 +66,17 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--before-extra", default="", help="train.py options for the before variant only (one string)")
     ap.add_argument("--after-extra", default="", help="train.py options for the after variant only (one string)")
+    ap.add_argument("--before-root", type=Path, default=None,
+                    help="run the before variant from this checkout at its defaults (no cache/packing flags)")
     ap.add_argument("extra", nargs="*", help="train.py options, after --")
     a = ap.parse_args()
     runs = {"before": [], "after": []}
     for rep in range(a.repeats):
         for name in ("before", "after"):
             own = shlex.split(a.before_extra if name == "before" else a.after_extra)
-            runs[name].append(one(a.config, a.steps, a.extra + own, name == "before", a.threads))
+            flags = BEFORE if name == "before" and a.before_root is None else []
+            root = a.before_root.resolve() if name == "before" and a.before_root else ROOT
+            runs[name].append(one(a.config, a.steps, a.extra + own, flags, a.threads, root))
             print(f"repeat {rep + 1} {name}: " + " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                           for k, v in runs[name][-1].items()), flush=True)
     med = {n: {k: statistics.median(r[k] for r in rs) if rs[0][k] is not None else None for k in rs[0]}

@@ -66,6 +66,12 @@ With verdict_from_check the env also plays a perfect team for sft.py's scripted 
 right solution, then the check) and scripted_repair (the refiner's lesson: a mistake the check catches, never
 taught, then "The answer must end in d: ..." and the right result); arm (e-refine) started its refiner from it.
 
+layout="per_role": each role keeps its own growing chat (agents.math_team.role_messages): the judge's later
+verdicts continue its first one (each new solution arrives as a new message after its own critique), and the
+refiner's later refinements its first, token for token, so they share the prefix cache and train as one packed
+row; "message" (default): each turn one user message holding the whole history, as the published arms ran.
+The blind judge's check-and-verdict conversation is its own in either layout.
+
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
 only the generator's current mistakes): after the team's last turn, when the generator's first
 solution is right, the judge also judges that solution with its answer turned into a near miss
@@ -84,9 +90,9 @@ import zlib
 from collections import defaultdict
 
 from agents.math_team import (answer_number, blind_messages, build_messages, digit_check_line, digit_check_right, digit_claim,
-                              digit_consistent, digit_verdict, parse_verdict, solution_text, whole)
+                              digit_consistent, digit_verdict, parse_verdict, role_messages, solution_text, whole)
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
-from envs import Prompt, need_bool, need_int, need_number
+from envs import Prompt, need_bool, need_choice, need_int, need_number
 
 ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
 
@@ -97,7 +103,7 @@ class MathTeamEnv:
     def __init__(self, max_refinement_iterations: int = 3, evaluator_reward: str = "symmetric",
                  evaluator_mixed_groups_only: bool = True, refiner_reward: str = "relative", fix_bonus: float = 0.0,
                  break_penalty: float = 0.0, probes: bool = False, evaluator_prompt: str = "plain",
-                 verdict_from_check: bool = False):
+                 verdict_from_check: bool = False, layout: str = "message"):
         if evaluator_reward not in ("symmetric", "accuracy"):
             raise ValueError(f"evaluator_reward must be 'symmetric' or 'accuracy', got {evaluator_reward!r}")
         if refiner_reward not in ("relative", "correctness"):
@@ -111,6 +117,7 @@ class MathTeamEnv:
             raise ValueError(f"verdict_from_check needs evaluator_prompt='digit' (a check that claims a sign and a "
                              f"last digit to compare against), got evaluator_prompt={evaluator_prompt!r}")
         self.derived = verdict_from_check
+        self.per_role = need_choice("layout", layout, ("message", "per_role")) == "per_role"
         self.blind_style = {"blind": "evaluator_blind", "digit": "evaluator_digit"}.get(evaluator_prompt)
         self.blind = self.blind_style is not None  # a check turn of its own, before the solution
         self.judge_prompt = {"plain": "evaluator_critique", "check": "evaluator_check"}.get(evaluator_prompt)
@@ -174,8 +181,10 @@ class MathTeamEnv:
         self.role = role
         if role == "evaluator_critique" and self.blind:  # its check first (the problem only), then the verdict
             return Prompt(role, blind_messages(self.problem, self.check, self.history, self.blind_style))
-        return Prompt(role, build_messages(self.judge_prompt if role == "evaluator_critique" else role, self.problem,
-                                         self.history))
+        prompt = self.judge_prompt if role == "evaluator_critique" else role
+        if self.per_role:  # its own growing chat: a later verdict or refinement continues its earlier one
+            return Prompt(role, role_messages(prompt, role, self.problem, self.history))
+        return Prompt(role, build_messages(prompt, self.problem, self.history))
 
     def _pay(self, reward: float, label=None):
         self.rewards.append(reward)

@@ -15,9 +15,11 @@ Rewards per turn:
     verifier   an answering turn: math_reward of its answer; a rejecting turn: 1 if the output it
                rejected was indeed wrong, else 0
 
-Prompts: `transcript` (default True) shows the episode as one team conversation, so a role's later
-cycle extends its earlier one and, with the roles on one adapter, an episode trains as one row
-(agents/math_tool.py); False: each role's own system prompt and the history in one message, as before.
+Prompts (`layout`, agents/math_tool.py): "transcript" (default) shows the episode as one team conversation,
+so every turn extends the last and, with the roles on one adapter, an episode trains as one row; "per_role"
+gives each role its own growing chat (what the others said arrives as new messages), so each role's later
+cycle extends its earlier one on per-role adapters too, with shorter prompts; "message": each role's own
+system prompt and the history in one message, as before transcripts (no turn extends another).
 
 `scripted_replies(task)` is a perfect team (sft.py's scripted teacher): the analyzer names the
 computation, the executor's Python computes and prints it, the verifier boxes the printed number.
@@ -33,8 +35,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from agents.math_team import parse_verdict
-from agents.math_tool import build_messages, transcript_messages
-from envs import Prompt, need_bool, need_choice, need_int, need_number
+from agents.math_tool import LAYOUTS
+from envs import Prompt, need_choice, need_int, need_number
 from envs.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
@@ -45,12 +47,12 @@ ROLES = ("analyzer", "executor", "verifier")
 class MathToolEnv:
     roles = ROLES
 
-    def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0, transcript: bool = True,
+    def __init__(self, max_refinement_iterations: int = 2, code_timeout: float = 5.0, layout: str = "transcript",
                  analyzer_reward: str = "team"):
         self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.analyzer_reward = need_choice("analyzer_reward", analyzer_reward, ("team", "plan"))
         self.timeout = need_number("code_timeout", code_timeout, 0, 600, lo_open=True)
-        self.build = transcript_messages if need_bool("transcript", transcript) else build_messages
+        self.build = LAYOUTS[need_choice("layout", layout, tuple(LAYOUTS))]
 
     def reset(self, task):
         self.problem, self.answer = task["question"], str(task["answer"])

@@ -12,6 +12,17 @@ writer answers with citations to document ids.
                  is an error observation (it costs a round). All sub-questions share the one
                  "researcher" role (one adapter); each sees the notes of the ones before it, and its
                  own rounds extend one conversation (rollout.merge_turns can train them as one).
+                 `parallel` (off by default): every sub-question's researcher starts at once, seeing
+                 the plan and no other researcher's notes, and their rounds are handed out together (one
+                 engine call a round for all of them, not one a round each); for plans whose
+                 sub-questions stand alone (a comparison), not for a chain whose later hops need the
+                 earlier answers ("that person": the made-up world's questions are such chains).
+                 `layout`: "per_sub" (default) starts each sub-question's conversation afresh (the notes
+                 so far in its first message); "per_role" keeps ONE researcher conversation through the
+                 sub-questions in turn (the next sub-question arrives as a new message after its last
+                 note), so all its turns extend one another: the prefix cache reuses the whole episode and
+                 algo.pack_turns packs them in one row (not rollout.merge_turns, which would pay every
+                 sub-question the last one's reward: check_config refuses it).
                  Each turn's Prompt.key is its place, ("sub", i, round) (the planner's ("plan",), the
                  writer's ("write",)): algo.group_by_turn compares sub-question i across a task's chains
                  however many rounds the earlier ones took.
@@ -72,10 +83,10 @@ import copy
 import re
 from functools import lru_cache
 
-from agents.research_team import (clean_doc_id, observation_message, parse_plan, parse_report, planner_messages,
-                                  researcher_messages, writer_messages)
+from agents.research_team import (clean_doc_id, next_sub_message, observation_message, parse_plan, parse_report,
+                                  planner_messages, researcher_messages, writer_messages)
 from data.research_data import load_research
-from envs import Prompt, need_file
+from envs import Prompt, need_choice, need_file
 from data.search_data import search_tool
 from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
 from rewards.qa import exact_match, f1, normalize_answer
@@ -127,7 +138,8 @@ class ResearchEnv:
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_sub_questions: int = 4,
                  max_rounds: int = 3, citation_weight: float = 0.5, max_doc_chars: int = 1200,
-                 note_weight: float = 1 / 3, planner_gate: bool = True, round_credit: bool = False):
+                 note_weight: float = 1 / 3, planner_gate: bool = True, round_credit: bool = False,
+                 parallel: bool = False, layout: str = "per_sub"):
         from config import ConfigError  # a ValueError that train.py prints as one line
         for name, v, lo in (("search_k", search_k, 1), ("max_sub_questions", max_sub_questions, 1),
                             ("max_rounds", max_rounds, 1), ("max_doc_chars", max_doc_chars, 50)):
@@ -136,18 +148,27 @@ class ResearchEnv:
         for name, v in (("citation_weight", citation_weight), ("note_weight", note_weight)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be in [0, 1], got {v!r}")
-        for name, v in (("planner_gate", planner_gate), ("round_credit", round_credit)):
+        for name, v in (("planner_gate", planner_gate), ("round_credit", round_credit), ("parallel", parallel)):
             if not isinstance(v, bool):
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be true or false, got {v!r}")
-        self.note_w, self.gate, self.round_credit = float(note_weight), planner_gate, round_credit
+        self.note_w, self.gate, self.round_credit, self.parallel = float(note_weight), planner_gate, round_credit, parallel
+        self.per_role = need_choice("layout", layout, ("per_sub", "per_role")) == "per_role"
+        if self.per_role and parallel:
+            raise ConfigError("config field data.env_kwargs.layout: 'per_role' keeps one researcher conversation "
+                              "through the sub-questions in turn; parallel researchers each have their own")
         self.corpus, self.k = need_file("corpus", corpus), search_k
         self.max_subs, self.max_rounds, self.w, self.max_doc = max_sub_questions, max_rounds, float(citation_weight), \
             max_doc_chars
         self.tool, self.by_id = _corpus(self.corpus, self.k)
 
     def scripted_replies(self, task) -> list[str]:
-        """A perfect team's replies for this env's corpus, search_k and budgets (module scripted_replies)."""
-        return scripted_replies(task, self.corpus, self.k, self.max_subs, self.max_rounds)
+        """A perfect team's replies for this env's corpus, search_k and budgets (module scripted_replies), in the
+        order this env hands the turns out (with `parallel`: round by round across the sub-questions)."""
+        out = scripted_replies(task, self.corpus, self.k, self.max_subs, self.max_rounds)
+        if not (self.parallel and out):
+            return out
+        subs = [out[1 + 3 * i:4 + 3 * i] for i in range((len(out) - 2) // 3)]  # search, read, note each
+        return [out[0], *(sub[r] for r in range(3) for sub in subs), out[-1]]
 
     def fork(self):
         """A copy for ReMax's greedy twin that shares the (read-only) search index and documents."""
@@ -177,35 +198,56 @@ class ResearchEnv:
         return [(s["question"], s["note"], s["read"]) for s in self.subs if s["done"]]
 
     def _start_sub(self, i):
-        msgs = researcher_messages(self.q, self.plan, self._notes(), i, self.max_rounds)
+        if self.per_role and i > 0:  # the researcher's one conversation goes on with the next sub-question
+            msgs = self.subs[i - 1]["messages"] + [next_sub_message(self.plan, i, self.max_rounds)]
+        else:
+            msgs = researcher_messages(self.q, self.plan, self._notes(), i, self.max_rounds)
         self.subs.append({"question": self.plan[i], "messages": msgs, "retrieved": [], "read": [], "note": None,
                           "rounds": 0, "errors": 0, "done": False, "acts": []})  # acts: (what, ids) a round
         self.role = "researcher"
         return Prompt("researcher", list(msgs), key=("sub", i, 0))
 
-    def _next(self):
-        """After a sub-question ends: the next one, or the writer."""
-        if len(self.subs) < len(self.plan):
-            return self._start_sub(len(self.subs))
+    def _researchers(self):
+        """After the plan: the first sub-question; with `parallel`, every sub-question at once (each researcher
+        sees the plan and none of the others' notes), their turns handed out together round after round."""
+        if not self.parallel:
+            return self._start_sub(0)
+        self.active = list(range(len(self.plan)))
+        return [self._start_sub(i) for i in self.active]
+
+    def _writer(self):
         self.role = "writer"
         return Prompt("writer", writer_messages(self.q, self._notes()), key=("write",))
 
+    def _next(self):
+        """After a sub-question ends: the next one, or the writer."""
+        return self._start_sub(len(self.subs)) if len(self.subs) < len(self.plan) else self._writer()
+
     def step(self, reply):
-        reply = reply if isinstance(reply, str) else ""
+        replies, reply = reply, reply if isinstance(reply, str) else ""  # replies: the list a parallel round gets
         if self.role == "planner":
             self.turns.append(("planner", None))
             self.plan = parse_plan(reply, self.max_subs)
             self.planned = bool(self.plan)
             if not self.plan:
                 self.plan = [self.q]
-            return self._start_sub(0)
+            return self._researchers()
         if self.role == "writer":
             self.turns.append(("writer", None))
             self.answer, self.citations = parse_report(reply)
             self.wrote = True
             return None
-        sub = self.subs[-1]
-        self.turns.append(("researcher", len(self.subs) - 1))
+        if self.parallel:  # [a reply per active sub-question, in order]: those not done go on together
+            replies = list(replies) if isinstance(replies, (list, tuple)) else [reply]
+            nxt = [(i, self._research(i, r if isinstance(r, str) else "")) for i, r in zip(self.active, replies)]
+            self.active = [i for i, p in nxt if p is not None]
+            return [p for _, p in nxt if p is not None] or self._writer()
+        return self._research(len(self.subs) - 1, reply) or self._next()
+
+    def _research(self, i: int, reply: str):
+        """Sub-question i's round: its action's observation as its next prompt, or None when it is done."""
+        sub = self.subs[i]
+        self.turns.append(("researcher", i))
         sub["rounds"] += 1
         sub["messages"].append({"role": "assistant", "content": reply})
         call = parse_tool_call(reply, TOOLS)
@@ -223,9 +265,9 @@ class ResearchEnv:
             obs = self._run(call, sub)
         if obs is None or sub["rounds"] >= self.max_rounds:
             sub["done"] = True
-            return self._next()
+            return None
         sub["messages"].append(observation_message(obs))
-        return Prompt("researcher", list(sub["messages"]), key=("sub", len(self.subs) - 1, sub["rounds"]))
+        return Prompt("researcher", list(sub["messages"]), key=("sub", i, sub["rounds"]))
 
     def _run(self, call: ToolCall, sub) -> str:
         if call.name == "search":
@@ -328,8 +370,8 @@ class ResearchEnv:
         s = self._scores()
         if not self.round_credit:
             return [s["researcher"][i] if role == "researcher" else s[role] for role, i in self.turns]
-        rounds = iter([r for sub in s["rounds"] for r in sub])  # round_credit: the researcher's turns, in order
-        return [next(rounds) if role == "researcher" else s[role] for role, _ in self.turns]
+        rounds = [iter(sub) for sub in s["rounds"]]  # round_credit: each researcher turn, its sub-question's next round
+        return [next(rounds[i]) if role == "researcher" else s[role] for role, i in self.turns]
 
     def metrics(self):
         s = self._scores()
@@ -352,6 +394,10 @@ def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
     """round_credit and the trainer (workflows.check_roles): each round is paid for itself, so a sub-question's
     rounds must stay separate sequences (a merged one keeps only its last round's reward) and, for an estimator
     centred per group, be compared round for round (group_by_turn: ("sub", i, round))."""
+    if cfg.data.env_kwargs.get("layout") == "per_role" and cfg.rollout.merge_turns:
+        return ("rollout.merge_turns", "layout='per_role' keeps the researcher's sub-questions in one conversation; "
+                "merging it would pay every sub-question the last one's reward: set merge_turns False (algo.pack_turns "
+                "still packs the turns in one row)")
     if not cfg.data.env_kwargs.get("round_credit"):
         return None
     if cfg.rollout.merge_turns:

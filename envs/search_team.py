@@ -7,15 +7,17 @@ query-refinement cycles.
 Rewards per turn: answerer = QA F1 of the final answer (SQuAD normalisation) on each of its turns;
 query_writer = 1 if its results contain a supporting document of the question, else 0.
 Team reward = F1 of the final answer; exact match is reported too.
-Prompts: `transcript` (default True) shows the episode as one team conversation, so a role's later
-cycle extends its earlier one (agents/search_team.py); False: each role's own prompt, as before.
+Prompts (`layout`, agents/search_team.py): "transcript" (default) shows the episode as one team
+conversation, so every turn extends the last; "per_role" gives each role its own growing chat (the results
+and the other role's words arrive as new messages), so each role's later cycle extends its earlier one;
+"message": each role's own prompt with the history in one message, as before.
 """
 from __future__ import annotations
 
 
-from agents.search_team import build_messages, parse_answer, parse_query, transcript_messages
+from agents.search_team import LAYOUTS, parse_answer, parse_query
 from data.search_data import search_tool
-from envs import Prompt, need_bool, need_file, need_int
+from envs import Prompt, need_choice, need_file, need_int
 from envs.tools import SearchTool
 from rewards.qa import exact_match, f1
 
@@ -26,9 +28,9 @@ class SearchTeamEnv:
     roles = ROLES
 
     def __init__(self, corpus: str = "data/search_corpus.jsonl", search_k: int = 3, max_refinement_iterations: int = 2,
-                 transcript: bool = True):
+                 layout: str = "transcript"):
         need_file("corpus", corpus)
-        self.transcript = need_bool("transcript", transcript)
+        self.layout = need_choice("layout", layout, tuple(LAYOUTS))
         self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.tool = search_tool(corpus, need_int("search_k", search_k, 1, 1000))
 
@@ -39,7 +41,7 @@ class SearchTeamEnv:
 
     def _turn(self, role):
         self.role = role
-        return Prompt(role, (transcript_messages if self.transcript else build_messages)(role, self.q, self.history))
+        return Prompt(role, LAYOUTS[self.layout](role, self.q, self.history))
 
     def step(self, reply):
         self.turns.append(self.role)
@@ -47,7 +49,7 @@ class SearchTeamEnv:
             query = parse_query(reply)
             docs = self.tool.search(query) if query else []
             self.hits.append(float(any(d["id"] in self.support for d in docs)))
-            shown = reply if self.transcript else query or "(empty)"  # a transcript keeps the reply verbatim
+            shown = query or "(empty)" if self.layout == "message" else reply  # a conversation keeps the reply verbatim
             self.history += [("query_writer", shown), ("results", SearchTool.format(docs))]
             return self._turn("answerer")
         self.history.append(("answerer", reply))

@@ -44,6 +44,11 @@ Limits: a test that compares or iterates an object of the code under test (not p
 subclasses or isinstance-checks its classes, or reads a non-test data file fails here; `python
 bench/verdicts.py` measures the cost of the two sandboxes.
 
+Prompts (`layout`): "rounds" (default) continues a role's tool rounds of one phase in one conversation and
+starts each phase afresh (the writer's second attempt, the validator's second review); "per_role" keeps each
+role's own chat through the episode (the others' words and the new files or patch arrive as new messages), so
+a writer's and a validator's later attempts extend their earlier ones token for token.
+
 Data: data/swe_data.py (load_swe: SWE-bench JSONL, repositories inline or from local git checkouts;
 the generator of the small offline instances in data/swe_{train,val}.jsonl).
 """
@@ -65,12 +70,14 @@ from dataclasses import dataclass
 
 from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, apply_patch, clean_path,  # noqa: F401
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
-from agents.swe_team import Edit, build_messages, extract_diff, parse_edits, parse_verdict
-from envs import Prompt, need_int, need_number
+from agents.swe_team import ASK, LABEL, Edit, build_messages, extract_diff, parse_edits, parse_verdict
+from envs import Prompt, need_choice, need_int, need_number
 from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
 ROLES = ("analyzer", "writer", "validator")
+OWN = {"analyzer": {"analyzer", "diagnosis"}, "writer": {"writer"}, "validator": {"validator", "feedback"}}
+"""the history labels that hold a role's own words (layout per_role: its chat has them as its replies)"""
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,7 +486,8 @@ class SWETeamEnv:
     roles = ROLES
 
     def __init__(self, max_refinement_iterations: int = 2, max_analyzer_calls: int = 4, max_validator_calls: int = 2,
-                 test_timeout: float = 60.0, obs_chars: int = 3000, file_chars: int = 6000, disk_mb: int = 16):
+                 test_timeout: float = 60.0, obs_chars: int = 3000, file_chars: int = 6000, disk_mb: int = 16,
+                 layout: str = "rounds"):
         for name, v, lo, hi in (("max_refinement_iterations", max_refinement_iterations, 0, 100),
                                 ("max_analyzer_calls", max_analyzer_calls, 0, 100),
                                 ("max_validator_calls", max_validator_calls, 0, 100), ("obs_chars", obs_chars, 100, 10**6),
@@ -489,6 +497,7 @@ class SWETeamEnv:
         self.max_refinements, self.max_analyzer_calls = max_refinement_iterations, max_analyzer_calls
         self.max_validator_calls, self.timeout, self.obs_chars = max_validator_calls, test_timeout, obs_chars
         self.file_chars, self.disk_mb = file_chars, disk_mb
+        self.per_role = need_choice("layout", layout, ("rounds", "per_role")) == "per_role"
 
     # -- tools (built per call: nothing bound is stored, so copy.deepcopy / ReMax forks stay plain) --
 
@@ -569,12 +578,17 @@ class SWETeamEnv:
         self.calls = {"analyzer": 0, "validator": 0}
         self.round_from = {"analyzer": 0}  # history index where a role's current tool rounds start
         self.diagnosis, self.attempts, self.verdicts, self._scores = None, [], {}, {}
+        self.chats, self.said, self.seen = {}, {}, {}  # layout per_role: each role's chat, last reply, history read
         return self._turn("analyzer")
 
     def _turn(self, role):
         """The role's prompt. The analyzer's tool rounds, and the validator's on one patch, continue one
         conversation (agents.swe_team.build_messages' rounds): the tools stay in the system prompt after the
-        last call, the rounds follow the opening message, so each round's prompt extends the last."""
+        last call, the rounds follow the opening message, so each round's prompt extends the last. layout
+        "per_role": every turn of a role continues its own chat, across attempts too (the writer's fix after a
+        rejection follows its first edits and the feedback; the validator's second review its first), the
+        history entries new to it (not its own words), the files or patch of a new attempt and what to do now
+        arriving as one user message."""
         self.role = role
         start = self.round_from.get(role, len(self.history))  # where this role's current tool rounds begin
         shown = [(w, t) for w, t, who in self.history[:start] if role in who]
@@ -590,7 +604,18 @@ class SWETeamEnv:
                 context = "The patch (all changes so far):\n" + (f"```diff\n{diff[:self.file_chars]}```" if diff else "(no change)")
             cap = self.max_analyzer_calls if role == "analyzer" else self.max_validator_calls
             tools = tool_prompt(self._tools(role)) if cap > 0 else ""
-        return Prompt(role, build_messages(role, self.issue, shown, context, tools, rounds=rounds, cap=cap))
+        if self.per_role and role in self.chats:  # its own chat goes on: its reply, then what is new for it
+            new = [(w, t) for w, t, who in self.history[self.seen[role]:] if role in who and w not in OWN[role]]
+            ask = ASK[role] if not tools else ASK[f"{role}_last" if self.calls[role] >= cap else f"{role}_tools"]
+            context = "" if new and new[-1][0] == "observation" else context  # a tool round: just its result
+            msgs = self.chats[role] + [{"role": "assistant", "content": self.said[role]},
+                                       {"role": "user", "content": "\n\n".join(
+                                           [f"{LABEL.get(w, w)}:\n{t.strip()}" for w, t in new]
+                                           + ([context.strip()] if context else []) + [ask])}]
+        else:
+            msgs = build_messages(role, self.issue, shown, context, tools, rounds=rounds, cap=cap)
+        self.chats[role], self.seen[role] = msgs, len(self.history)
+        return Prompt(role, msgs)
 
     def _files_for_writer(self) -> str:
         code = [p for p in sorted(self.work) if not is_test_path(p)]
@@ -609,6 +634,7 @@ class SWETeamEnv:
 
     def step(self, reply):
         role = self.role
+        self.said[role] = reply
         self.turns.append((role, len(self.attempts) - 1))
         if role == "analyzer":
             obs = self._use_tool(role, reply) if self.calls[role] < self.max_analyzer_calls else None

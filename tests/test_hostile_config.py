@@ -175,14 +175,25 @@ def test_hostile_config_is_one_line_without_a_traceback_and_writes_nothing(tmp_p
         assert not (tmp_path / "run").exists() and not (tmp_path.parent / "x").exists()
 
 
-def test_transcript_flag_is_checked_by_both_envs():
-    """math_tool's and search's `transcript` (a bool): a string is one line naming the field, before any model."""
+def test_layout_option_is_checked_by_every_env_that_has_one():
+    """The prompt layout (`layout`) of math_tool, search, the math team and research: an unknown value is one line
+    naming the field and the choices, before any model; so are the parallel hand-out flags."""
     from config import ConfigError
+    from envs.debate import DebateEnv
+    from envs.math_3agent import MathTeamEnv
     from envs.math_tool import MathToolEnv
+    from envs.research import ResearchEnv
     from envs.search_team import SearchTeamEnv
-    for make in (lambda v: MathToolEnv(transcript=v), lambda v: SearchTeamEnv(transcript=v)):
-        with pytest.raises(ConfigError, match=r"data\.env_kwargs\.transcript: must be true or false"):
+    from envs.video_qa import VideoQAEnv
+    for make in (lambda v: MathToolEnv(layout=v), lambda v: SearchTeamEnv(layout=v), lambda v: MathTeamEnv(layout=v),
+                 lambda v: ResearchEnv(layout=v)):
+        with pytest.raises(ConfigError, match=r"data\.env_kwargs\.layout: must be one of .*'per_role'"):
             make("yes")
+    for make in (lambda v: VideoQAEnv(parallel=v), lambda v: DebateEnv(parallel=v), lambda v: ResearchEnv(parallel=v)):
+        with pytest.raises(ConfigError, match=r"data\.env_kwargs\.parallel: must be true or false"):
+            make("yes")
+    with pytest.raises(ConfigError, match=r"data\.env_kwargs\.layout: 'per_role' keeps one researcher"):
+        ResearchEnv(layout="per_role", parallel=True)
 
 
 def test_truncated_sampling_is_refused_where_the_engines_logprobs_enter_the_loss():

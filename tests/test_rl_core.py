@@ -790,7 +790,8 @@ def test_select_takes_the_same_collectives_on_every_rank_when_only_one_has_label
     dynamic-sampling branch instead and the ranks summed each other's numbers, then hung)."""
     from helpers import on_two_ranks
     got = on_two_ranks(_select_on_one_rank)
-    assert got[0][1] == got[1][1] == {"train/labelled_turns_dropped": 0.0} and got[0][2] == got[1][2] == 2.0
+    assert got[0][1] == got[1][1] == {"train/labelled_turns_dropped": 0.0, "train/turns/judge": 5.0,
+                                      "train/dropped_by_labels/judge": 0.0} and got[0][2] == got[1][2] == 2.0
     assert (got[0][0], got[1][0]) == (4, 1)
 
 
@@ -901,14 +902,14 @@ def test_packing_is_used_only_where_it_is_exact(tiny):
 def _play(tok, make_env, tasks, replies_of):
     """Each task's scripted replies played through a fresh env as Steps (prompt through the chat template,
     the reply's tokens + EOS as the completion), one episode per task; every episode must score 1."""
-    from rollout import _chat_ids
+    from chat import chat_ids
     steps = []
     for ep, task in enumerate(tasks):
         env = make_env()
         p = env.reset(task)
         for r in replies_of(env, task):
             c = tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
-            steps.append(Step(ep, ep, p.role, len(steps), _chat_ids(tok, p.messages), c, [-1.0] * len(c)))
+            steps.append(Step(ep, ep, p.role, len(steps), chat_ids(tok, p.messages), c, [-1.0] * len(c)))
             p = env.step(r)
         assert p is None and env.metrics()["team_reward"] == 1.0
     return steps
@@ -927,14 +928,14 @@ def test_math_tool_transcript_packs_an_episode_into_one_row_on_one_adapter(tiny)
     """math_tool's team transcript (the default): every turn's prompt is the last turn's prompt + reply +
     new text, token for token through the chat template, so on ONE adapter a whole episode trains as one
     row (3 turns; 6 with a rejected first cycle); on per-role adapters a role's second cycle extends its
-    first; the old per-role layout (transcript=False) packs nothing."""
+    first; the one-message layout (layout="message") packs nothing."""
     from envs.math_tool import MathToolEnv, scripted_replies
     _, tok = tiny
     tasks = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(3, 4), (12, 30), (7, 8)]]
     rejected = ["1. Guess.", "print(0)", "The output is wrong. Verdict: Incorrect"]  # a first cycle the verifier rejects
 
     def play(transcript, reject_first=False):
-        return _play(tok, lambda: MathToolEnv(transcript=transcript), tasks,
+        return _play(tok, lambda: MathToolEnv(layout="transcript" if transcript else "message"), tasks,
                      lambda env, t: (rejected if reject_first else []) + scripted_replies(t))
 
     assert len(play(True)) == 9 and _packed_rows(tok, play(True), shared=True) == 3  # one row per episode
@@ -947,7 +948,7 @@ def test_math_tool_transcript_packs_an_episode_into_one_row_on_one_adapter(tiny)
 def test_search_team_transcript_packs_each_roles_cycles(tiny):
     """The search team's transcript (the default): over the scripted team's multi-cycle episodes (2-hop
     questions: 2-3 cycles of query -> results -> answerer), each role's cycles train as one row on
-    per-role adapters and an episode as one row on one adapter; transcript=False packs nothing."""
+    per-role adapters and an episode as one row on one adapter; layout="message" packs nothing."""
     from envs.search_team import SearchTeamEnv
     _, tok = tiny
     tasks = [json.loads(x) for x in (ROOT / "data" / "search_train.jsonl").read_text().splitlines() if x.strip()]
@@ -957,7 +958,8 @@ def test_search_team_transcript_packs_each_roles_cycles(tiny):
 
     def play(transcript):
         return _play(tok, lambda: SearchTeamEnv(corpus=str(ROOT / "data" / "search_corpus.jsonl"),
-                                                max_refinement_iterations=3, transcript=transcript),
+                                                max_refinement_iterations=3,
+                                                layout="transcript" if transcript else "message"),
                      tasks, lambda e, t: e.scripted_replies(t))
 
     steps = play(True)
