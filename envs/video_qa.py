@@ -5,7 +5,8 @@ agent's reports), with the video given as clip captions since there is no vision
 
     captioner   one turn: sees the question, the choices and every clip caption; reports the clips
                 that matter, citing their ids, and ends with "Choice: <letter>"
-    grapher     one turn: the same view (not the captioner's report: the two work independently);
+    grapher     one turn: the same view (not the captioner's report: the two work independently, so
+                with `parallel` (default on) both are handed out at once and share one engine call);
                 writes the scene graph that matters as triples with clip ids, "(Anna, wash, cup)
                 [c4]", and links "(c4, before, c6)" / "(c2, causes, c3)", then "Choice: <letter>"
     organizer   one turn: sees the question, the choices and the shared history (both reports,
@@ -47,7 +48,7 @@ from __future__ import annotations
 
 from agents.video_team import LETTERS, agent_messages, organizer_messages, parse_choice, parse_clip_ids, parse_triples
 from data.video_data import load_video
-from envs import Prompt
+from envs import Prompt, need_bool
 from rewards.video import citation_counts, graph_counts, prf
 
 ROLES = ("captioner", "grapher", "organizer")
@@ -57,11 +58,13 @@ TYPES = ("temporal", "causal", "descriptive", "other")
 class VideoQAEnv:
     roles = ROLES
 
-    def __init__(self, skip_on_agreement: bool = False, max_caption_chars: int = 6000, max_report_chars: int = 1200):
+    def __init__(self, skip_on_agreement: bool = False, max_caption_chars: int = 6000, max_report_chars: int = 1200,
+                 parallel: bool = True):
         from config import ConfigError  # a ValueError that train.py prints as one line
         if not isinstance(skip_on_agreement, bool):
             raise ConfigError("config field data.env_kwargs.skip_on_agreement: must be true or false, got "
                               f"{skip_on_agreement!r}")
+        self.parallel = need_bool("parallel", parallel)  # captioner and grapher in one engine round
         for name, v, lo in (("max_caption_chars", max_caption_chars, 200), ("max_report_chars", max_report_chars, 50)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ConfigError(f"config field data.env_kwargs.{name}: must be an integer >= {lo}, got {v!r}")
@@ -82,6 +85,10 @@ class VideoQAEnv:
         self.votes: dict[str, int | None] = {}
         self.cited, self.triples = [], []
         self.final, self.organizer_choice, self.skipped, self.done = None, None, False, False
+        if self.parallel:  # the two agents need nothing from each other: handed out together
+            both = [self._agent_turn("captioner"), self._agent_turn("grapher")]
+            self.role = "agents"
+            return both
         return self._agent_turn("captioner")
 
     def _agent_turn(self, role):
@@ -91,14 +98,22 @@ class VideoQAEnv:
     def step(self, reply):
         if self.done:
             raise RuntimeError("step() after the episode ended")
+        if self.role == "agents":  # parallel: [captioner's reply, grapher's reply]
+            replies = list(reply) + ["", ""] if isinstance(reply, (list, tuple)) else [reply, ""]
+            self._report("captioner", replies[0])
+            return self._report("grapher", replies[1])
+        return self._report(self.role, reply)
+
+    def _report(self, role, reply):
+        """Record one role's reply; the next turn (grapher, organizer) or None."""
         reply = reply if isinstance(reply, str) else ""
-        self.turns.append(self.role)
-        if self.role == "captioner":
+        self.turns.append(role)
+        if role == "captioner":
             self.cited = parse_clip_ids(reply)
             self.votes["captioner"] = parse_choice(reply, self.choices)
             self.history.append(("captioner", reply))
-            return self._agent_turn("grapher")
-        if self.role == "grapher":
+            return None if self.parallel else self._agent_turn("grapher")
+        if role == "grapher":
             self.triples = parse_triples(reply)
             self.votes["grapher"] = parse_choice(reply, self.choices)
             self.history.append(("grapher", reply))

@@ -37,6 +37,7 @@ from agents.math_team import parse_verdict
 from agents.research_team import clean_doc_id, parse_citations, parse_plan, parse_report
 from agents.search_team import MAX_QUERY_CHARS, parse_answer, parse_query
 from agents.tool_agent import read_final
+from envs.debate import DebateEnv, parse_pick
 from envs.code_team import CodeTeamEnv, complete_code
 from envs.math_3agent import MathTeamEnv
 from envs.math_single import MathSingleEnv
@@ -283,15 +284,17 @@ def _drive(env, task, replies, max_turns=12, label="step"):
     """Play one episode with these replies in turn; each step must use at most STEP_BOUND_S CPU seconds
     of this process (a stuck regex is interrupted, so a regression fails here instead of hanging the
     suite; a sandbox run it waits for is not counted)."""
-    turn, n = env.reset(task), 0
-    while turn is not None and n < max_turns:
+    from envs import prompts_of
+    handed, n = env.reset(task), 0  # n: model turns; a set of prompts handed out at once gets a reply each
+    while prompts_of(handed) and n < max_turns:
+        said = [replies[(n + j) % len(replies)] for j in range(len(prompts_of(handed)))]
         t = time.process_time()
         with bounded(STEP_BOUND_S + 1, f"{label}, step {n}"):
-            turn = env.step(replies[n % len(replies)])
+            handed = env.step(said if isinstance(handed, list) else said[0])
         took = time.process_time() - t
-        assert took <= STEP_BOUND_S, f"{label}, step {n} ({turn and turn.role}) took {took:.2f} CPU s"
-        n += 1
-    assert turn is None, "the episode did not end"
+        assert took <= STEP_BOUND_S, f"{label}, step {n} ({[p.role for p in prompts_of(handed)]}) took {took:.2f} CPU s"
+        n += len(said)
+    assert not prompts_of(handed), "the episode did not end"
     rewards, metrics = env.turn_rewards(), env.metrics()
     assert len(rewards) == n and all(isinstance(r, float) and math.isfinite(r) for r in rewards)
     assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in metrics.values())
@@ -369,6 +372,7 @@ WORKFLOWS = {
                              "support": ["company0", "person0", "country0"]}, 2),
     "swe": (lambda: SWETeamEnv(max_analyzer_calls=1, max_validator_calls=1, max_refinement_iterations=1), None, 3),
     "video_qa": (None, None, 1),
+    "debate": (lambda: DebateEnv(candidates=3, rounds=2), MATH_TASK, 1),
 }
 
 

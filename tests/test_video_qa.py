@@ -20,6 +20,7 @@ from config import ConfigError, load_config_file
 from data.math_data import DataError
 from data.video_data import (ACTIONS, CAUSAL, GENERIC, N_TRAIN, N_VAL, PEOPLE, PLACES, aliases_of, because, generate,
                              load_video, phrase, subgraph)
+from envs import play_replies
 from envs.video_qa import ROLES, VideoQAEnv, aggregate, scripted_replies
 from helpers import bounded, play
 from rewards.calculator import RewardCalculator, detect_workflow, video_components
@@ -79,7 +80,7 @@ def test_the_loader_builds_each_questions_scene_graph(tasks):
 
 
 def test_captioner_citation_f1_by_hand(tasks):
-    env, task = VideoQAEnv(), tasks[0]  # S = {c2, c3}
+    env, task = VideoQAEnv(parallel=False), tasks[0]  # S = {c2, c3}
     cases = [(CAP, 1.0),
              ("[c3] Anna repairs the vase.\n[c4] She puts down the cup.\nChoice: C", 0.5),  # P 1/2, R 1/2
              ("Anna fixes the vase.\nChoice: C", 0.0),  # cites nothing
@@ -95,7 +96,7 @@ def test_captioner_citation_f1_by_hand(tasks):
 
 
 def test_grapher_triple_f1_by_hand(tasks):
-    env, task = VideoQAEnv(), tasks[0]  # G = {(ben, knock over, vase, c2), (anna, glue, vase, c3), (c2 causes c3)}
+    env, task = VideoQAEnv(parallel=False), tasks[0]  # G = {(ben, knock over, vase, c2), (anna, glue, vase, c3), (c2 causes c3)}
     # names normalised (case, articles, verb forms), the caption's verb mapped by the aliases, a link reversed
     same = "(Ben, Knocked Over, the Vase) [C2]\n(anna, repairs, vase, c3)\n(c3, caused by, c2)\nChoice: C"
     _, rew, m, _ = play(env, task, [CAP, same, "Answer: C"])
@@ -119,7 +120,7 @@ def test_grapher_triple_f1_by_hand(tasks):
 
 
 def test_organizer_right_wrong_unparsable(tasks):
-    env, task = VideoQAEnv(), tasks[0]
+    env, task = VideoQAEnv(parallel=False), tasks[0]
     for reply, want, no_answer in [("Answer: C\nReason: Ben toppled the vase first [c2].", 1.0, 0.0),
                                    ("Answer: A", 0.0, 0.0), ("I am not sure what happened.", 0.0, 1.0),
                                    ("Answer: because Ben knocked over the vase", 1.0, 0.0), ("", 0.0, 1.0)]:
@@ -137,7 +138,7 @@ def test_no_prompt_shows_a_letter_to_copy(tasks):
     `Choice: B` in the examples, the SFT'd SmolLM2 stated B on 87 to 101 of 102 val questions in every role (and D
     on 26 of 30 with a D there). Read by the env's own parser: no choice in any system prompt; a letter put back is
     one. (The user message lists the choices, A. to E., in the same order for every role.)"""
-    env, task = VideoQAEnv(), tasks[0]
+    env, task = VideoQAEnv(parallel=False), tasks[0]
     roles, _, _, seen = play(env, task, [CAP, GRAPH, "Answer: C"])
     for role, obs in zip(roles, seen):
         system, user = (m["content"] for m in obs.messages)
@@ -148,7 +149,7 @@ def test_no_prompt_shows_a_letter_to_copy(tasks):
 
 def test_agreement_skip(tasks):
     task = tasks[0]
-    on = VideoQAEnv(skip_on_agreement=True)
+    on = VideoQAEnv(skip_on_agreement=True, parallel=False)
     # both name C: the episode ends after the grapher with C, no organizer turn
     roles, rew, m, _ = play(on, task, [CAP, GRAPH])
     assert roles == ["captioner", "grapher"] and rew == [1.0, 1.0]
@@ -171,7 +172,7 @@ def test_agreement_skip(tasks):
 
 
 def test_aggregate_by_type_agreement_skip_and_tokens(tasks):
-    on, eps = VideoQAEnv(skip_on_agreement=True), []
+    on, eps = VideoQAEnv(skip_on_agreement=True, parallel=False), []
     for task, replies in [(tasks[0], [CAP, GRAPH]),  # agree on C: skipped, right
                           (tasks[1], ["[c3] [c4]\nChoice: B", "Choice: A", "Answer: B"]),  # disagree; right
                           (tasks[2], ["[c1]\nChoice: A", "Choice: B", "Answer: D"])]:  # disagree; wrong
@@ -197,7 +198,7 @@ def test_questions_without_grounding_pay_the_team_reward(tasks):
 
 
 def test_cut_short_episode_and_step_after_end(tasks):
-    env = VideoQAEnv()
+    env = VideoQAEnv(parallel=False)
     env.reset(tasks[0])
     env.step(CAP)
     assert env.turn_rewards() == [1.0] and env.metrics()["no_answer"] == 1.0  # scored on what it did
@@ -296,7 +297,7 @@ def test_parsers_survive_1mb_hostile_text(hostile):
 def test_env_steps_on_1mb_hostile_replies_are_fast_and_never_raise(tasks, hostile):
     worst = 0.0
     for skip in (False, True):
-        env = VideoQAEnv(skip_on_agreement=skip)
+        env = VideoQAEnv(skip_on_agreement=skip, parallel=False)
         for label, text in list(hostile.items()) + [("None", None), ("int", 12)]:
             for at in range(3):  # the hostile reply at every position of the episode
                 turn, n = env.reset(tasks[0]), 0
@@ -314,11 +315,11 @@ def test_env_steps_on_1mb_hostile_replies_are_fast_and_never_raise(tasks, hostil
 
 
 def test_env_kwargs_cut_captions_and_reports(tasks):
-    full = VideoQAEnv().reset(tasks[0]).messages[1]["content"]
-    cut = VideoQAEnv(max_caption_chars=200).reset(tasks[0]).messages[1]["content"]
+    full = VideoQAEnv(parallel=False).reset(tasks[0]).messages[1]["content"]
+    cut = VideoQAEnv(max_caption_chars=200, parallel=False).reset(tasks[0]).messages[1]["content"]
     assert "[c6 0:20-0:24] Anna picks up the cup." in full and "more clips not shown" not in full
     assert "[c1 0:00-0:04]" in cut and "[c6" not in cut and "(... 2 more clips not shown)" in cut
-    env = VideoQAEnv(max_report_chars=100)
+    env = VideoQAEnv(max_report_chars=100, parallel=False)
     env.reset(tasks[0])
     env.step("[c2] " + "Ben knocks over the vase. " * 20)
     org = env.step(GRAPH).messages[1]["content"]
@@ -433,7 +434,7 @@ def test_perfect_team_scores_one_on_every_generated_question():
     tasks = load_video(os.path.join(DATA, "video_train.jsonl")) + load_video(os.path.join(DATA, "video_val.jsonl"))
     assert len(tasks) == 3 * (N_TRAIN + N_VAL)
     for skip in (False, True):
-        env = VideoQAEnv(skip_on_agreement=skip)
+        env = VideoQAEnv(skip_on_agreement=skip, parallel=False)
         for task in tasks:
             replies = scripted_replies(task)
             roles, rew, m, _ = play(env, task, replies[:2] if skip else replies)
@@ -539,7 +540,7 @@ def test_calculator_video_domain_by_hand(tasks):
         {"role": "grapher", "reply": "(Ben, knocks over, vase) [c2]\n(Anna, repairs, vase)\nChoice: C",
          "reply_tokens": 32, "finish_reason": "stop", "reward": 0.4},
         {"role": "organizer", "reply": "B", "reply_tokens": 2, "finish_reason": "stop", "reward": 0.0}]}
-    env = VideoQAEnv()  # the recorded rewards are the env's
+    env = VideoQAEnv(parallel=False)  # the recorded rewards are the env's
     assert play(env, task, [t["reply"] for t in rec["turns"]])[1] == [1.0, pytest.approx(0.4), 0.0]
     assert detect_workflow(rec) == "video"
     calc = RewardCalculator(budgets={"captioner": 64, "grapher": 64, "organizer": 32})
@@ -577,11 +578,9 @@ def test_scripted_teacher_gives_every_roles_turns(tiny, tmp_path, tasks):
         rows = [json.loads(ln) for ln in open(tmp_path / "sft" / "examples" / f"{role}.jsonl")]
         got = sorted((r["prompt"], r["reply"]) for r in rows)
         want = []
-        for task in train_tasks:
-            replies, turn = scripted_replies(task), env.reset(task)
-            for r in replies[:k]:
-                turn = env.step(r)
-            want.append((tok.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=False), replies[k]))
+        for task in train_tasks:  # captioner and grapher handed out at once (the config's parallel default)
+            want += [(tok.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False), r)
+                     for t, r in play_replies(env, task, scripted_replies(task)) if t.role == role]
         assert got == sorted(want) and all(r["reward"] == 1.0 for r in rows)
     # with the agreement skip on, a perfect team's organizer never speaks: no organizer example
     on = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs={"skip_on_agreement": True}))
@@ -644,9 +643,7 @@ def test_configs_route_train_eval_and_compare(tmp_path):
         if i == 3:
             replies[2] = "Answer: " + "ABCDE"[(task["answer"] + 1) % 5]  # one wrong answer
         env = VideoQAEnv(**cfg.data.env_kwargs)
-        env.reset(task)
-        for r in replies:
-            env.step(r)
+        play_replies(env, task, replies)
         recs.append({"split": "val", "step": 2, "task_id": i, "episode_id": i, "task": task, "metrics": env.metrics(),
                      "turns": [{"turn": k, "role": ro, "prompt": "", "reply": r, "reward": w}
                                for k, (ro, r, w) in enumerate(zip(ROLES, replies, env.turn_rewards()))]})
@@ -774,7 +771,7 @@ def test_one_huge_caption_is_cut_to_max_caption_chars(tmp_path):
     f.write_text(json.dumps(_video(f=lambda v: v["clips"][0].update(caption="Anna waits. " * 17_250))) + "\n")
     count = load_video(str(f))[2]  # support c1, c6
     for cap in (6000, 200):
-        user = VideoQAEnv(max_caption_chars=cap).reset(count).messages[1]["content"]
+        user = VideoQAEnv(max_caption_chars=cap, parallel=False).reset(count).messages[1]["content"]
         shown = user.split("Clip captions:\n")[1].split("\n\n")[0]
         assert len(shown) <= cap + 40 and shown.endswith("(... 5 more clips not shown)"), len(shown)
         assert shown.startswith("[c1 0:00-0:04] Anna waits.") and " ...\n(... 5" in shown
