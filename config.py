@@ -411,7 +411,10 @@ class DataConfig:
     """keyword arguments for the workflow's class: the settings only it uses, with their defaults in the
     env (math_3agent: evaluator_reward, refiner_reward, ...; react: style, tools, reward, corpus,
     search_k; search and research: corpus, search_k, ...) or your own `module:Class` env's. On the
-    command line `--data.env-kwargs.KEY VALUE` for any KEY; an unknown one is a config error"""
+    command line `--data.env-kwargs.KEY VALUE` for any KEY; an unknown one is a config error. An env that
+    labels turns (math_3agent's evaluator_mixed_groups_only, on by default) leaves out every group whose
+    labels all agree: a role can lose all its turns (a judge whose solutions were all wrong); the console
+    then names the role and the reason (train/idle/<role>)"""
     train_files: str = "data/arith_train.jsonl"
     """training tasks: a .jsonl/.json file or a HF dataset name"""
     val_files: str = "data/arith_val.jsonl"

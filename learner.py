@@ -698,8 +698,11 @@ def dapo_batch(cfg: Config, samples: list[Sample]) -> list[Sample]:
 
 def select(cfg: Config, samples: list[Sample]) -> tuple[list[Sample], dict]:
     """The turns that train this step (DAPO's filter and trim when on, then the env-labelled uniform
-    groups out) and what was left out, as train/* metrics."""
+    groups out) and what was left out, as train/* metrics: overall, and per trainable role the share of its
+    turns each filter left out (train/dropped_by_dapo/<role>, train/dropped_by_labels/<role>; what
+    idle_roles reads to say why a role learns nothing)."""
     kept, metrics = (dapo_batch(cfg, samples) if cfg.algo.dynamic_sampling else samples), {}
+    after_dapo = kept
     n_lab, before = all_sum([float(sum(s.label is not None for s in kept)), float(len(kept))])
     if n_lab:  # the env labelled turns (on some rank: every rank takes this branch): uniform groups leave
         kept = mixed_label_groups(cfg, kept)
@@ -708,4 +711,46 @@ def select(cfg: Config, samples: list[Sample]) -> tuple[list[Sample], dict]:
         n_kept, n_all = all_sum([float(len(kept)), float(len(samples))])
         metrics.update({"train/kept_frac": n_kept / max(n_all, 1.0),
                         "train/kept_tasks": float(len({t for p in gather_objects({s.task_id for s in kept}) for t in p}))})
+    roles = [r.name for r in cfg.roles if r.trainable]
+    counts = all_sum([float(sum(s.role == r for s in x)) for r in roles for x in (samples, after_dapo, kept)])
+    for j, r in enumerate(roles):
+        n, n_dapo, n_kept = counts[3 * j:3 * j + 3]
+        metrics[f"train/turns/{r}"] = n
+        if n and cfg.algo.dynamic_sampling:
+            metrics[f"train/dropped_by_dapo/{r}"] = (n - n_dapo) / n
+        if n_dapo and n_lab:
+            metrics[f"train/dropped_by_labels/{r}"] = (n_dapo - n_kept) / n_dapo
     return kept, metrics
+
+
+def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dict[str, str]:
+    """Every trainable role (due to train at `step`) that learns nothing from this step's rewards -> why: it took
+    no turn, a filter left out all its turns (select's metrics), or every advantage of its kept turns is zero
+    (each group's rewards agreed; read after `update`, which sets Sample.advantage). Agreed over ranks."""
+    roles = [r for r in cfg.roles if r.trainable and cfg.trains_at(r, step)]
+    signal = all_sum([float(any(s.advantage for s in kept if s.role == r.name and s.advantage is not None)) for r in roles])
+    out = {}
+    for r, sig in zip(roles, signal):
+        n = metrics.get(f"train/turns/{r.name}", 0.0)
+        if not n:
+            out[r.name] = "it took no turn"
+        elif metrics.get(f"train/dropped_by_dapo/{r.name}") == 1.0:
+            out[r.name] = (f"DAPO's filter (algo.dynamic_sampling) left out all {n:.0f} of its turns: every group's "
+                           "rewards agreed")
+        elif metrics.get(f"train/dropped_by_labels/{r.name}") == 1.0:
+            out[r.name] = (f"the label filter left out all {n:.0f} of its turns: the env labels them (env.turn_labels) "
+                           "and in every group the labels agreed")
+        elif not sig:
+            out[r.name] = f"every advantage of its {n:.0f} turns is 0: in each group ({cfg.estimator_of(r)}) the rewards agreed"
+    return out
+
+
+IDLE_ADVICE = {  # what to change after idle_roles' reason has held for several steps (train.py prints it)
+    "took no turn": "the workflow never asks for it here (a team that stops before its turn): check its env's flow",
+    "DAPO": "raise rollout.num_chains or algo.dynamic_sampling_max_rounds, or give it an estimator that does not "
+            "centre per group (roles[i].adv_estimator: reinforce++, remax)",
+    "label filter": "raise rollout.num_chains (more chains, more groups with both labels) or switch the env's label "
+                    "filter off (math_3agent: --data.env-kwargs.evaluator_mixed_groups_only false)",
+    "advantage": "raise rollout.num_chains, give it a reward it can vary (a graded one), or an estimator that does not "
+                 "centre per group (roles[i].adv_estimator)",
+}

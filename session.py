@@ -36,6 +36,7 @@ class Run:
         self.step, self.cursor, self.wandb_id = 0, 0, None  # cursor: next position in the task stream
         self.opts, self.scheds, self.critic, self.engine = {}, {}, None, None
         self.warned: set = set()  # one-time warnings already printed
+        self.idle: dict[str, int] = {}  # role -> training steps in a row it learned nothing (train.report_idle)
         self.refs: dict[str, str] = {}  # adapter -> the frozen adapter its KL is measured to (algo.kl_ref init)
         # estimators with state (ppo.StatefulEstimator): one instance per adapter, checkpointed
         est = {x: cfg.estimator_of(cfg.role_of_adapter(x)) for x in cfg.adapters}

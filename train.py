@@ -195,10 +195,27 @@ def experience(run, train_tasks, step: int, step_seed: int):
         samples = merge_turns(samples)
     kept, sm = learner.select(cfg, samples)
     metrics.update(sm | ({"train/extra_rollouts": float(extra_rounds)} if cfg.algo.dynamic_sampling else {}))
-    silent = [r.name for r in cfg.roles if r.trainable and not metrics.get(f"train/response_len/{r.name}")]
-    if silent:
-        print0(f"[step {step}] note: role(s) {silent} produced no tokens this step")
     return eps, kept, metrics, empty_reason(cfg, samples, eps)
+
+
+def report_idle(run, kept: list[Sample], metrics: dict, step: int):
+    """No role stops learning without a word: each trainable role that learns nothing from this step's rewards
+    (learner.idle_roles: no turn, every turn filtered out, every advantage 0) gets a console line naming it and
+    why, and train/idle/<role> = 1 (0 for the others); from IDLE_AFTER steps in a row on, the line says what
+    to change."""
+    idle = learner.idle_roles(run.cfg, kept, metrics, step)
+    for r in run.cfg.roles:
+        if r.trainable:
+            metrics[f"train/idle/{r.name}"] = float(r.name in idle)
+            run.idle[r.name] = run.idle.get(r.name, 0) + 1 if r.name in idle else 0
+    for role, why in idle.items():
+        n = run.idle[role]
+        advice = next(v for k, v in learner.IDLE_ADVICE.items() if k in why) if n >= IDLE_AFTER else ""
+        print0(f"[step {step}] WARNING: role {role} gets no learning signal this step: {why}" +
+               (f" ({n} steps in a row; to change it: {advice})" if advice else ""))
+
+
+IDLE_AFTER = 3  # steps in a row a role learned nothing before its warning says what to change
 
 
 def main(cfg: Config):
@@ -249,6 +266,7 @@ def main(cfg: Config):
         # --- the learner: per adapter score -> advantages -> update, every adapter at once ------
         t1 = time.perf_counter()
         metrics.update(learner.update(run, kept, step, step_seed))
+        report_idle(run, kept, metrics, step)
         save_trajectories(run, eps, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
         t_train = time.perf_counter() - t1
 

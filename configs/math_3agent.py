@@ -2,6 +2,10 @@
 
     python data/prepare_hf.py gsm8k          # once, with network
     torchrun --nproc_per_node 8 train.py --config configs/math_3agent.py
+
+The env's label filter is on (envs/math_3agent.py evaluator_mixed_groups_only, its default): a (task,
+evaluator) group whose judged solutions were all right or all wrong is left out of the update; where that
+leaves the evaluator no turn, the console says so each step (train/idle/evaluator_critique).
 """
 from config import AlgoConfig, Config, DataConfig, LoRAConfig, ModelConfig, RoleConfig, RolloutConfig, TrainerConfig
 

@@ -407,3 +407,48 @@ def test_fused_update_option_reaches_the_loop(tmp_path, monkeypatch, fused):
     adapters = sorted({x for c in calls for x in c})
     assert len(adapters) >= 2
     assert calls == ([adapters] if fused else [[x] for x in adapters])
+
+
+def test_the_smoke_config_updates_every_adapter(tmp_path):
+    """configs/tiny_math_3agent.py (the README's smoke run): every adapter's weights move over its steps. With
+    the math team's label filter on, the random model's evaluator groups (all solutions wrong) were all left
+    out and its adapter never moved; the config turns the filter off."""
+    cfg = tiny_cfg(tmp_path, trainer=dict(save_freq=2))
+    assert cfg.data.env_kwargs.get("evaluator_mixed_groups_only") is False
+    train.main(cfg)
+    ck = tmp_path / "run" / "checkpoints" / "step_000002" / "adapters"
+    for adapter in cfg.adapters:
+        w = load_file(ck / adapter / "adapter_model.safetensors")
+        assert any(torch.any(v != 0) for k, v in w.items() if "lora_B" in k), adapter  # B starts at 0
+
+
+def test_a_role_that_gets_no_signal_is_named_on_the_console(tmp_path, capsys):
+    """A trainable role whose turns a filter drops, or whose advantages are all 0, gets a console line naming
+    it and the reason at every such step, train/idle/<role> = 1, and after 3 steps in a row what to change; a
+    role the filter starves does not move (the line is no false alarm)."""
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=3, save_freq=3),
+                   data=dict(env_kwargs={"evaluator_mixed_groups_only": True}))
+    train.main(cfg)
+    out = capsys.readouterr().out
+    for step in (1, 2, 3):
+        assert (f"[step {step}] WARNING: role evaluator_critique gets no learning signal this step: the label filter "
+                f"left out all 8 of its turns") in out
+        assert f"[step {step}] WARNING: role generator_initial gets no learning signal this step: every advantage" in out
+    assert "(3 steps in a row; to change it: raise rollout.num_chains" in out and \
+        "evaluator_mixed_groups_only false" in out.split("[step 3] WARNING: role evaluator_critique")[1].split("\n")[0]
+    assert "in a row" not in out.split("[step 3]")[0]  # not before the third
+    last = rows(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert last["train/idle/evaluator_critique"] == 1.0 and last["train/dropped_by_labels/evaluator_critique"] == 1.0
+    ev = load_file(tmp_path / "run" / "checkpoints" / "step_000003" / "adapters" / "evaluator_critique" /
+                   "adapter_model.safetensors")
+    assert all(torch.all(v == 0) for k, v in ev.items() if "lora_B" in k)  # it really did not learn
+
+
+def test_a_role_with_signal_is_not_named(tmp_path, capsys):
+    """The toy speaker (paid for its share of "7"s: rewards differ within a group) learns: no warning, idle 0."""
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=2, output_dir=str(tmp_path),
+                                                               resume="none"))
+    train.main(cfg)
+    assert "gets no learning signal" not in capsys.readouterr().out
+    assert [r["train/idle/speaker"] for r in rows(tmp_path / "metrics.jsonl")] == [0.0, 0.0]
