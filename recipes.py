@@ -10,8 +10,9 @@ A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data,
 step 0 and at the end) and `SFT` (sft.py options for the teacher's SFT, e.g. teacher_tasks, lr, epochs).
 The stages, each a fresh process (one at a time; the machine's cores are theirs), each skipped when its
 output is complete, so a killed run resumes where it stopped (train.py itself resumes from its last
-checkpoint); a stage finished under another config, SFT options or teacher code (the workflow's module and
-what it uses) is refused, not reused:
+checkpoint); a stage finished under another config, SFT options, tasks (the train and val sets' content) or
+teacher code (the workflow's module and what it uses) is refused, not reused; where the recipe directory is
+is no part of it (a moved directory resumes):
   1. sft      sft.py --teacher scripted: the workflow module's scripted_replies(task) (a perfect team) played
               on the first SFT['teacher_tasks'] training tasks, every role's turns (and, where the workflow
               has one, its scripted_repair(task) lesson's turns after the mistake) -> <out>/sft/<adapter>/
@@ -23,7 +24,12 @@ what it uses) is refused, not reused:
               -> <out>/compare_*.json, <out>/summary.json
               (before = the SFT start, after = RL's end, their paired difference and s.e., the base,
               minutes per stage) and <out>/curves.png (val team reward, each role's train reward by step)
-<out>/recipe_config.py is the train config every stage reads (the recipe's, --tiny's overrides applied).
+<out>/recipe_config.py is the train config every stage reads (the recipe's, --tiny's overrides applied); a run
+refused as another recipe leaves it as it was. One recipe at a time in a directory (rundir.DirLock: a second
+is one line naming the first). <stage>.done, the marker of a finished stage, holds the seconds of every attempt
+at it (<stage>.time keeps them up to date while one runs, so a killed attempt counts) and is written whole
+(tmp + rename); a marker that is unreadable, or whose stage's output is missing or unreadable, makes the stage
+run again, with a note naming it. An adapter that sft/summary.json lists and that is gone stops the recipe before RL (one line).
 """
 from __future__ import annotations
 
@@ -38,9 +44,14 @@ import sys
 import time
 from pathlib import Path
 
+import trajectories
+from config import MAX_SEED, ConfigError
+
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "configs" / "cpu"
 STAGES = ("sft", "base", "rl", "compare")
+OUTPUTS = {"sft": "sft/summary.json", "base": "base/results.json", "rl": "rl/metrics.jsonl", "compare": "summary.json"}
+BEAT = 5.0  # seconds between the records of a running stage's time (<stage>.time)
 # --tiny: the plumbing of every stage, not learning. max_tokens caps each role's reply: the random model never stops
 # on its own, so every turn ran to the recipe's budget (128-512 tokens), most of a tiny recipe's time
 TINY = {"model": "tiny", "total_steps": 2, "val_size": 2, "batch_size": 1, "num_chains": 2, "teacher_tasks": 2,
@@ -124,44 +135,138 @@ def plan(name: str, out: Path, cfg, sft: dict, tiny: bool) -> list[tuple[str, li
             ("compare", None)]  # in this process: compare.py's rows, the summary, the plot
 
 
+def sft_adapters(out: Path) -> dict:
+    """The adapters sft/summary.json says the SFT wrote ({} when it is missing or unreadable)."""
+    try:
+        written = json.loads((out / "sft" / "summary.json").read_text(encoding="utf-8")).get("adapters")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return written if isinstance(written, dict) else {}
+
+
 def adapter_written(out: Path, cfg, role) -> bool:
-    """Whether the SFT wrote this role's adapter (a role the teacher gave no example starts from the base)."""
-    return (out / "sft" / cfg.adapter_of(role) / "adapter_config.json").is_file()
+    """Whether the SFT wrote this role's adapter: sft/summary.json lists it (a role the teacher gave no example
+    starts from the base). One it lists whose files are gone stops the recipe before RL (check_sft)."""
+    return cfg.adapter_of(role) in sft_adapters(out)
+
+
+def check_sft(out: Path):
+    """One line when an adapter sft/summary.json lists is not there: RL would start that role from the base model
+    while the summary calls RL's step 0 the SFT start."""
+    for a in sft_adapters(out):
+        d = out / "sft" / str(a)
+        if not all((d / f).is_file() for f in ("adapter_config.json", "adapter_model.safetensors")):
+            sys.exit(f"recipes.py: {out / 'sft' / 'summary.json'} lists the SFT's adapter {a!r}, but {d} is missing or "
+                     f"incomplete: RL would start that role from the base model; delete {out / 'sft.done'} and "
+                     f"{out / 'sft'} to redo the SFT (and {out / 'rl'} if RL has started)")
+
+
+def marker(out: Path, stage: str) -> tuple[dict | None, str | None]:
+    """(the marker of a finished stage, None): <stage>.done a JSON object with its seconds and fingerprint, and the
+    stage's output (OUTPUTS) there and readable. Else (None, why not, naming the file), why None when the stage
+    was never marked."""
+    p, o = out / f"{stage}.done", out / OUTPUTS[stage]
+    if not os.path.lexists(p):
+        return None, None
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # torn by a kill or a full disk before markers were written whole
+        return None, f"{p} is unreadable ({type(e).__name__})"
+    if not (isinstance(m, dict) and isinstance(m.get("fingerprint"), str) and isinstance(m.get("seconds"), (int, float))):
+        return None, f"{p} is not a stage marker"
+    try:
+        if o.suffix == ".json":
+            json.loads(o.read_text(encoding="utf-8"))
+        elif not o.is_file():
+            raise FileNotFoundError(o)
+    except (OSError, ValueError) as e:
+        return None, f"{o}, what stage {stage} made, is missing or unreadable ({type(e).__name__})"
+    return m, None
 
 
 def done(out: Path, stage: str) -> bool:
-    return (out / f"{stage}.done").is_file()
+    return marker(out, stage)[0] is not None
 
 
 def mark(out: Path, stage: str, seconds: float, fingerprint: str, code: dict):
-    (out / f"{stage}.done").write_text(json.dumps({"seconds": seconds, "fingerprint": fingerprint, "code": code}) + "\n")
+    trajectories.write_text(out / f"{stage}.done", json.dumps({"seconds": seconds, "fingerprint": fingerprint,
+                                                               "code": code}) + "\n")
 
 
-def fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None) -> tuple[str, dict]:
-    """What a finished stage was made with: a hash of the effective train config, the SFT options, --tiny and
-    BASE_TASKS (where set);
+def spent(out: Path, stage: str) -> float:
+    """Seconds the attempts at a stage ran so far (<stage>.time: a killed attempt counts up to its last record)."""
+    try:
+        s = json.loads((out / f"{stage}.time").read_text())["seconds"]
+        return float(s) if isinstance(s, (int, float)) and 0 <= s < math.inf else 0.0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
+def run_stage(cmd: list[str], out: Path, stage: str, env: dict) -> tuple[int, float]:
+    """Run a stage's command, its output appended to <stage>.log; every BEAT seconds <stage>.time gets the seconds
+    of every attempt so far. (exit code, those seconds)."""
+    before, t0 = spent(out, stage), time.time()
+
+    def record():
+        trajectories.write_text(out / f"{stage}.time", json.dumps({"seconds": before + time.time() - t0}) + "\n")
+        return before + time.time() - t0
+    with open(out / f"{stage}.log", "a") as log:
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                try:
+                    return p.wait(timeout=BEAT), record()
+                except subprocess.TimeoutExpired:
+                    record()
+        except BaseException:  # Ctrl-C: the stage's process goes too, as with subprocess.run
+            p.kill()
+            p.wait()
+            raise
+
+
+def fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None, conf: Path | None = None) \
+        -> tuple[str, dict]:
+    """What a finished stage was made with: a hash of the effective train config (<out>/recipe_config.py, or
+    `conf`) but where it writes (a moved directory is the same recipe), the tasks it reads (the train and val
+    sets as loaded: a data change makes every stage stale), the SFT options, --tiny and BASE_TASKS (where set);
     and the teacher's code, per file (sft_teachers.teacher_code: a stage made by an older teacher or reward is
     not reused silently; docstrings and comments do not count)."""
     from config import load_config_file, to_dict
     from sft_teachers import teacher_code
-    from workflows import workflow
-    cfg = load_config_file(str(out / "recipe_config.py"))
+    from workflows import load_data, workflow
+    cfg = load_config_file(str(conf or out / "recipe_config.py"))
     _, module, loader = workflow(cfg)
-    what = {"config": to_dict(cfg), "sft": sft, "tiny": tiny, **({"base_tasks": base_tasks} if base_tasks else {})}
+    config = to_dict(cfg)
+    del config["trainer"]["output_dir"]
+    what = {"config": config, "sft": sft, "tiny": tiny, **({"base_tasks": base_tasks} if base_tasks else {}),
+            "tasks": hashlib.sha256(json.dumps(load_data(cfg), sort_keys=True, default=str).encode()).hexdigest()}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], \
         teacher_code(module, loader)
 
 
-def stale(out: Path, fp: str, code: dict) -> list[str]:
-    """Finished stages made with another recipe: its config, SFT options or --tiny changed since, or the
-    teacher's code (the changed files named). A stage finished before the code was recorded is taken as it
-    is, with a note."""
+def legacy_fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None, conf: Path | None = None):
+    """The fingerprint recipes.py gave stages before it held the tasks' content (and held the output path)."""
+    from config import load_config_file, to_dict
+    what = {"config": to_dict(load_config_file(str(conf or out / "recipe_config.py"))), "sft": sft, "tiny": tiny,
+            **({"base_tasks": base_tasks} if base_tasks else {})}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stale(out: Path, fp: str, code: dict, legacy: str | None = None) -> list[str]:
+    """Finished stages made with another recipe: its config, tasks, SFT options or --tiny changed since, or the
+    teacher's code (the changed files named). A stage finished before the code (or the tasks) was recorded is
+    taken as it is, with a note."""
     old = []
-    for s in (s for s in STAGES if done(out, s)):
-        m = json.loads((out / f"{s}.done").read_text())
-        if m.get("fingerprint") != fp:
+    for s in STAGES:
+        m = marker(out, s)[0]
+        if m is None:
+            continue
+        if legacy and m["fingerprint"] == legacy and legacy != fp:
+            print(f"  note: stage {s} was finished before recipes.py recorded the tasks' content: not checked")
+        elif m["fingerprint"] != fp:
             old.append(s)
-        elif "code" not in m:
+            continue
+        if "code" not in m:
             print(f"  note: stage {s} was finished before recipes.py recorded the teacher's code: not checked")
         elif m["code"] != code:
             changed = sorted(f for f in set(m["code"]) | set(code) if m["code"].get(f) != code.get(f))
@@ -183,7 +288,7 @@ def compare_rows(out: Path, arms: list[str], name: str) -> list[dict]:
 def compare_stage(out: Path, name: str) -> dict:
     start, end, base = compare_rows(out, [f"{out / 'rl'}@0", str(out / "rl"), str(out / "base")], "vs_sft_start")
     gain, vs_base = end["paired"], compare_rows(out, [str(out / "base"), str(out / "rl")], "vs_base")[1]["paired"]
-    minutes = {s: json.loads((out / f"{s}.done").read_text())["seconds"] / 60 for s in STAGES[:-1] if done(out, s)}
+    minutes = {s: m["seconds"] / 60 for s in STAGES[:-1] if (m := marker(out, s)[0])}  # every attempt's
     summary = {"workflow": name, "val_tasks": gain["n"], "steps": end["step"], "base": base["team"],
                "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],
                "b": gain["b"], "c": gain["c"], "p": gain["p"], "n_vs_base": vs_base["n"], "diff_vs_base": vs_base["diff"],
@@ -191,7 +296,7 @@ def compare_stage(out: Path, name: str) -> dict:
                "total_minutes": sum(minutes.values()),
                "learned": bool(gain["diff"] > 2 * gain["se"]) if math.isfinite(gain["se"]) else False}
     summary = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}  # JSON
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    trajectories.write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     curves(out, out / "curves.png")
     return summary
 
@@ -234,11 +339,14 @@ def main(argv=None):
         return None
     recipe, cfg, sft = load_recipe(a.workflow)
     if a.seed is not None:
-        if a.seed < 0:
-            sys.exit(f"recipes.py: --seed must be an integer >= 0, got {a.seed}")
+        if not 0 <= a.seed <= MAX_SEED:  # past it numpy refuses the seed: after minutes of SFT, at the base eval
+            sys.exit(f"recipes.py: --seed must be an integer in [0, {MAX_SEED}], got {a.seed}")
         sft = {**sft, "seed": a.seed}  # sft.py --seed; the train config's trainer.seed: write_config
     name = ("tiny_" if a.tiny else "") + a.workflow + ("" if a.seed is None else f"_seed{a.seed}")
-    out = Path(a.out or ROOT / "runs" / "recipes" / name).resolve()
+    try:
+        out = Path(a.out or ROOT / "runs" / "recipes" / name).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        sys.exit(f"recipes.py: --out {a.out}: {e}")
     stages = plan(a.workflow, out, cfg, sft, a.tiny)
     print(f"recipe {a.workflow} -> {out}")
     for i, (stage, cmd) in enumerate(stages, 1):
@@ -246,30 +354,59 @@ def main(argv=None):
         print(f"  {i}. {stage:8} [{state}] {' '.join(cmd[1:]) if cmd else 'compare.py rl@0 rl base -> summary.json'}")
     if a.plan:
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    write_config(out / "recipe_config.py", recipe, out, a.tiny, a.seed)
+    if up := next((d for d in [out, *out.parents] if os.path.lexists(d) and not d.is_dir()), None):
+        sys.exit(f"recipes.py: --out {out}: {up} is a file, not a directory")
+    from rundir import DirLock
+    try:
+        with DirLock(out, "recipes.py"):  # one recipe at a time in a directory
+            summary = run(a, recipe, cfg, sft, out)
+    except ConfigError as e:  # in use, or a directory this process cannot write
+        sys.exit(f"recipes.py: {e}")
+    except OSError as e:  # a write that fails (a full disk, a directory it may not write in)
+        sys.exit(f"recipes.py: {out}: {e}")
+    se = summary["se"]
+    on = "" if summary["n_vs_base"] == summary["val_tasks"] else f" (its first {summary['n_vs_base']} tasks)"
+    print(f"{a.workflow}: val team reward base {summary['base']:.3f}{on}, SFT start {summary['sft_start']:.3f} -> "
+          f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± "
+          f"{'—' if se is None else f'{se:.3f}'} s.e., n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
+    return summary
+
+
+def run(a, recipe: Path, cfg, sft: dict, out: Path) -> dict:
+    """Every stage not finished, in order (main holds the directory's lock). The train config is written as
+    recipe_config.next.py and renamed into place only once it is known not to be another recipe's."""
     n_base = base_tasks(a.workflow, a.tiny)
-    fp, code = fingerprint(out, sft, a.tiny, n_base)
-    if old := stale(out, fp, code):
+    conf, new = out / "recipe_config.py", out / "recipe_config.next.py"
+    write_config(new, recipe, out, a.tiny, a.seed)
+    fp, code = fingerprint(out, sft, a.tiny, n_base, new)
+    if old := stale(out, fp, code, legacy_fingerprint(out, sft, a.tiny, n_base, new)):
+        new.unlink()
         sys.exit(f"recipes.py: {out} holds stage(s) {', '.join(old)} done with another recipe (configs/cpu/"
-                 f"{a.workflow}.py, its SFT options, --tiny or the teacher's code changed since): give --out a new directory, or delete {out}")
+                 f"{a.workflow}.py, its tasks, SFT options, --tiny or the teacher's code changed since): give --out a "
+                 f"new directory, or delete {out}")
+    os.replace(new, conf)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    ran = False
     for k, stage in enumerate(STAGES):
-        if done(out, stage):
+        m, why = marker(out, stage)
+        if m is not None and not (stage == "compare" and ran):  # a summary of stages that ran again is made again
             continue
+        if why:
+            print(f"  note: {why}: stage {stage} runs again")
         cmd = plan(a.workflow, out, cfg, sft, a.tiny)[k][1]  # after the SFT: only the adapters it wrote
         if stage == "rl":
+            check_sft(out)
             for r in cfg.roles:
                 if r.trainable and not adapter_written(out, cfg, r):
                     print(f"  note: the SFT wrote no adapter for role {r.name} (the teacher gave it no example): "
                           "it starts from the base model")
         t0 = time.time()
         print(f"[{time.strftime('%H:%M:%S')}] {stage}: {' '.join(cmd[1:]) if cmd else 'compare'}", flush=True)
+        seconds = 0.0
         if cmd is None:
-            summary = compare_stage(out, a.workflow)
+            compare_stage(out, a.workflow)
         else:
-            with open(out / f"{stage}.log", "a") as log:
-                rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            rc, seconds = run_stage(cmd, out, stage, env)
             if rc:
                 sys.exit(f"recipes.py: stage {stage} failed (exit {rc}); its output: {out / f'{stage}.log'}; "
                          "run the same command again to resume")
@@ -277,15 +414,10 @@ def main(argv=None):
             # code (and plan() read BASE_TASKS) when it started
             sys.exit(f"recipes.py: the recipe or the teacher's code changed while stage {stage} ran: it is not marked "
                      f"done; run the same command again to redo it with the code as it is now")
-        mark(out, stage, time.time() - t0, fp, code)
+        mark(out, stage, seconds or time.time() - t0, fp, code)
+        ran = True
         print(f"[{time.strftime('%H:%M:%S')}] {stage} done in {(time.time() - t0) / 60:.1f} min", flush=True)
-    summary = json.loads((out / "summary.json").read_text())
-    se = summary["se"]
-    on = "" if summary["n_vs_base"] == summary["val_tasks"] else f" (its first {summary['n_vs_base']} tasks)"
-    print(f"{a.workflow}: val team reward base {summary['base']:.3f}{on}, SFT start {summary['sft_start']:.3f} -> "
-          f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± "
-          f"{'—' if se is None else f'{se:.3f}'} s.e., n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
-    return summary
+    return json.loads((out / "summary.json").read_text())
 
 
 if __name__ == "__main__":

@@ -133,10 +133,17 @@ def config_changes(cfg: Config, ckpt: Path) -> list[str]:
     def flat(d, pre=""):
         return {k2: v2 for k, v in d.items() for k2, v2 in (flat(v, f"{pre}{k}.").items() if isinstance(v, dict)
                                                             else [(f"{pre}{k}", v)])}
+
+    def moved_with_the_run(d):  # each role's init_from as seen from the run directory: a run directory moved
+        run = os.path.abspath(d["trainer"]["output_dir"])  # with the adapters it started from (a recipe's rl/ and
+        for r in d["roles"]:                               # sft/) is the same run
+            if r.get("init_from"):
+                r["init_from"] = os.path.relpath(os.path.abspath(r["init_from"]), run)
+        return flat(d)
     # the checkpoint's config read back through from_dict: fields added since take their defaults, so a
     # checkpoint of an older troupe resumes unless something it knew about changed
-    old = flat(json.loads(json.dumps(to_dict(from_dict(json.loads((ckpt / "config.json").read_text()))))))
-    new = flat(json.loads(json.dumps(to_dict(cfg))))
+    old = moved_with_the_run(json.loads(json.dumps(to_dict(from_dict(json.loads((ckpt / "config.json").read_text()))))))
+    new = moved_with_the_run(json.loads(json.dumps(to_dict(cfg))))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
             if k not in FREE_ON_RESUME and old.get(k) != new.get(k)]
 

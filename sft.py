@@ -426,11 +426,12 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     from rundir import DirLock, hub_id
     lock = DirLock(out, "sft.py")  # noqa: F841 (one SFT per --out, from here: released as run_sft returns)
     fp, done = fingerprint(cfg, tc, records, inits), out / "summary.json"
-    if done.exists():
-        try:
-            old = json.loads(done.read_text())
-        except ValueError:
-            old = {}
+    try:
+        old = json.loads(done.read_text()) if done.exists() else None
+    except (OSError, ValueError) as e:  # torn (it is written whole: a disk error): no finished SFT to keep
+        print_(f"note: {done} is unreadable ({type(e).__name__}): the SFT runs again")
+        old = None
+    if old is not None:
         old_fp = old.get("fingerprint") if isinstance(old, dict) and isinstance(old.get("fingerprint"), dict) else {}
         if old_fp == fp:
             print_(f"SFT: {done} holds the SFT of this config, base model and data: not run again")

@@ -2,6 +2,7 @@
 of RL and run again, it redoes no finished stage and RL resumes from its checkpoint."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,24 +40,41 @@ def test_every_recipe_plans_every_trainable_role_from_its_sft(tmp_path, capsys):
         recipes.main(["nope"])
 
 
-def test_a_killed_recipe_resumes_without_redoing_finished_stages(tmp_path):
-    out = tmp_path / "rec"
-    cmd = [sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(out)]
+def _spent(path: Path) -> float:
+    try:
+        return json.loads(path.read_text())["seconds"]
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """video_qa --tiny, killed (with its stage's process) in the middle of RL once RL's first checkpoint is written
+    and its time recorded, the directory then moved elsewhere, and the same command run again there."""
+    first, out = tmp_path_factory.mktemp("first") / "rec", tmp_path_factory.mktemp("moved") / "rec"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    ck = out / "rl" / "checkpoints" / "step_000001"
-    while p.poll() is None and not (ck / "config.json").exists():  # RL's first checkpoint: kill it there
+    p = subprocess.Popen([sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(first)], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    ck = first / "rl" / "checkpoints" / "step_000001"
+    while p.poll() is None and not ((ck / "config.json").exists() and _spent(first / "rl.time") > 0):
         time.sleep(0.2)
     assert p.poll() is None, p.stdout.read()
-    os.killpg(p.pid, signal.SIGKILL)
+    os.killpg(p.pid, signal.SIGKILL)  # RL's first checkpoint: kill it there
     p.wait()
-    assert (out / "sft.done").exists() and (out / "base.done").exists() and not (out / "rl.done").exists()
-    logs = {s: (out / f"{s}.log").read_text() for s in ("sft", "base")}
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    killed_after = _spent(first / "rl.time")
+    assert (first / "sft.done").exists() and (first / "base.done").exists() and not (first / "rl.done").exists()
+    logs = {s: (first / f"{s}.log").read_text() for s in ("sft", "base")}
+    shutil.move(first, out)
+    r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "1. sft      [done]" in r.stdout and "2. base     [done]" in r.stdout and "3. rl       [to do]" in r.stdout
-    assert {s: (out / f"{s}.log").read_text() for s in ("sft", "base")} == logs  # not run again
+    return {"out": out, "stdout": r.stdout, "logs": logs, "killed_after": killed_after, "env": env}
+
+
+def test_a_killed_recipe_resumes_without_redoing_finished_stages(killed):
+    out, stdout = killed["out"], killed["stdout"]
+    assert "1. sft      [done]" in stdout and "2. base     [done]" in stdout and "3. rl       [to do]" in stdout
+    assert {s: (out / f"{s}.log").read_text() for s in ("sft", "base")} == killed["logs"]  # not run again
     assert "resumed from" in (out / "rl.log").read_text()
     rows = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert sorted(x["step"] for x in rows if "time/step" in x) == [1, 2]  # each step once
@@ -66,11 +84,80 @@ def test_a_killed_recipe_resumes_without_redoing_finished_stages(tmp_path):
     for role in ("captioner", "grapher", "organizer"):  # every role's adapter came from the teacher's SFT
         assert (out / "sft" / role / "adapter_config.json").exists()
     assert (out / "curves.png").stat().st_size > 0
-    # the same directory for another recipe (here: the full one, not --tiny) is refused, nothing redone
-    r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--out", str(out)], cwd=ROOT, env=env,
+    # the same directory for another recipe (here: the full one, not --tiny) is refused, nothing redone, and its
+    # recipe_config.py is the finished run's still (it was rewritten before the check)
+    conf = (out / "recipe_config.py").read_bytes()
+    r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--out", str(out)], cwd=ROOT, env=killed["env"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "done with another recipe" in r.stderr and "sft, base, rl, compare" in r.stderr
-    assert json.loads((out / "summary.json").read_text()) == s
+    assert json.loads((out / "summary.json").read_text()) == s and (out / "recipe_config.py").read_bytes() == conf
+    assert not (out / "recipe_config.next.py").exists()
+
+
+def test_a_moved_recipe_directory_is_the_same_recipe(killed):
+    """The fingerprint held the output path: a moved directory was refused as "another recipe" (and RL's resume
+    as "another config": its roles' init_from moved with it). The fixture moved it mid-RL: it went on."""
+    out = killed["out"]
+    assert "done with another recipe" not in killed["stdout"] and "resumed from" in (out / "rl.log").read_text()
+    assert str(out / "rl") in (out / "recipe_config.py").read_text()
+
+
+def test_summary_minutes_count_every_attempt_of_a_resumed_stage(killed):
+    """summary.json's minutes counted the last attempt of a stage only: the killed RL attempt's time was lost."""
+    s = json.loads((killed["out"] / "summary.json").read_text())
+    marker = json.loads((killed["out"] / "rl.done").read_text())
+    assert s["minutes"]["rl"] == pytest.approx(marker["seconds"] / 60)
+    assert marker["seconds"] > killed["killed_after"] > 0  # the killed attempt's seconds and the resumed one's
+
+
+def test_torn_markers_and_a_lost_summary_make_their_stage_run_again(killed, tmp_path):
+    """An empty or torn <stage>.done was a JSONDecodeError / AttributeError at every rerun, and a finished recipe
+    without summary.json never made it again. A bad marker, or a stage's output gone, is a note naming it and the
+    stage runs again (the SFT's own done-check keeps it cheap); markers are written whole."""
+    out = tmp_path / "rec"
+    shutil.copytree(killed["out"], out)
+    (out / "sft.done").write_text("")
+    (out / "compare.done").write_text('{"seconds": 1.0, "fingerp')
+    (out / "summary.json").unlink()
+    r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(out)], cwd=ROOT,
+                       env=killed["env"], capture_output=True, text=True)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"note: {out / 'sft.done'} is unreadable (JSONDecodeError): stage sft runs again" in r.stdout
+    assert f"note: {out / 'compare.done'} is unreadable (JSONDecodeError): stage compare runs again" in r.stdout
+    assert "not run again" in (out / "sft.log").read_text().splitlines()[-1]  # sft.py's own check: the same SFT
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert all(json.loads((out / f"{st}.done").read_text())["fingerprint"] for st in recipes.STAGES)
+
+
+def test_a_lost_sft_adapter_stops_the_recipe_before_rl(killed, tmp_path):
+    """An adapter sft/summary.json lists, gone: RL started that role from the base model while summary.json called
+    step 0 the SFT start. One line, and RL does not start."""
+    out = tmp_path / "rec"
+    shutil.copytree(killed["out"], out)
+    shutil.rmtree(out / "sft" / "grapher")
+    shutil.rmtree(out / "rl")
+    for f in ("rl.done", "compare.done", "summary.json"):
+        (out / f).unlink()
+    r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(out)], cwd=ROOT,
+                       env=killed["env"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"recipes.py: {out / 'sft' / 'summary.json'} lists the SFT's adapter 'grapher', but {out / 'sft' / 'grapher'} "
+        f"is missing or incomplete: RL would start that role from the base model; delete {out / 'sft.done'} and "
+        f"{out / 'sft'} to redo the SFT (and {out / 'rl'} if RL has started)"], r.stderr[-2000:]
+    assert not (out / "rl").exists() and not (out / "summary.json").exists()
+
+
+def test_a_recipe_directory_in_use_is_refused_naming_the_holder(killed):
+    """Two recipes in one directory both ran, every metrics line doubled: the directory is locked (rundir.DirLock)."""
+    from rundir import DirLock
+    out = killed["out"]
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    with DirLock(out, "another recipes.py"):
+        r = subprocess.run([sys.executable, "recipes.py", "video_qa", "--tiny", "--out", str(out)], cwd=ROOT,
+                           env=killed["env"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr
+    assert r.stderr.startswith(f"recipes.py: {out} is in use by another recipes.py (pid {os.getpid()} on ")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
 
 # video_qa: the killed recipe's test above; math_tool: the BASE_TASKS test below runs its config through every stage
@@ -139,7 +226,7 @@ def test_base_tasks_limits_the_base_eval_and_its_pairing(tmp_path, monkeypatch):
     import hashlib
     from config import load_config_file, to_dict
     before = {"config": to_dict(load_config_file(str(out / "recipe_config.py"))), "sft": {}, "tiny": False}
-    assert recipes.fingerprint(out, {}, False)[0] == \
+    assert recipes.legacy_fingerprint(out, {}, False) == \
         hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:16]  # unset: as before
 
 
@@ -159,8 +246,10 @@ def test_seed_reaches_the_sft_and_the_train_config_and_the_fingerprint(tmp_path,
         assert load_config_file(str(out / "recipe_config.py")).trainer.seed == (seed or 0)
         fps[seed] = recipes.fingerprint(out, {**sft, **({} if seed is None else {"seed": seed})}, False)
         recipes.mark(out, "sft", 1.0, *fps[seed])
+        (out / "sft").mkdir()
+        (out / "sft" / "summary.json").write_text("{}")  # the stage's output: a marker alone is no finished stage
     assert recipes.stale(tmp_path / "3", *fps[3]) == [] and recipes.stale(tmp_path / "None", *fps[3]) == ["sft"]
-    with pytest.raises(SystemExit, match="--seed must be an integer >= 0, got -1"):
+    with pytest.raises(SystemExit, match=r"--seed must be an integer in \[0, 2147483647\], got -1"):
         recipes.main(["code", "--seed", "-1", "--plan"])
 
 
@@ -189,7 +278,7 @@ def test_a_change_to_the_teachers_code_makes_finished_stages_stale(tmp_path, cap
     assert {"sft_teachers.py", "envs/code_team.py", "envs/sandbox.py", "rewards/code.py", "data/code_data.py"} <= code
     assert "data/swe_data.py" in sources(ROOT / "configs" / "cpu" / "swe.py")  # the loader's module
     env = tmp_path / "my_env.py"
-    env.write_text('"""My env."""\nfrom envs.toy import ToyEnv as Env\n\n\ndef helper():\n'
+    env.write_text('"""My env."""\nfrom envs.toy import ToyEnv as Env, load_tasks  # noqa: F401\n\n\ndef helper():\n'
                    '    from rewards.math import math_reward  # imported inside a function\n    return math_reward\n')
     out = tmp_path / "rec"
     out.mkdir()
@@ -205,6 +294,8 @@ def test_a_change_to_the_teachers_code_makes_finished_stages_stale(tmp_path, cap
     sft_fp = sft.fingerprint(sft.SFTConfig(teacher="scripted", out=str(tmp_path / "s")), tc, [], {})
     fp, code = recipes.fingerprint(out, {"lr": 1e-4}, False)
     recipes.mark(out, "sft", 1.0, fp, code)
+    (out / "sft").mkdir()
+    (out / "sft" / "summary.json").write_text("{}")  # the stage's output: a marker alone is no finished stage
     assert recipes.stale(out, *recipes.fingerprint(out, {"lr": 1e-4}, False)) == []
     assert recipes.stale(out, *recipes.fingerprint(out, {"lr": 2e-4}, False)) == ["sft"]  # another SFT option
     env.write_text(env.read_text().replace('"""My env."""', '"""My env, its docstring reworded."""') + "# a comment\n")
@@ -217,3 +308,70 @@ def test_a_change_to_the_teachers_code_makes_finished_stages_stale(tmp_path, cap
     (out / "sft.done").write_text(json.dumps({"seconds": 1.0, "fingerprint": fp}) + "\n")  # before code was recorded
     capsys.readouterr()
     assert recipes.stale(out, *new) == [] and "finished before recipes.py recorded the teacher's code" in capsys.readouterr().out
+
+
+def test_a_change_to_the_tasks_makes_finished_stages_stale_and_a_move_does_not(tmp_path, capsys):
+    """The fingerprint held the config (file names), not the tasks: after a data change a resumed recipe paired
+    arms on different tasks (n = 0) and trained RL from an SFT on other data. It holds the train and val sets as
+    loaded, and not where the recipe directory is. A stage marked before (the fingerprint of the config with the
+    output path) is taken with a note."""
+    data = {}
+    for split in ("train", "val"):
+        data[split] = tmp_path / f"{split}.jsonl"
+        data[split].write_text("".join(ROOT.joinpath("data", f"arith_{split}.jsonl").read_text().splitlines(True)[:4]))
+
+    def recipe_dir(name):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "recipe_config.py").write_text(
+            "import dataclasses\nfrom config import load_config_file\nR = dataclasses.replace\n"
+            f"c = load_config_file({str(ROOT / 'configs' / 'tiny_math_3agent.py')!r})\n"
+            f"config = R(c, data=R(c.data, train_files={str(data['train'])!r}, val_files={str(data['val'])!r}),\n"
+            f"           trainer=R(c.trainer, output_dir={str(out / 'rl')!r}))\n")
+        (out / "sft").mkdir()
+        (out / "sft" / "summary.json").write_text("{}")
+        return out
+    a, b = recipe_dir("a"), recipe_dir("b")
+    fp = recipes.fingerprint(a, {}, False)
+    assert recipes.fingerprint(b, {}, False) == fp  # the same recipe elsewhere (a moved directory)
+    recipes.mark(a, "sft", 1.0, *fp)
+    assert recipes.stale(a, *fp) == []
+    rows = data["val"].read_text().splitlines(True)
+    data["val"].write_text(rows[0].replace('"answer": "', '"answer": "1') + "".join(rows[1:]))  # one answer changed
+    new = recipes.fingerprint(a, {}, False)
+    assert new[0] != fp[0] and recipes.stale(a, *new) == ["sft"]
+    recipes.mark(b, "sft", 1.0, recipes.legacy_fingerprint(b, {}, False), new[1])  # marked by recipes.py before
+    capsys.readouterr()
+    assert recipes.stale(b, *new, recipes.legacy_fingerprint(b, {}, False)) == []
+    assert "stage sft was finished before recipes.py recorded the tasks' content: not checked" in capsys.readouterr().out
+
+
+def test_a_bad_seed_an_out_that_is_a_file_and_a_directory_it_cannot_write_are_one_line(tmp_path):
+    """--seed 4294967296 was accepted: minutes of SFT, then the base eval died in numpy, and "run again" died the
+    same way; --out a file, or a path under one, and a recipe directory it cannot write in were tracebacks. Each is
+    one line before anything runs, and nothing is written."""
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    mounted = os.access(ro, os.W_OK) and not subprocess.run(  # root writes anywhere: a read-only filesystem then
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True).returncode
+    cases = [(["--seed", "4294967296", "--out", str(tmp_path / "s")],
+              "recipes.py: --seed must be an integer in [0, 2147483647], got 4294967296"),
+             (["--out", str(f)], f"recipes.py: --out {f}: {f} is a file, not a directory"),
+             (["--out", str(f / "sub")], f"recipes.py: --out {f / 'sub'}: {f} is a file, not a directory")]
+    if mounted or not os.access(ro, os.W_OK):
+        cases.append((["--out", str(ro)], f"recipes.py: {ro}: cannot be used ("))
+    try:
+        for args, want in cases:
+            r = subprocess.run([sys.executable, "recipes.py", "react", "--tiny", *args], cwd=ROOT, capture_output=True,
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith(want), (args, r.stderr[-2000:])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "ro"] and f.read_text() == "x"
+        assert list(ro.iterdir()) == []
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(ro)])
+        ro.chmod(0o755)

@@ -650,3 +650,21 @@ def test_a_second_sft_into_one_out_is_refused_naming_the_first(_tiny_base, tmp_p
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert r.stderr.startswith(f"error: {out} is in use by another sft.py (pid {os.getpid()} on "), r.stderr
     assert [p.name for p in out.iterdir()] == [".lock"]  # nothing of the refused run
+
+
+def test_a_torn_summary_is_no_finished_sft_and_the_sft_runs_again(_tiny_base, tmp_path, capsys):
+    """A torn summary.json was read as a finished SFT of another everything: every rerun refused, forever (and a
+    recipe's SFT stage never recovered). It is no finished SFT: a note, and the SFT runs again."""
+    model, tok = _tiny_base
+    data, out = tmp_path / "t.jsonl", tmp_path / "o"
+    write(data, good_records(tok, short_chat)[:2])
+    cfg = sft.SFTConfig(data=(str(data),), roles=("generator_initial",), epochs=1, grad_accum=1, val_frac=0,
+                        out=str(out), progress=False)
+    sft.run_sft(cfg, model=copy.deepcopy(model), tok=tok)
+    first = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text('{"config": {"da')
+    capsys.readouterr()
+    sft.run_sft(cfg, model=copy.deepcopy(model), tok=tok)
+    assert f"note: {out / 'summary.json'} is unreadable (JSONDecodeError): the SFT runs again" in capsys.readouterr().out
+    again = json.loads((out / "summary.json").read_text())
+    assert again["fingerprint"] == first["fingerprint"] and again["adapters"] == first["adapters"]
