@@ -62,7 +62,8 @@ class DirLock:
     process ends, however it ends (kill -9 included): a lock file left behind by a dead run never blocks, whatever
     pid it names. The same process may take its own lock again (an in-process caller: a test, a notebook).
     Released by release(), at the end of a with block, or when the object is collected (a function's local:
-    when it returns). Under torchrun only rank 0 takes it (the ranks of one run share the directory)."""
+    when it returns), leaving the lock file empty. Under torchrun only rank 0 takes it (the ranks of one run
+    share the directory)."""
 
     def __init__(self, directory, who: str):
         self.held, directory = None, Path(directory)
@@ -98,10 +99,9 @@ class DirLock:
             raise ConfigError(f"{directory} is in use by {holder}: two runs in one directory mix their files; wait "
                               "for it to end, or stop it") from None
         import socket
-        me = json.dumps({"who": who, "pid": os.getpid(), "host": socket.gethostname(), "started": _STARTED}).encode()
-        if os.pread(fd, 4096, 0) != me + b"\n":  # this process again: the file as it was
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, me + b"\n", 0)
+        me = {"who": who, "pid": os.getpid(), "host": socket.gethostname(), "started": _STARTED}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
         self.held = _HELD[key] = [fd, (st.st_dev, st.st_ino), 1]
 
     def release(self):
@@ -109,6 +109,7 @@ class DirLock:
         if held is not None:
             held[2] -= 1
             if held[2] == 0:
+                os.ftruncate(held[0], 0)  # free: it names nobody
                 os.close(held[0])  # the flock goes with it
                 for k in [k for k, v in _HELD.items() if v is held]:
                     del _HELD[k]

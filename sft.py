@@ -70,6 +70,7 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: docs/benchmarks.md "Threads"
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -376,6 +377,12 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
     """The whole pipeline (module docstring). train_cfg: a config.Config (or cfg.train_config's file);
     model, tok: a loaded base to train on (else loaded here). Returns the summary, whose "adapters"
     maps each adapter written to its directory (what train.py's init_from takes)."""
+    from rundir import DirLock
+    with contextlib.ExitStack() as held:  # --out's lock, taken once the options are checked, released however it ends
+        return _run_sft(cfg, train_cfg, model, tok, eval_hook, lambda out: held.enter_context(DirLock(out, "sft.py")))
+
+
+def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
     t0 = time.perf_counter()
     check_options(cfg)
     random.seed(cfg.seed)
@@ -423,8 +430,8 @@ def run_sft(cfg: SFTConfig, train_cfg=None, model=None, tok=None, eval_hook=None
             raise ValueError(f"sft option init_from: {d} is not a PEFT adapter directory (no adapter_config.json)")
 
     # --- done already? the same fingerprint: the same SFT (a rerun, train.py's mode=both resuming) ---
-    from rundir import DirLock, hub_id
-    lock = DirLock(out, "sft.py")  # noqa: F841 (one SFT per --out, from here: released as run_sft returns)
+    from rundir import hub_id
+    hold(out)  # one SFT per --out
     fp, done = fingerprint(cfg, tc, records, inits), out / "summary.json"
     try:
         old = json.loads(done.read_text()) if done.exists() else None
