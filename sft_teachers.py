@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import chat
 from agents.math_team import (blind_messages, build_messages, check_line, digit_check_line, digit_consistent,
                               digit_verdict, whole)
 from envs import play_replies
@@ -43,6 +44,9 @@ class Example:
     spans: list = field(default_factory=list)
     """[(start, end)] of every reply's tokens when several turns share these ids (sft_train.pack_conversations);
     empty: the one reply, ids[n_prompt:]"""
+    messages: list | None = None
+    """the chat messages `prompt` was rendered from, where a teacher built it: the ids come from them
+    (chat.chat_ids: a content's text never becomes a control token); None: a trajectory file's prompt text"""
 
     def reply_spans(self) -> list:
         return self.spans or [(self.n_prompt, len(self.ids))]
@@ -55,9 +59,12 @@ class Example:
 
 
 def tokenize(ex: Example, tok) -> Example:
-    """ids = prompt tokens + reply tokens (+ EOS); the loss covers ids[n_prompt:]."""
-    p = tok(ex.prompt, add_special_tokens=False)["input_ids"]
-    r = tok(ex.reply, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if ex.eos else [])
+    """ids = prompt tokens + reply tokens (+ EOS); the loss covers ids[n_prompt:]. The reply is plain text: a
+    `<|im_end|>` written in it (a hostile data file's) is taught as the characters it is, never as a turn
+    boundary (chat.plain_ids); the prompt from its messages where a teacher built it (chat.chat_ids), else a
+    trajectory file's rendered prompt text, whose template tokens are its format."""
+    p = chat.chat_ids(tok, ex.messages) if ex.messages is not None else tok(ex.prompt, add_special_tokens=False)["input_ids"]
+    r = chat.plain_ids(tok, ex.reply) + ([tok.eos_token_id] if ex.eos else [])
     ex.ids, ex.n_prompt = p + r, len(p)
     return ex
 
@@ -186,20 +193,22 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
             continue
         if blind:
             line = digit_check_line(q, y) if digit else check_line(y)
-            out.append(Example(adapter, "evaluator_critique", chat(blind_messages(q, None, [], kind)), line, True,
-                               "teacher:check"))
+            msgs = blind_messages(q, None, [], kind)
+            out.append(Example(adapter, "evaluator_critique", chat(msgs), line, True, "teacher:check", messages=msgs))
             counts["teacher:check"] += 1
         for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
             if blind:
                 msgs = blind_messages(q, line, [("generator_initial", sol)], kind)
                 verdict = teacher_digit_verdict(sol, y, ok) if digit else teacher_verdict(sol, ok)
-                out.append(Example(adapter, "evaluator_critique", chat(msgs), verdict, True, src))
+                out.append(Example(adapter, "evaluator_critique", chat(msgs), verdict, True, src, messages=msgs))
                 counts[src] += 1
                 continue
+            msgs = None  # else the recorded prompt the evaluator judged it with (a trajectory file's text)
             if prompt is None or check:
                 msgs = build_messages("evaluator_check" if check else "evaluator_critique", q, [("generator_initial", sol)])
                 prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-            out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok, check), True, src))
+            out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok, check), True, src,
+                               messages=msgs))
             counts[src] += 1
     return out, dict(counts)
 
@@ -235,7 +244,8 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
                 counts[f"teacher:below_min_reward/{t.role}"] += 1
                 continue
             prompt = tok.apply_chat_template(t.messages, add_generation_prompt=True, tokenize=False)
-            out.append(Example(adapter_of[t.role], t.role, prompt, reply, True, f"teacher:{source}", float(r)))
+            out.append(Example(adapter_of[t.role], t.role, prompt, reply, True, f"teacher:{source}", float(r),
+                               messages=t.messages))
             counts[f"teacher:{source}/{t.role}"] += 1
 
     for task in (tasks[:n_tasks] if n_tasks else tasks):
