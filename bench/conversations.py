@@ -12,7 +12,7 @@ order of independent turns cannot matter). Configs: configs/tiny_video_qa.py and
 --model tiny; give --model smollm2-135m-instruct for wall times on the real model.
 
 extension: SmolLM2-135M-Instruct samples the math team judge's first verdict on --episodes wrong solutions in
-the per-role layout (temperature 1, 32 tokens), then its conversation goes on with a refined solution to judge
+the per-role layout (temperature 1, --reply-tokens), then its conversation goes on with a refined solution to judge
 (agents.math_team.role_messages); for each second turn, whether its prompt ids start with the first turn's
 prompt + completion ids, built the two ways: the driver's (chat.continue_ids: the sampled ids spliced) and the
 old one (the messages re-encoded whole, chat.chat_ids: the reply's text encoded again).
@@ -67,13 +67,13 @@ def engine_calls(config: str, spec: str | None, n_tasks: int, threads: int) -> N
           f"{a} -> {b}, rollout {ta:.1f} s -> {tb:.1f} s ({ta / tb:.2f}x), same turns: {sa == sb}", flush=True)
 
 
-def extension(n: int, threads: int) -> None:
+def extension(n: int, threads: int, reply_tokens: int = 96) -> None:
     import torch
     from agents.math_team import role_messages
     torch.set_num_threads(threads)
     m, tok = load_model("smollm2-135m-instruct")
     eng = TorchEngine(m, tok)
-    sp = SamplingParams(max_new_tokens=32, temperature=1.0, seed=11)
+    sp = SamplingParams(max_new_tokens=reply_tokens, temperature=1.0, seed=11)
     judge = "evaluator_critique"
     said = [(f"What is {11 + i} + {40 + i}?", [("generator_initial", f"The sum is 50, so the answer is \\boxed{{50}}.")])
             for i in range(n)]  # a wrong solution, then the judge's first verdict, sampled
@@ -87,7 +87,7 @@ def extension(n: int, threads: int) -> None:
         new = chat.continue_ids(tok, msgs, ids, r.completion_ids, r.text, second)
         spliced += new is not None and new[:len(full)] == full
         re_encoded += chat.chat_ids(tok, second)[:len(full)] == full
-    print(f"SmolLM2 sampled judge turns, {n} episodes: second turns that extend the first token for token: "
+    print(f"SmolLM2 sampled judge turns ({reply_tokens} tokens at most), {n} episodes: second turns that extend the first token for token: "
           f"spliced {spliced} of {n}, re-encoded {re_encoded} of {n}", flush=True)
 
 
@@ -98,13 +98,14 @@ def main():
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reply-tokens", type=int, default=96, help="the judge's first reply, at most")
     ap.add_argument("--calls-only", action="store_true")
     a = ap.parse_args()
     os.chdir(ROOT)
     for c in a.configs.split(","):
         engine_calls(c, a.model, a.tasks, a.threads)
     if not a.calls_only:
-        extension(a.episodes, a.threads)
+        extension(a.episodes, a.threads, a.reply_tokens)
 
 
 if __name__ == "__main__":
