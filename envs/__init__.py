@@ -99,6 +99,11 @@ def play_replies(env, task, replies) -> list[tuple[Prompt, str]]:
 # workflows.check_roles calls before any model loads: a bad value is one ConfigError naming the
 # field, never a right answer scored 0, an infinite reward or an exception in every episode.
 
+MIN_TIMEOUT = 1
+"""the least timeout in seconds of a sandboxed run (the code team's tests, math_tool's code, SWE's tests): the
+sandbox starts its Python processes (~0.1 s on an idle machine); below it right code runs out of time and
+scores 0 (a timeout of 1e-3 did on every task)"""
+
 MAX_FILE_BYTES = 256 * 2**20
 """files an env reads whole (a search corpus) are regular files of at most this size: a FIFO would
 hang the read, /dev/zero would fill memory"""

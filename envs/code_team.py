@@ -27,7 +27,7 @@ import re
 
 from agents.code_team import build_messages
 from data.code_data import wrong_approaches
-from envs import Prompt, need_int, need_number
+from envs import MIN_TIMEOUT, Prompt, need_int, need_number
 from rewards.code import extract_code, run_tests
 
 ROLES = ("generator", "refiner")
@@ -200,11 +200,6 @@ def scripted_repair(task: dict, timeout: float = 10.0, tries: int = 8, mistake: 
         if res.reason == "tests failed" and res.failures:
             return [_block(code), _block(ref)]
     return None
-
-
-MIN_TIMEOUT = 1
-"""the least test timeout in seconds: the sandbox starts two Python processes (judge and worker, ~0.1 s on an
-idle machine); below it a right solution runs out of time and scores 0 (timeout 1e-3 did on every task)"""
 
 
 class CodeTeamEnv:

@@ -36,7 +36,7 @@ from fractions import Fraction
 
 from agents.math_team import parse_verdict
 from agents.math_tool import LAYOUTS
-from envs import Prompt, need_choice, need_int, need_number
+from envs import MIN_TIMEOUT, Prompt, need_choice, need_int, need_number
 from envs.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
@@ -51,7 +51,7 @@ class MathToolEnv:
                  analyzer_reward: str = "team"):
         self.max_cycles = need_int("max_refinement_iterations", max_refinement_iterations, 0, 100)
         self.analyzer_reward = need_choice("analyzer_reward", analyzer_reward, ("team", "plan"))
-        self.timeout = need_number("code_timeout", code_timeout, 0, 600, lo_open=True)
+        self.timeout = need_number("code_timeout", code_timeout, MIN_TIMEOUT, 600)
         self.build = LAYOUTS[need_choice("layout", layout, tuple(LAYOUTS))]
 
     def reset(self, task):

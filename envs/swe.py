@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, apply_patch, clean_path,  # noqa: F401
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
 from agents.swe_team import ASK, LABEL, Edit, build_messages, extract_diff, parse_edits, parse_verdict
-from envs import Prompt, need_choice, need_int, need_number
+from envs import MIN_TIMEOUT, Prompt, need_choice, need_int, need_number
 from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
@@ -493,7 +493,7 @@ class SWETeamEnv:
                                 ("max_validator_calls", max_validator_calls, 0, 100), ("obs_chars", obs_chars, 100, 10**6),
                                 ("file_chars", file_chars, 100, 10**6), ("disk_mb", disk_mb, 1, 4096)):
             need_int(name, v, lo, hi)
-        test_timeout = need_number("test_timeout", test_timeout, 0, 3600, lo_open=True)
+        test_timeout = need_number("test_timeout", test_timeout, MIN_TIMEOUT, 3600)
         self.max_refinements, self.max_analyzer_calls = max_refinement_iterations, max_analyzer_calls
         self.max_validator_calls, self.timeout, self.obs_chars = max_validator_calls, test_timeout, obs_chars
         self.file_chars, self.disk_mb = file_chars, disk_mb

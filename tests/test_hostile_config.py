@@ -117,6 +117,8 @@ def huge(tmp_path_factory):
     ("code", {"timeout": "abc"}, r"timeout: must be a number in \[1, 600\], got 'abc'"),
     ("code", {"timeout": 1e-3}, r"timeout: must be a number in \[1, 600\], got 0.001"),  # the reference scored 0
     ("code", {"timeout": float("nan")}, "timeout"), ("math_tool", {"code_timeout": -1}, "code_timeout"),
+    ("math_tool", {"code_timeout": 1e-3}, r"code_timeout: must be a number in \[1, 600\], got 0.001"),
+    ("swe", {"test_timeout": 1e-3}, r"test_timeout: must be a number in \[1, 3600\], got 0.001"),
     ("math_tool", {"analyzer_reward": "both"}, r"analyzer_reward: must be one of 'team', 'plan', got 'both'"),
     ("search", {"search_k": -3}, r"search_k: must be an integer in \[1, 1000\], got -3"),
     ("search", {"search_k": float("inf")}, "search_k: .* got inf"),  # --data.env-kwargs.search-k 1e999
