@@ -98,6 +98,11 @@ class RoleConfig:
     (17, 24)) for the generator and ((9, 16),) for the judge: one role learns while the other holds still
     (PettingLLMs' alternating phases; co-evolution "stagewise"); it acts at every step. None = every step
     (after frozen_steps). A function of the step, so a resumed run keeps the schedule exactly"""
+    team_reward_weight: float = 0.0
+    """alpha in [0, 1]: this role's training reward is alpha * the episode's team reward (its env's
+    metrics()["team_reward"]) + (1 - alpha) * its own turn's reward (MAPoRL / Dr.MAS-style reward mixing); 0 =
+    its own reward only. The logged train/reward/<role> stays its own; the mixed one is what its advantages
+    are computed from (learner.mix_team_reward)"""
     balance_labels: bool = False
     """weight this role's labelled turns (env.turn_labels, e.g. the truth of what a judge judged) so that
     each label carries equal total weight in the step's update: on a 9:1 batch a judge that approves
@@ -128,6 +133,8 @@ class RoleConfig:
                 _bad(f"{where}.targets", f"{str(t)[:80]!r} is not a module name")
         if self.frozen_steps < 0:
             _bad(f"{where}.frozen_steps", f"must be >= 0, got {self.frozen_steps}")
+        if not (isinstance(self.team_reward_weight, (int, float)) and 0 <= self.team_reward_weight <= 1):
+            _bad(f"{where}.team_reward_weight", f"must be in [0, 1], got {self.team_reward_weight}")
         for w in self.train_windows or ():
             if not (len(w) == 2 and all(isinstance(x, int) for x in w) and 1 <= w[0] <= w[1]):
                 _bad(f"{where}.train_windows", f"each window is (first step, last step) with 1 <= first <= last, got {w}")
@@ -187,9 +194,15 @@ class AlgoConfig:
     """GAE lambda"""
     group_by_turn: bool = False
     """group samples by (task, role, turn) instead of (task, role): each turn is centred among the same turn
-    of its task's other chains (PettingLLMs' AT-GRPO groups by agent and turn). The turn is the env's
-    Prompt.key where it sets one (research: the sub-question and round), else the role's turn count in the
-    episode (its k-th turn); a merged turn keeps its first turn's"""
+    of its task's other chains. This is AT-GRPO's agent- and turn-wise grouping (arXiv 2510.11062,
+    PettingLLMs), one name for both; its tree-style resampling (several candidates per turn from one state, the
+    best going on) is not built. The turn is the env's Prompt.key where it sets one (research: the sub-question
+    and round), else the role's turn count in the episode (its k-th turn); a merged turn keeps its first turn's"""
+    norm_adv_by_role: bool = False
+    """per-role advantage normalisation (Dr.MAS, arXiv 2602.08847; PAG's RoleAdvNorm): after the estimator,
+    each role's advantages are whitened by that role's own mean and std over its generated tokens in the step
+    (every rank's), whether roles share an adapter or not, so a role whose rewards spread widely cannot
+    dominate the gradient of the others through one shared scale"""
     policy_loss: str = "ppo"
     """a name in ppo.LOSSES: ppo (token-level PPO clip) or gspo (GSPO's sequence-level ratio, which brings
     GSPO's own defaults for the clip range, 3e-4 / 4e-4, and loss_agg seq-mean-token-mean, unless you set them)"""
@@ -600,6 +613,9 @@ class Config:
                      "configs/sft/tiny_math.py): what SFT learns from")
             if not Path(self.sft_config).is_file():
                 _bad("sft_config", f"{self.sft_config} is not a file")
+        if any(r.team_reward_weight and self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
+            _bad("roles.team_reward_weight", "remax's greedy baseline is the twin turn's own reward, unmixed: use "
+                 "another estimator for a role that mixes in the team reward")
         if self.data.reward == "calculator" and "remax" in self.estimators:
             _bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
                  "use data.reward=env with remax")

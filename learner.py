@@ -551,6 +551,9 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     critic = run.critic if estimator == "gae" else None
     values = critic.values(model, rb) if critic else None
     adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
+    if a.norm_adv_by_role:  # each role's advantages on its own scale (its roles numbered as in the config)
+        index = torch.tensor([[r.name for r in roles].index(s.role) for s in samples])
+        adv = ppo.group_whiten(adv, rb.mask, index, len(roles), all_sum)
     if roles[0].balance_labels:  # each label (e.g. right / wrong solutions judged) weighs the same in total
         w, bm = label_weights(samples)
         adv = adv * w[:, None]
@@ -721,6 +724,19 @@ def select(cfg: Config, samples: list[Sample]) -> tuple[list[Sample], dict]:
         if n_dapo and n_lab:
             metrics[f"train/dropped_by_labels/{r}"] = (n_dapo - n_kept) / n_dapo
     return kept, metrics
+
+
+def mix_team_reward(cfg: Config, episodes) -> None:
+    """roles[i].team_reward_weight (alpha): each turn of such a role trains on alpha * its episode's team reward
+    (metrics()["team_reward"]; 0 where the env gave none or failed) + (1 - alpha) * its own reward, in place;
+    its own stays in Sample.info["own_reward"] (what train/reward/<role> logs)."""
+    alpha = {r.name: r.team_reward_weight for r in cfg.roles if r.team_reward_weight}
+    for ep in episodes:
+        team = float(ep.metrics.get("team_reward", 0.0))
+        for s in ep.samples:
+            if s.role in alpha:
+                s.info["own_reward"] = s.reward
+                s.reward = alpha[s.role] * team + (1 - alpha[s.role]) * s.reward
 
 
 def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dict[str, str]:

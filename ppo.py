@@ -64,6 +64,21 @@ def masked_whiten(x, mask, shift_mean=True):
     return w if shift_mean else w + mean
 
 
+def group_whiten(x, mask, index, n_groups: int, all_sum=lambda v: v, eps=1e-8):
+    """x (B, T) whitened within each group of rows over its masked entries: (x - mean_g) * rsqrt(var_g + eps),
+    the unbiased variance as masked_whiten's. index (B,): each row's group in [0, n_groups), numbered alike on
+    every rank, since the sums are all_sum'd (every rank's tokens). Unmasked entries come back 0; a group of
+    one token is centred only. Per-role advantage normalisation (algo.norm_adv_by_role): a row's group is its
+    role."""
+    onehot = F.one_hot(index, n_groups).to(x.dtype)  # (B, G)
+    stats = torch.cat([onehot.T @ mask.sum(1), onehot.T @ (x * mask).sum(1), onehot.T @ (x * x * mask).sum(1)])
+    n, s1, s2 = torch.tensor(all_sum([float(v) for v in stats]), dtype=x.dtype).view(3, n_groups)  # (G,) each
+    mean = s1 / n.clamp(min=1)
+    var = ((s2 - n * mean ** 2) / (n - 1).clamp(min=1)).clamp(min=0)
+    var = torch.where(n > 1, var, torch.full_like(var, 1 - eps))  # one token: rsqrt(1) = 1
+    return (x - mean[index][:, None]) * torch.rsqrt(var[index][:, None] + eps) * mask
+
+
 def _group_index(group_ids, device):
     """Any per-row ids (tensor or list of hashables) -> (dense index (B,), number of groups)."""
     if not torch.is_tensor(group_ids):

@@ -56,7 +56,7 @@ class Sample:
     parts: list = field(default_factory=list, repr=False, compare=False)  # merge_turns: the turns it joined
     env_reward: float | None = None  # data.reward=calculator: the env's own reward the weighted one replaced
     reward_components: dict | None = None  # data.reward=calculator: the weighted reward's parts
-    info: dict = field(default_factory=dict)  # free-form extras; nothing in troupe reads them
+    info: dict = field(default_factory=dict)  # extras: own_reward (learner.mix_team_reward) is read by the logs
     key: object = None  # its place that algo.group_by_turn compares: the env's Prompt.key, else the role's turn count
 
     @property

@@ -208,7 +208,8 @@ def summarize(cfg: Config, samples: list[Sample], eps, prefix: str) -> dict:
     """Per-role reward (mean, std, min, max) and response length, the mean of every episode metric,
     and the workflow's own aggregate; reduced over ranks."""
     out = {}
-    every = [x for part in gather_objects([(e.metrics, [(s.role, s.reward, len(s.completion_ids)) for s in e.samples],
+    every = [x for part in gather_objects([(e.metrics, [(s.role, s.info.get("own_reward", s.reward), len(s.completion_ids))
+                                                          for s in e.samples],
                                             e.truncated) for e in eps]) for x in part]
     for r in cfg.roles:
         rew = np.array([w for _, st, _ in every for role, w, _ in st if role == r.name])

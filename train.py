@@ -82,6 +82,7 @@ def collect(run, train_tasks, step_seed):
                         role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
         if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in Sample.env_reward)
             rescore_episodes(RewardCalculator.from_config(cfg), e)
+        learner.mix_team_reward(cfg, e)  # roles[i].team_reward_weight (the role's own reward kept for the logs)
         samples, eps = samples + s, eps + e
         if not cfg.algo.dynamic_sampling or rounds == cfg.algo.dynamic_sampling_max_rounds:
             return samples, eps, rounds
