@@ -99,6 +99,28 @@ def play_replies(env, task, replies) -> list[tuple[Prompt, str]]:
 # workflows.check_roles calls before any model loads: a bad value is one ConfigError naming the
 # field, never a right answer scored 0, an infinite reward or an exception in every episode.
 
+def judge_counts(prefix: str, judged) -> dict[str, float]:
+    """A judge-like role's verdicts as episode metrics: judged = [(approved: True / False / None = no verdict,
+    truth: was what it judged right)] -> {prefix}_tp, _fp, _tn, _fn, _none (no verdict on a right one),
+    _none_wrong; aggregate's judge_rates reads them."""
+    c = dict.fromkeys(("tp", "fp", "tn", "fn", "none", "none_wrong"), 0.0)
+    for v, t in judged:
+        c[("tp" if t else "fp") if v is True else ("fn" if t else "tn") if v is False else ("none" if t else "none_wrong")] += 1
+    return {f"{prefix}_{k}": v for k, v in c.items()}
+
+
+def judge_rates(prefix: str, tot: dict) -> dict[str, float]:
+    """Over summed judge_counts: {prefix}_tpr (right ones approved, of the right ones judged; no verdict counts
+    as not approved), _tnr (wrong ones rejected, of the wrong ones; no verdict does not reject) and
+    _approve_rate (approvals of all verdicts asked for); {} where nothing was judged."""
+    g = lambda k: float(tot.get(f"{prefix}_{k}", 0.0))  # noqa: E731
+    right, wrong = g("tp") + g("fn") + g("none"), g("fp") + g("tn") + g("none_wrong")
+    if not right + wrong:
+        return {}
+    return {f"{prefix}_tpr": g("tp") / max(right, 1.0), f"{prefix}_tnr": g("tn") / max(wrong, 1.0),
+            f"{prefix}_approve_rate": (g("tp") + g("fp")) / (right + wrong)}
+
+
 MIN_TIMEOUT = 1
 """the least timeout in seconds of a sandboxed run (the code team's tests, math_tool's code, SWE's tests): the
 sandbox starts its Python processes (~0.1 s on an idle machine); below it right code runs out of time and

@@ -92,7 +92,7 @@ from collections import defaultdict
 from agents.math_team import (answer_number, blind_messages, build_messages, digit_check_line, digit_check_right, digit_claim,
                               digit_consistent, digit_verdict, parse_verdict, role_messages, solution_text, whole)
 from rewards.math import REVISION_REWARD, extract_answer, math_reward
-from envs import Prompt, need_bool, need_choice, need_int, need_number
+from envs import Prompt, judge_rates, need_bool, need_choice, need_int, need_number
 
 ROLES = ("generator_initial", "evaluator_critique", "generator_refinement")
 
@@ -364,7 +364,7 @@ def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
     return None
 
 
-CONSOLE = ("evaluator_balanced_acc", "evaluator_fpr")  # this workflow's metrics on the console line
+CONSOLE = ("evaluator_balanced_acc", "evaluator_tpr", "evaluator_tnr", "evaluator_approve_rate")  # on the console line
 
 
 def _balanced(tp, n_pos, tn, n_neg) -> float:
@@ -393,6 +393,9 @@ def aggregate(episodes) -> dict:
         "evaluator_balanced_acc": _balanced(tp, n_right, tn, n_wrong),
         # of wrong solutions, the share approved (unparsed verdicts are not approvals)
         "evaluator_fpr": fp / max(1, n_wrong),
+        # the judge's rates by name (envs.judge_rates): its own verdicts, unparsed ones approving nothing
+        **judge_rates("evaluator", {"evaluator_tp": tp, "evaluator_fp": fp, "evaluator_tn": tn, "evaluator_fn": fn,
+                                    "evaluator_none": n_right - tp - fn, "evaluator_none_wrong": n_wrong - fp - tn}),
         "refine_success": tot["refine_fixed"] / max(1, tot["refine_from_wrong"]),  # the fix rate
         "refine_break_rate": tot["refine_broken"] / max(1, tot["refine_from_right"]),
         "refine_fixed_count": tot["refine_fixed"], "refine_broken_count": tot["refine_broken"],

@@ -36,7 +36,7 @@ from fractions import Fraction
 
 from agents.math_team import parse_verdict
 from agents.math_tool import LAYOUTS
-from envs import MIN_TIMEOUT, Prompt, need_choice, need_int, need_number
+from envs import MIN_TIMEOUT, Prompt, judge_counts, judge_rates, need_choice, need_int, need_number
 from envs.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
@@ -58,7 +58,7 @@ class MathToolEnv:
         self.problem, self.answer = task["question"], str(task["answer"])
         self.history, self.turns, self.rewards = [], [], []
         self.cycles, self.exec_ok, self.exec_right, self.final = 1, [], [], None
-        self.plans_right = []
+        self.plans_right, self.judged = [], []
         return self._turn("analyzer")
 
     def _turn(self, role):
@@ -86,6 +86,7 @@ class MathToolEnv:
             return self._turn("verifier")
         # verifier
         ans, verdict = extract_answer(reply), parse_verdict(reply)
+        self.judged.append((ans is not None and verdict is not False, self.exec_right[-1]))  # approved, output right
         if ans is not None and verdict is not False:
             self.final = ans
             self.rewards.append(math_reward(reply, self.answer))
@@ -105,7 +106,8 @@ class MathToolEnv:
         n = max(1, len(self.exec_ok))
         return {"final_correct": team, "team_reward": team, "cycles": self.cycles, "exec_ok": sum(self.exec_ok) / n,
                 "exec_right": sum(self.exec_right) / n, "no_answer": float(self.final is None),
-                "plan_right": sum(self.plans_right) / max(1, len(self.plans_right))}
+                "plan_right": sum(self.plans_right) / max(1, len(self.plans_right)),
+                **judge_counts("verifier", self.judged)}
 
 
 # a computation written out on one line: numbers (or parenthesised ones) joined by + - * / ^, e.g. "16 + 17 - 12",
@@ -163,6 +165,8 @@ def aggregate(episodes) -> dict:
     out = {k: sum(m[k] for m in ms) / n for k in ("final_correct", "cycles", "exec_ok", "exec_right", "no_answer",
                                                    "plan_right")}
     out["final_acc"] = out.pop("final_correct")
+    out.update(judge_rates("verifier", {k: sum(m.get(k, 0.0) for m in ms) for k in ms[0] if k.startswith("verifier_")}
+                           if ms else {}))
     for role in ROLES:
         steps = [s for e in episodes for s in getattr(e, "samples", ()) if s.role == role]  # compare.py: metrics only
         if steps:

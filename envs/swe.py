@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, apply_patch, clean_path,  # noqa: F401
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
 from agents.swe_team import ASK, LABEL, Edit, build_messages, extract_diff, parse_edits, parse_verdict
-from envs import MIN_TIMEOUT, Prompt, need_choice, need_int, need_number
+from envs import MIN_TIMEOUT, Prompt, judge_counts, judge_rates, need_choice, need_int, need_number
 from envs.sandbox import CLIENT, WORKER, run_pair, run_python
 from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
@@ -737,7 +737,8 @@ class SWETeamEnv:
                 "p2p_ok": float(final.p2p_ok), "patch_applied": float(any(a["applied"] for a in self.attempts)),
                 "files_localised": self.localised(), "iterations": len(self.attempts),
                 "analyzer_calls": self.calls["analyzer"], "accepted": float(any(v is True for v in self.verdicts.values())),
-                "validator_correct": sum(v == r for v, r in judged) / len(judged) if judged else 0.0}
+                "validator_correct": sum(v == r for v, r in judged) / len(judged) if judged else 0.0,
+                **judge_counts("validator", judged)}
 
     def model_patch(self) -> str:
         """The episode's patch as a unified diff (SWE-bench's `model_patch`), test files left out."""
@@ -757,6 +758,8 @@ def aggregate(episodes) -> dict:
     n = max(1, len(ms))
     out = {f"{k}_rate" if k in ("resolved", "patch_applied") else k: sum(m[k] for m in ms) / n
            for k in ("resolved", "patch_applied", "files_localised", "iterations", "validator_correct")}
+    out.update(judge_rates("validator", {k: sum(m.get(k, 0.0) for m in ms) for k in ms[0] if k.startswith("validator_")}
+                           if ms else {}))
     for role in ROLES:
         steps = [s for e in episodes for s in getattr(e, "samples", ()) if s.role == role]  # compare.py: metrics only
         if steps:

@@ -259,7 +259,8 @@ def test_swes_per_role_layout_continues_the_writers_and_validators_chats():
         env = SWETeamEnv(layout=layout, max_analyzer_calls=1, max_validator_calls=1)
         rep = env.scripted_replies(task)
         played = play_replies(env, task, rep[:2] + ["no edits here", "Verdict: REJECT it changes nothing"] + rep[2:])
-        assert env.metrics()["team_reward"] == 1.0
+        m = env.metrics()  # the validator rejected the empty attempt and accepted the fix: TN and TP
+        assert m["team_reward"] == 1.0 and (m["validator_tn"], m["validator_tp"], m["validator_fp"]) == (1.0, 1.0, 0.0)
         turns = {}
         for p, reply in played:
             turns.setdefault(p.role, []).append((p.messages, reply))

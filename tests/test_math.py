@@ -260,8 +260,9 @@ def test_aggregate_metrics():
         eps.append(Episode(0, 0, env, steps, m))
     a = aggregate(eps)
     assert set(a) == {"evaluator_precision", "evaluator_recall", "evaluator_acc", "evaluator_balanced_acc",
-                      "evaluator_fpr", "refine_success", "refine_break_rate", "refine_fixed_count",
-                      "refine_broken_count"}  # only its own
+                      "evaluator_fpr", "evaluator_tpr", "evaluator_tnr", "evaluator_approve_rate", "refine_success",
+                      "refine_break_rate", "refine_fixed_count", "refine_broken_count"}  # only its own
+    assert (a["evaluator_tpr"], a["evaluator_tnr"], a["evaluator_approve_rate"]) == pytest.approx((1.0, 0.5, 0.75))
     assert a["evaluator_fpr"] == pytest.approx(1 / 2) and (a["refine_fixed_count"], a["refine_broken_count"]) == (1, 0)
     assert a["evaluator_precision"] == pytest.approx(2 / 3)  # 3 "Correct" verdicts, 2 right
     assert a["evaluator_recall"] == 1.0 and a["evaluator_acc"] == pytest.approx(3 / 4)

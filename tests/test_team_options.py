@@ -121,3 +121,34 @@ def test_the_team_mix_reaches_training_and_the_logs_keep_each_roles_own(tmp_path
     assert row["train/reward/echo"] < 1.0 and sum(t for t, _ in echo) > 0  # own (share of 7s) vs any 7 at all
     with pytest.raises(ConfigError, match="roles.team_reward_weight: remax"):
         dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, adv_estimator="remax")).validate()
+
+
+def test_judge_rates_by_hand_and_in_every_judge_like_workflow():
+    """TPR, TNR and approve rate: right ones 3 approved, 1 rejected, 1 no verdict; wrong ones 1 approved, 2
+    rejected, 1 no verdict -> 3/5, 2/4, 4/9. The math team's evaluator, math_tool's verifier and SWE's validator
+    log them (aggregate, every step and at eval)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from envs import judge_counts, judge_rates
+    from envs.math_3agent import MathTeamEnv, aggregate as team_aggregate
+    from envs.math_tool import MathToolEnv, aggregate as tool_aggregate, scripted_replies
+    from helpers import play
+    judged = [(True, True)] * 3 + [(False, True), (None, True), (True, False), (False, False), (False, False),
+                                   (None, False)]
+    rates = judge_rates("j", judge_counts("j", judged))
+    assert rates == pytest.approx({"j_tpr": 0.6, "j_tnr": 0.5, "j_approve_rate": 4 / 9})
+    task = {"question": "What is 2 + 3?", "answer": "5"}
+    eps = []
+    for replies in (["\\boxed{5}", "Verdict: Correct"], ["\\boxed{4}", "Verdict: Correct"],
+                    ["\\boxed{4}", "Verdict: Incorrect", "\\boxed{4}", "hmm"]):
+        env = MathTeamEnv(1)
+        eps.append(Episode(0, 0, env, [], play(env, task, replies)[2]))
+    # verdicts: right approved; wrong approved; wrong rejected; wrong, no verdict
+    agg = team_aggregate(eps)
+    assert {k: agg[k] for k in ("evaluator_tpr", "evaluator_tnr", "evaluator_approve_rate")} == \
+        pytest.approx({"evaluator_tpr": 1.0, "evaluator_tnr": 1 / 3, "evaluator_approve_rate": 0.5})
+    env = MathToolEnv(1)
+    m = play(env, {"question": "What is 3 + 4?", "answer": "7"}, scripted_replies({"question": "What is 3 + 4?",
+                                                                                "answer": "7"}))[2]
+    assert m["verifier_tp"] == 1.0
+    assert tool_aggregate([Episode(0, 0, env, [], m)])["verifier_tpr"] == 1.0
