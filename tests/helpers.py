@@ -36,6 +36,17 @@ def bounded(cpu_seconds: float, label: str):
         pytest.fail(f"{label}: still running after {cpu_seconds} CPU seconds")
 
 
+class CountingEngine:
+    """An engine that records each generate call's adapters, one list per call (the driver's rounds)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def generate(self, reqs):
+        self.calls.append([r.adapter for r in reqs])
+        return self.inner.generate(reqs)
+
+
 def play(env, task, replies):
     """Drive one episode with scripted replies: (roles spoken, turn rewards, metrics, turns seen). A set of
     prompts handed out at once takes the next replies, in its order."""

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import CountingEngine
 
 import chat
 import learner
@@ -15,15 +16,6 @@ from envs import Prompt
 from rollout import RoleSpec, SamplingParams, TorchEngine, merge_turns, run_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class CountingEngine:
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    def generate(self, reqs):
-        self.calls.append([r.adapter for r in reqs])
-        return self.inner.generate(reqs)
 
 
 @pytest.fixture

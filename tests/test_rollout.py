@@ -3,6 +3,7 @@ import os
 
 import pytest
 import torch
+from helpers import CountingEngine
 
 import lora
 import ppo
@@ -400,15 +401,6 @@ class CountEnv:
 
     def metrics(self):
         return {"turns": len(self.replies)}
-
-
-class CountingEngine:
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    def generate(self, reqs):
-        self.calls.append([r.adapter for r in reqs])
-        return self.inner.generate(reqs)
 
 
 def test_driver_batches_all_roles_per_round(setup):
