@@ -21,7 +21,8 @@ Two rules hold for every prompt:
    the template's delta (the end of the reply's message, the new messages, the generation prompt). It
    never re-encodes the reply: decoded text re-encodes to other tokens (11 of 16 sampled SmolLM2 second
    turns did), and then the prefix cache and turn packing reuse nothing and the trainer scores tokens the
-   model never sampled. Where the reply re-encodes to itself the result equals `chat_ids(messages)`.
+   model never sampled. Where the reply re-encodes to itself (and the template writes it as it is: one
+   that trims contents, Llama-3's, keeps the sampled whitespace here) the result equals `chat_ids(messages)`.
    A template that rewrites earlier messages (so the earlier prompt is not a prefix of the new one's text)
    gets None: the caller encodes the prompt whole.
 Plain Python over a Hugging Face tokenizer: no torch, no project import.
@@ -95,10 +96,16 @@ def _encode(tok, real: str, ph: str, contents: list[str]) -> list[int]:
     if every is None or (not any(every.search(c) for c in contents)
                          and sum(1 for _ in every.finditer(real)) == sum(1 for _ in every.finditer(ph))):
         return tok(real, add_special_tokens=False)["input_ids"]
+    pieces = _PH.split(ph)  # even: the template's text; odd: a content's index
+    shown = contents  # each content as the template wrote it: as given, or trimmed (Llama-3's `| trim`)
+    for form in (contents, [c.strip() for c in contents]):
+        if "".join(form[int(x)] if k % 2 else x for k, x in enumerate(pieces)) == real:
+            shown = form
+            break
     ids = []
-    for k, piece in enumerate(_PH.split(ph)):  # even pieces: the template's text; odd: a content's index
+    for k, piece in enumerate(pieces):
         if k % 2:
-            ids += plain_ids(tok, contents[int(piece)])
+            ids += plain_ids(tok, shown[int(piece)])
         elif piece:
             ids += tok(piece, add_special_tokens=False)["input_ids"]
     return ids
@@ -135,6 +142,6 @@ def continue_ids(tok, prev_messages: list[dict], prev_ids: list[int], completion
     if not (real.startswith(pre) and ph.startswith(pre)):
         return None
     tail = _encode(tok, real[len(pre):], ph[len(pre):], [_content(m) for m in rest])
-    if completion_ids and tail and completion_ids[-1] == tail[0]:  # the sampled end of turn is the template's
-        tail = tail[1:]
+    if completion_ids and tail and completion_ids[-1] == tail[0] and tail[0] in tok.all_special_ids:
+        tail = tail[1:]  # the sampled end of turn is the template's
     return list(prev_ids) + list(completion_ids) + tail

@@ -739,34 +739,36 @@ def mix_team_reward(cfg: Config, episodes) -> None:
                 s.reward = alpha[s.role] * team + (1 - alpha[s.role]) * s.reward
 
 
-def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dict[str, str]:
-    """Every trainable role (due to train at `step`) that learns nothing from this step's rewards -> why: it took
-    no turn, a filter left out all its turns (select's metrics), or every advantage of its kept turns is zero
-    (each group's rewards agreed; read after `update`, which sets Sample.advantage). Agreed over ranks."""
+def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dict[str, tuple[str, str]]:
+    """Every trainable role due to train at `step` (learner rows of roles not due are left out) that learns nothing
+    from this step's rewards -> (a key of IDLE_ADVICE, why): it took no turn, a filter left out all its turns
+    (select's metrics), or every advantage of its kept turns is zero (each group's rewards agreed; read after
+    `update`, which sets Sample.advantage). Agreed over ranks."""
     roles = [r for r in cfg.roles if r.trainable and cfg.trains_at(r, step)]
     signal = all_sum([float(any(s.advantage for s in kept if s.role == r.name and s.advantage is not None)) for r in roles])
     out = {}
     for r, sig in zip(roles, signal):
         n = metrics.get(f"train/turns/{r.name}", 0.0)
         if not n:
-            out[r.name] = "it took no turn"
+            out[r.name] = ("no_turn", "it took no turn")
         elif metrics.get(f"train/dropped_by_dapo/{r.name}") == 1.0:
-            out[r.name] = (f"DAPO's filter (algo.dynamic_sampling) left out all {n:.0f} of its turns: every group's "
-                           "rewards agreed")
+            out[r.name] = ("dapo", f"DAPO's filter (algo.dynamic_sampling) left out all {n:.0f} of its turns: every "
+                                   "group's rewards agreed")
         elif metrics.get(f"train/dropped_by_labels/{r.name}") == 1.0:
-            out[r.name] = (f"the label filter left out all {n:.0f} of its turns: the env labels them (env.turn_labels) "
-                           "and in every group the labels agreed")
+            out[r.name] = ("labels", f"the label filter left out all {n:.0f} of its turns: the env labels them "
+                                     "(env.turn_labels) and in every group the labels agreed")
         elif not sig:
-            out[r.name] = f"every advantage of its {n:.0f} turns is 0: in each group ({cfg.estimator_of(r)}) the rewards agreed"
+            out[r.name] = ("zero_advantage", f"every advantage of its {n:.0f} turns is 0: in each group "
+                                             f"({cfg.estimator_of(r)}) the rewards agreed")
     return out
 
 
 IDLE_ADVICE = {  # what to change after idle_roles' reason has held for several steps (train.py prints it)
-    "took no turn": "the workflow never asks for it here (a team that stops before its turn): check its env's flow",
-    "DAPO": "raise rollout.num_chains or algo.dynamic_sampling_max_rounds, or give it an estimator that does not "
+    "no_turn": "the workflow never asks for it here (a team that stops before its turn): check its env's flow",
+    "dapo": "raise rollout.num_chains or algo.dynamic_sampling_max_rounds, or give it an estimator that does not "
             "centre per group (roles[i].adv_estimator: reinforce++, remax)",
-    "label filter": "raise rollout.num_chains (more chains, more groups with both labels) or switch the env's label "
-                    "filter off (math_3agent: --data.env-kwargs.evaluator_mixed_groups_only false)",
-    "advantage": "raise rollout.num_chains, give it a reward it can vary (a graded one), or an estimator that does not "
-                 "centre per group (roles[i].adv_estimator)",
+    "labels": "raise rollout.num_chains (more chains, more groups with both labels) or switch the env's label "
+              "filter off (math_3agent: --data.env-kwargs.evaluator_mixed_groups_only false)",
+    "zero_advantage": "raise rollout.num_chains, give it a reward it can vary (a graded one), or an estimator that does "
+                      "not centre per group (roles[i].adv_estimator)",
 }

@@ -151,7 +151,11 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
                 if p.role not in roles:
                     raise KeyError(f"env asked for role {p.role!r}; configured roles are {sorted(roles)}")
             specs = [(baseline_roles if ep.fork_of else roles)[p.role] for p in prompts]
-            ids = [prompt_ids(tokenizer, p.messages, said[eid]) for p in prompts]
+            ids, taken = [], set()
+            for p in prompts:
+                x, i = prompt_ids(tokenizer, p.messages, said[eid], taken)
+                ids.append(x)
+                taken.add(i)
             if len(ep.samples) + len(prompts) > max_turns or (max_model_len is not None and any(
                     len(x) + s.sampling.max_new_tokens > max_model_len for x, s in zip(ids, specs))):
                 ep.truncated = True
@@ -203,14 +207,18 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     return [s for ep in main for s in ep.samples], main
 
 
-def prompt_ids(tokenizer, messages: list[dict], earlier: list[tuple]) -> list[int]:
-    """A prompt's ids: the continuation of the latest earlier turn of its episode that it continues (chat.
-    continue_ids: that turn's prompt ids + its sampled ids + the template's delta), else the whole prompt
-    encoded (chat.chat_ids). earlier: (messages, prompt ids, completion ids, reply text) per turn."""
-    for prev, ids, completion, text in sorted(earlier, key=lambda t: -len(t[0])):  # the longest conversation first
-        if len(prev) < len(messages) and (out := chat.continue_ids(tokenizer, prev, ids, completion, text, messages)):
-            return out
-    return chat.chat_ids(tokenizer, messages)
+def prompt_ids(tokenizer, messages: list[dict], earlier: list[tuple], taken=()) -> tuple[list[int], int | None]:
+    """A prompt's ids and the index of the earlier turn it continues: the longest (then the latest) earlier turn of
+    its episode that it continues and that no other prompt of its set took (chat.continue_ids: that turn's prompt
+    ids + its sampled ids + the template's delta), else the whole prompt encoded (chat.chat_ids) and None.
+    earlier: (messages, prompt ids, completion ids, reply text) per turn. A debate's solvers see one prompt in
+    round 1; each revision continues its own turn, not a twin that wrote the same text in other tokens."""
+    for i in sorted(range(len(earlier)), key=lambda i: (-len(earlier[i][0]), -i)):
+        prev, ids, completion, text = earlier[i]
+        if i not in taken and len(prev) < len(messages) and \
+                (out := chat.continue_ids(tokenizer, prev, ids, completion, text, messages)):
+            return out, i
+    return chat.chat_ids(tokenizer, messages), None
 
 
 def _finish(ep: Episode):
@@ -243,7 +251,9 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
     when its prompt starts with that sequence's tokens (prompt + completion): its conversation continued
     token for token (chat.continue_ids). The tokens in between (tool observations, other roles' turns,
     template tokens) join the completion with loss mask 0 and logprob 0; the merged step keeps the later
-    turn's reward (and ReMax baseline). Turns that do not extend (a template that rewrites history, role
+    turn's reward (and ReMax baseline): the conversation trains as one sequence on its last turn's reward,
+    so a layout whose turns are paid apart (the per-role chats of the math team or SWE, a debate's rounds)
+    refuses merge_turns in its check_config. Turns that do not extend (a template that rewrites history, role
     prompts that differ turn by turn) stay separate steps: `merged_turns` counts what was merged. Every
     step returned is a new Sample whose `parts` are the episode's turns it joined: the learner writes its
     mean advantage back to them, which is what the trajectory files show.

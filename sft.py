@@ -524,7 +524,7 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
     # --- 2. filter, 3. examples ----------------------------------------------------------------
     kept, counts = select_turns(records, calc, cfg.min_reward, cfg.reward, set(role_names))
     examples = [Example(adapter_of[t["role"]], t["role"], t["prompt"], t["reply"], t.get("finish_reason") == "stop",
-                        src, r) for src, _, t, r in kept]
+                        src, r, prompt_ids=t.get("prompt_ids")) for src, _, t, r in kept]
     if cfg.teacher == "math":
         ev = adapter_of.get("evaluator_critique")
         if ev is None:

@@ -46,7 +46,10 @@ class Example:
     empty: the one reply, ids[n_prompt:]"""
     messages: list | None = None
     """the chat messages `prompt` was rendered from, where a teacher built it: the ids come from them
-    (chat.chat_ids: a content's text never becomes a control token); None: a trajectory file's prompt text"""
+    (chat.chat_ids: a content's text never becomes a control token)"""
+    prompt_ids: list | None = None
+    """a trajectory file's ids of the prompt (its `prompt_ids`): used where they decode to `prompt` with this
+    tokenizer; the text is encoded only for a file without them (its written `<|im_end|>` is then a control token)"""
 
     def reply_spans(self) -> list:
         return self.spans or [(self.n_prompt, len(self.ids))]
@@ -62,8 +65,13 @@ def tokenize(ex: Example, tok) -> Example:
     """ids = prompt tokens + reply tokens (+ EOS); the loss covers ids[n_prompt:]. The reply is plain text: a
     `<|im_end|>` written in it (a hostile data file's) is taught as the characters it is, never as a turn
     boundary (chat.plain_ids); the prompt from its messages where a teacher built it (chat.chat_ids), else a
-    trajectory file's rendered prompt text, whose template tokens are its format."""
-    p = chat.chat_ids(tok, ex.messages) if ex.messages is not None else tok(ex.prompt, add_special_tokens=False)["input_ids"]
+    trajectory file's prompt ids, else (an older file) its rendered prompt text."""
+    if ex.messages is not None:
+        p = chat.chat_ids(tok, ex.messages)
+    elif ex.prompt_ids and max(ex.prompt_ids) < len(tok) and tok.decode(ex.prompt_ids) == ex.prompt:
+        p = list(ex.prompt_ids)
+    else:
+        p = tok(ex.prompt, add_special_tokens=False)["input_ids"]
     r = chat.plain_ids(tok, ex.reply) + ([tok.eos_token_id] if ex.eos else [])
     ex.ids, ex.n_prompt = p + r, len(p)
     return ex
@@ -165,6 +173,7 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
             prompt = nxt.get("prompt") if nxt else None  # the exact prompt the evaluator judged it with
             if prompt is not None and t["reply"].strip() not in prompt:  # a blind judge's check: no solution in it
                 prompt = None
+            prompt = (prompt, nxt.get("prompt_ids")) if prompt is not None else None
             ok = math_reward(t["reply"], e["answer"]) == 1.0
             if digit and not ok and digit_consistent(extract_answer(t["reply"]), e["answer"]):
                 continue  # a wrong answer the digit check cannot catch: the teacher would have to guess
@@ -203,12 +212,14 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
                 out.append(Example(adapter, "evaluator_critique", chat(msgs), verdict, True, src, messages=msgs))
                 counts[src] += 1
                 continue
-            msgs = None  # else the recorded prompt the evaluator judged it with (a trajectory file's text)
+            msgs, ids = None, None  # else the recorded prompt the evaluator judged it with (a trajectory file's)
             if prompt is None or check:
                 msgs = build_messages("evaluator_check" if check else "evaluator_critique", q, [("generator_initial", sol)])
                 prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            else:
+                prompt, ids = prompt
             out.append(Example(adapter, "evaluator_critique", prompt, teacher_critique(sol, y, ok, check), True, src,
-                               messages=msgs))
+                               messages=msgs, prompt_ids=ids))
             counts[src] += 1
     return out, dict(counts)
 

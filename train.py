@@ -200,20 +200,20 @@ def experience(run, train_tasks, step: int, step_seed: int):
 
 
 def report_idle(run, kept: list[Sample], metrics: dict, step: int):
-    """No role stops learning without a word: each trainable role that learns nothing from this step's rewards
-    (learner.idle_roles: no turn, every turn filtered out, every advantage 0) gets a console line naming it and
-    why, and train/idle/<role> = 1 (0 for the others); from IDLE_AFTER steps in a row on, the line says what
-    to change."""
-    idle = learner.idle_roles(run.cfg, kept, metrics, step)
-    for r in run.cfg.roles:
-        if r.trainable:
+    """No role stops learning without a word: each trainable role due this step that learns nothing from its
+    rewards (learner.idle_roles: no turn, every turn filtered out, every advantage 0) gets a console line naming
+    it and why, and train/idle/<role> = 1 (0 for the others due); from IDLE_AFTER such steps in a row on, the
+    line says what to change. A role not due (frozen_steps, train_windows) is left out and its count kept."""
+    cfg = run.cfg
+    idle = learner.idle_roles(cfg, kept, metrics, step)
+    for r in cfg.roles:
+        if r.trainable and cfg.trains_at(r, step):
             metrics[f"train/idle/{r.name}"] = float(r.name in idle)
             run.idle[r.name] = run.idle.get(r.name, 0) + 1 if r.name in idle else 0
-    for role, why in idle.items():
+    for role, (code, why) in idle.items():
         n = run.idle[role]
-        advice = next(v for k, v in learner.IDLE_ADVICE.items() if k in why) if n >= IDLE_AFTER else ""
         print0(f"[step {step}] WARNING: role {role} gets no learning signal this step: {why}" +
-               (f" ({n} steps in a row; to change it: {advice})" if advice else ""))
+               (f" ({n} steps in a row; to change it: {learner.IDLE_ADVICE[code]})" if n >= IDLE_AFTER else ""))
 
 
 IDLE_AFTER = 3  # steps in a row a role learned nothing before its warning says what to change

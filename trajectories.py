@@ -8,11 +8,12 @@ One JSON object per episode:
     {"split": "train" | "val" | ..., "step": 12, "task_id": 96, "episode_id": 3, "task": {...},
      "truncated": false, "error": null, "metrics": {"team_reward": 1.0, ...},
      "turns": [{"turn": 0, "role": "generator_initial", "prompt": "<chat-formatted text>",
-                "reply": "...", "prompt_tokens": 87, "reply_tokens": 41, "finish_reason": "stop",
+                "prompt_ids": [1, 9690, ...], "reply": "...", "prompt_tokens": 87, "reply_tokens": 41, "finish_reason": "stop",
                 "reward": 1.0, "advantage": 0.71, "baseline": null}, ...]}
 `advantage` is the mean over the turn's trained tokens (a turn rollout.merge_turns joined with others:
 the merged sequence's; null when the turn was not trained, e.g. filtered by dynamic sampling, or in
-eval); `baseline` is ReMax's greedy reward for the turn.
+eval); `baseline` is ReMax's greedy reward for the turn. `prompt_ids` are the ids the role saw (the text
+cannot tell a template's `<|im_end|>` from one a model wrote as characters; SFT reads the ids).
 Files are written whole (temp file + rename): a reader never sees half a file. `read` opens regular
 files only, up to MAX_FILE_BYTES (a FIFO named x.jsonl would hang it, a link to /dev/zero fill the
 memory), and checks every line (check_record: UTF-8, JSON, text without lone surrogates, and the type
@@ -40,7 +41,7 @@ def episode_record(ep, tok, split: str, step: int) -> dict:
     return {
         "split": split, "step": step, "task_id": ep.task_id, "episode_id": ep.episode_id,
         "task": ep.task, "truncated": ep.truncated, "error": ep.error, "metrics": ep.metrics,
-        "turns": [{"turn": s.turn, "role": s.role, "prompt": tok.decode(s.prompt_ids),
+        "turns": [{"turn": s.turn, "role": s.role, "prompt": tok.decode(s.prompt_ids), "prompt_ids": list(s.prompt_ids),
                    "reply": s.text or tok.decode(s.completion_ids, skip_special_tokens=True),
                    "prompt_tokens": len(s.prompt_ids), "reply_tokens": len(s.completion_ids),
                    "finish_reason": s.finish_reason, "reward": s.reward, "advantage": s.advantage,
@@ -201,6 +202,9 @@ def check_record(rec, where: str = "record"):
         for key in ("reward", "env_reward", "advantage", "baseline"):
             if t.get(key) is not None and not _number(t[key]):
                 raise TrajectoryError(f"{where}: turns[{k}].{key} must be a finite number or null, got {t[key]!r:.60}")
+        ids = t.get("prompt_ids")
+        if ids is not None and not (isinstance(ids, list) and all(type(i) is int and 0 <= i < 2**31 for i in ids)):
+            raise TrajectoryError(f"{where}: turns[{k}].prompt_ids must be a list of token ids (integers in [0, 2**31))")
         for key in ("reply_tokens", "prompt_tokens", "turn"):
             n = t.get(key)
             if n is not None and not _count(n):

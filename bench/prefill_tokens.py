@@ -88,7 +88,7 @@ def play(cfg, tok, n: int, env_kwargs: dict | None = None):
             continue
         turns, said = [], []
         for turn, r in play_replies(env, task, replies):
-            p, c = prompt_ids(tok, turn.messages, said), tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
+            p, c = prompt_ids(tok, turn.messages, said)[0], tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
             turns.append((turn.role, p, c))
             said.append((turn.messages, p, c, r))
         episodes.append(turns)

@@ -123,4 +123,14 @@ class DebateEnv:
                 "no_pick": float(self.pick is None)}
 
 
+def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
+    """rounds > 1 and the trainer (workflows.check_roles): a solver's rounds in one chat are paid apart (each
+    round's answer): no merged sequence, which would train the first answer on the revision's reward."""
+    rounds = cfg.data.env_kwargs.get("rounds", 1)
+    if isinstance(rounds, int) and rounds > 1 and cfg.rollout.merge_turns:
+        return ("rollout.merge_turns", f"rounds={rounds}: each solver's answers in one chat are paid apart; merging "
+                "would train the first answer on the revision's reward (algo.pack_turns still packs them)")
+    return None
+
+
 CONSOLE = ("any_correct", "majority_correct")

@@ -348,7 +348,12 @@ def near_miss(solution: str, truth: str) -> str | None:
 def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
     """evaluator_prompt="blind" or "digit" and the trainer (workflows.check_roles): the check turn is paid on
     its own result, the verdicts on theirs, so they must not share a group baseline, a label filter or a
-    merged sequence (which keeps only the last turn's reward)."""
+    merged sequence (which keeps only the last turn's reward). layout="per_role": a role's verdicts (or fixes) in
+    one chat are paid apart: no merged sequence either."""
+    if cfg.data.env_kwargs.get("layout") == "per_role" and cfg.rollout.merge_turns:
+        return ("rollout.merge_turns", "layout='per_role' keeps each role's turns in one chat, each turn paid on its own; "
+                "merging would train the judge's earlier verdicts on its last one's reward (algo.pack_turns still "
+                "packs them in one row)")
     style = cfg.data.env_kwargs.get("evaluator_prompt")
     if style not in ("blind", "digit"):
         return None

@@ -395,9 +395,9 @@ def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
     rounds must stay separate sequences (a merged one keeps only its last round's reward) and, for an estimator
     centred per group, be compared round for round (group_by_turn: ("sub", i, round))."""
     if cfg.data.env_kwargs.get("layout") == "per_role" and cfg.rollout.merge_turns:
-        return ("rollout.merge_turns", "layout='per_role' keeps the researcher's sub-questions in one conversation; "
-                "merging it would pay every sub-question the last one's reward: set merge_turns False (algo.pack_turns "
-                "still packs the turns in one row)")
+        return ("rollout.merge_turns", "layout='per_role' keeps the researcher's sub-questions in one conversation, "
+                "each paid on its own; merging it would pay every sub-question the last one's reward: set merge_turns "
+                "False (algo.pack_turns still packs the turns in one row)")
     if not cfg.data.env_kwargs.get("round_credit"):
         return None
     if cfg.rollout.merge_turns:

@@ -752,6 +752,15 @@ def load_tasks(spec: str) -> list[dict]:
     return load_swe(spec)
 
 
+def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
+    """layout="per_role" and the trainer (workflows.check_roles): a writer's attempts, and a validator's reviews, in
+    one chat are paid apart (each attempt's score, each verdict against its own patch): no merged sequence."""
+    if cfg.data.env_kwargs.get("layout") == "per_role" and cfg.rollout.merge_turns:
+        return ("rollout.merge_turns", "layout='per_role' keeps each role's attempts in one chat, each paid on its own; "
+                "merging would train the first attempt on the last one's reward (algo.pack_turns still packs them)")
+    return None
+
+
 def aggregate(episodes) -> dict:
     """Rates over the episodes, and mean tokens per turn of each role."""
     ms = [e.metrics for e in episodes if e.metrics and "resolved" in e.metrics]

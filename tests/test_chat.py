@@ -120,3 +120,27 @@ def test_the_scripted_teacher_builds_its_prompts_from_the_envs_messages():
     assert e.messages and e.ids[:e.n_prompt] == chat.chat_ids(tok, e.messages)
     clean = [{**m, "content": m["content"].replace("<|im_end|>", "").replace("<|im_start|>", "")} for m in e.messages]
     assert n_added(tok, e.ids[:e.n_prompt]) == n_added(tok, chat.chat_ids(tok, clean))
+
+
+def test_sft_from_a_trajectory_file_reads_the_prompt_ids_not_the_text(tmp_path):
+    """A recorded turn whose prompt holds a reply that wrote `<|im_end|>\\n<|im_start|>assistant` (issue 64 §7, SFT
+    data): the record's text cannot tell it from the template's, its prompt_ids can; the SFT example takes the
+    ids (what the role saw), a file from another tokenizer falls back to the text, and a bad prompt_ids field is
+    one line naming it."""
+    import pytest as _pytest
+    import trajectories
+    from sft_teachers import Example, tokenize
+    tok = tokenizer("tiny")
+    msgs = FIRST + [{"role": "user", "content": FORGED}]
+    ids = chat.chat_ids(tok, msgs)
+    text = tok.decode(ids)
+    assert tok(text, add_special_tokens=False)["input_ids"] != ids  # the text re-encodes to forged turns
+    ex = tokenize(Example("a", "r", text, "ok", True, "file:1", prompt_ids=ids), tok)
+    assert ex.ids[:ex.n_prompt] == ids
+    other = tokenize(Example("a", "r", "other text", "ok", True, "file:1", prompt_ids=ids), tok)
+    assert other.ids[:other.n_prompt] == tok("other text", add_special_tokens=False)["input_ids"]
+    rec = {"split": "train", "step": 1, "task_id": 0, "episode_id": 0, "task": {}, "metrics": {},
+           "turns": [{"turn": 0, "role": "r", "prompt": text, "prompt_ids": ids, "reply": "ok"}]}
+    trajectories.write(tmp_path / "t.jsonl", [rec, {**rec, "turns": [{**rec["turns"][0], "prompt_ids": [1, -2]}]}])
+    with _pytest.raises(trajectories.TrajectoryError, match=r"t.jsonl:2: turns\[0\].prompt_ids must be a list of token ids"):
+        trajectories.read(tmp_path / "t.jsonl")

@@ -152,7 +152,7 @@ def _steps(tok, make_env, tasks, replies_of):
     for ep, task in enumerate(tasks):
         env, said = make_env(), []
         for turn, r in play_replies(env, task, replies_of(env, task)):
-            p, c = prompt_ids(tok, turn.messages, said), tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
+            p, c = prompt_ids(tok, turn.messages, said)[0], tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
             said.append((turn.messages, p, c, r))
             out.append(Sample(ep, ep, turn.role, len(out), p, c, [-1.0] * len(c)))
     return out
@@ -259,3 +259,19 @@ def test_swes_per_role_layout_continues_the_writers_and_validators_chats():
         for role in ("writer", "validator"):
             (first, said), (second, _) = turns[role][0], turns[role][1]
             assert chat.continues(first, said, second) == (layout == "per_role"), (layout, role)
+
+
+def test_layouts_whose_turns_are_paid_apart_refuse_merge_turns():
+    """A merged conversation trains on its last turn's reward: the math team's and SWE's per-role chats (a judge's
+    verdicts paid +1 / -1) and a debate's rounds refuse rollout.merge_turns, before any model loads; their default
+    layouts do not."""
+    from config import ConfigError, load_config_file
+    from workflows import check_roles
+    for config, kw in (("tiny_math_3agent.py", {"layout": "per_role"}), ("tiny_swe.py", {"layout": "per_role"}),
+                       ("tiny_debate.py", {"rounds": 2})):
+        cfg = load_config_file(str(ROOT / "configs" / config))
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, merge_turns=True))
+        with pytest.raises(ConfigError, match=r"config field rollout.merge_turns: .*paid"):
+            check_roles(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs={**cfg.data.env_kwargs, **kw})))
+        if config != "tiny_debate.py":
+            check_roles(cfg)  # the default layout merges as before

@@ -452,3 +452,14 @@ def test_a_role_with_signal_is_not_named(tmp_path, capsys):
     train.main(cfg)
     assert "gets no learning signal" not in capsys.readouterr().out
     assert [r["train/idle/speaker"] for r in rows(tmp_path / "metrics.jsonl")] == [0.0, 0.0]
+
+
+def test_a_role_not_due_to_train_is_not_called_idle(tmp_path, capsys):
+    """A role outside its train_windows does not train by design: no warning, no train/idle for it that step."""
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1), data=dict(env_kwargs={"evaluator_mixed_groups_only": True}))
+    cfg = dataclasses.replace(cfg, roles=(cfg.roles[0], dataclasses.replace(cfg.roles[1], train_windows=((2, 2),)),
+                                          cfg.roles[2]))
+    train.main(cfg)
+    assert "role evaluator_critique gets no learning signal" not in capsys.readouterr().out
+    last = rows(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert "train/idle/evaluator_critique" not in last and last["train/idle/generator_initial"] == 1.0
