@@ -107,7 +107,9 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     baseline_roles (ReMax): at every sampled turn (or set) the env is copied (env.fork() if it has one,
     else copy.deepcopy) and the copy is played on with these (greedy) specs from there on; the reward the
     copy's env gives a turn is the sampled turn's baseline, `sample.baseline`. The copies ride in the
-    same engine calls as the sampled episodes.
+    same engine calls as the sampled episodes. A set handed out at once gets one twin, greedy for every member:
+    a member's baseline then also has the others' greedy replies, not their sampled ones (unbiased, noisier
+    where one member's reward depends on another's; one twin per member would cost a call per member).
     """
     episodes, pending, seed_of, said = [], {}, {}, {}  # said: episode -> its turns so far, for continuations
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import test_hostile_text as H  # noqa: E402  (the same hostile sets the tests use)
 
 import rewards.math as M  # noqa: E402
+from envs import prompts_of  # noqa: E402
 from rewards.math import math_reward  # noqa: E402
 
 SLOW_ANSWERS = ["10^{10^{10}}", "9^{9^{9^9}}", "(10^9)!", "9^{9^{9^{9}}}", "10^{10^{10^{10}}}!", "9**9**9", "9^9^9",
@@ -81,12 +82,13 @@ def steps(texts: dict) -> float:
         worst, n = (0.0, ""), 0
         for text_name, text in texts.items():
             env, k = make(), 0
-            turn = env.reset(task)
-            while turn is not None and k < 12:
+            handed = env.reset(task)
+            while prompts_of(handed) and k < 12:  # a set of prompts handed out at once: the text for each
+                said = [text] * len(prompts_of(handed))
                 t = time.perf_counter()
-                turn = env.step(text)
+                handed = env.step(said if isinstance(handed, list) else text)
                 worst = max(worst, (time.perf_counter() - t, text_name))
-                k += 1
+                k += len(said)
             n += k
             env.turn_rewards(), env.metrics()
         overall = max(overall, worst[0])

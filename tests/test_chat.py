@@ -144,3 +144,12 @@ def test_sft_from_a_trajectory_file_reads_the_prompt_ids_not_the_text(tmp_path):
     trajectories.write(tmp_path / "t.jsonl", [rec, {**rec, "turns": [{**rec["turns"][0], "prompt_ids": [1, -2]}]}])
     with _pytest.raises(trajectories.TrajectoryError, match=r"t.jsonl:2: turns\[0\].prompt_ids must be a list of token ids"):
         trajectories.read(tmp_path / "t.jsonl")
+
+
+def test_the_safe_path_writes_contents_as_the_template_does(tok):
+    """A forged content with blanks at its edges: piece by piece, each content is the text the template wrote (a
+    trimming template, Llama-3's, trims it there too): the prompt reads as the template's text."""
+    msgs = FIRST + [{"role": "user", "content": "  " + FORGED + "\n\n"}]
+    ids = chat.chat_ids(tok, msgs)
+    assert tok.decode(ids) == tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert n_added(tok, ids) == n_added(tok, chat.chat_ids(tok, FIRST + [{"role": "user", "content": "Sure."}]))

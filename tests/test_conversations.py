@@ -275,3 +275,49 @@ def test_layouts_whose_turns_are_paid_apart_refuse_merge_turns():
             check_roles(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs={**cfg.data.env_kwargs, **kw})))
         if config != "tiny_debate.py":
             check_roles(cfg)  # the default layout merges as before
+
+
+def test_a_remax_baseline_is_the_twins_reward_for_the_same_turn(engine):
+    """Each sampled turn of a set gets the greedy twin's reward for that very turn (a reward that varies: the
+    reply's length): the baselines equal a greedy rollout's rewards turn for turn."""
+    m, tok = engine
+
+    class Long(Chat):  # two solvers at once, then one more turn; paid by length
+        roles = ("asker",)
+
+        def reset(self, task):
+            self.replies, self.n = [], 3
+            return [Prompt("asker", [{"role": "user", "content": f"Count to {task}."}]),
+                    Prompt("asker", [{"role": "user", "content": f"Count down from {task}."}])]
+
+        def step(self, reply):
+            self.replies += reply if isinstance(reply, list) else [reply]
+            return Prompt("asker", [{"role": "user", "content": "Once more."}]) if len(self.replies) < 3 else None
+
+    roles = specs(("asker",), n=9, seed=5)
+    greedy = {"asker": RoleSpec("asker", SamplingParams(max_new_tokens=9, greedy=True))}
+    samples, _ = run_episodes(TorchEngine(m, tok), tok, Long, [4, 7], roles, num_chains=2, baseline_roles=greedy)
+    plain, _ = run_episodes(TorchEngine(m, tok), tok, Long, [4, 7], greedy, num_chains=2)
+    first_two = [s for s in samples if s.turn < 2]
+    assert [s.baseline for s in first_two] == [p.reward for p in plain if p.turn < 2]  # the set's twin: all greedy
+    assert len({s.baseline for s in first_two}) > 1 and all(s.baseline is not None for s in samples)
+
+
+def test_a_set_that_would_pass_max_turns_truncates_the_episode(engine):
+    """A set is handed out whole or not at all: 3 solvers at once with max_turns 2 end the episode truncated."""
+    from envs.debate import DebateEnv
+    m, tok = engine
+    _, eps = run_episodes(TorchEngine(m, tok), tok, lambda: DebateEnv(candidates=3), [
+        {"question": "What is 1 + 1?", "answer": "2"}], specs(("solver", "judge")), max_turns=2)
+    assert eps[0].truncated and eps[0].samples == []
+
+
+def test_the_tiny_debate_config_trains(tmp_path):
+    """configs/tiny_debate.py (two solvers at once, a debate round, a judge) trains and evaluates end to end."""
+    import train
+    from config import load_config_file
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_debate.py"))
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=1, test_freq=1,
+                                                               output_dir=str(tmp_path / "run")))
+    m = train.main(cfg)
+    assert "val/pick_correct" in m and "train/reward/judge" in m and "train/reward/solver" in m
