@@ -369,7 +369,7 @@ def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
     return None
 
 
-CONSOLE = ("evaluator_balanced_acc", "evaluator_tpr", "evaluator_tnr", "evaluator_approve_rate")  # on the console line
+CONSOLE = ("evaluator_balanced_acc", "evaluator_fpr", "evaluator_tpr", "evaluator_approve_rate")  # on the console line
 
 
 def _balanced(tp, n_pos, tn, n_neg) -> float:
