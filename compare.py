@@ -14,6 +14,8 @@ run, at eval step N (default: each run's last):
             fix rate and break rate; video team: accuracy by question type, agreement rate, ...) and,
             for the math teams, the initial accuracy and the summed refinement counts: fixed / broken
     train   wall seconds of the training steps up to N (metrics.jsonl's time/step; evals excluded)
+    gens, tokens per task: model turns and generated tokens (every role's) per task, so arms compare at their
+            budgets (a maj@k arm: its k samples' together)
 An arm may also be an eval.py output directory (results.json + greedy.jsonl, or majority.jsonl for
 --maj-k: each task's majority-vote answer), e.g. a single agent given the team's number of generations.
 An arm RUN@N is that run at its eval of step N whatever --step: `compare.py runs/X@0 runs/X` pairs a run's
@@ -165,8 +167,9 @@ def summarise_eval(d: Path) -> dict:
                 fail(f"{where}: field 'correct' must be a finite number, got {str(r.get('correct'))[:60]!r}")
             pairs.append((r["task"], float(r["correct"])))
         maj_k = res.get("maj_k") if isinstance(res.get("maj_k"), int) else "?"
-        per_task, label, gens = keyed(pairs), f"maj@{maj_k}", res.get("generations_per_task")
-        gens = gens if finite(gens) else None
+        per_task, label, gens, toks = keyed(pairs), f"maj@{maj_k}", res.get("generations_per_task"), \
+            res.get("tokens_per_task")
+        gens, toks = (gens if finite(gens) else None), (toks if finite(toks) else None)
     else:
         try:
             recs = trajectories.read(d / "greedy.jsonl")
@@ -174,13 +177,14 @@ def summarise_eval(d: Path) -> dict:
             fail(str(e))
         per_task = keyed((r.get("task") or {}, float((r.get("metrics") or {}).get("team_reward") or 0.0)) for r in recs)
         label, gens = "greedy", None
+        toks = sum(t.get("reply_tokens") or 0 for r in recs for t in r["turns"]) / max(len(recs), 1)
     if not per_task:
         fail(f"{maj if os.path.lexists(maj) else d / 'greedy.jsonl'} holds no task")
     step = res.get("step")
     n, p = len(per_task), sum(per_task.values()) / len(per_task)
     return {"run": f"{d} ({label})", "roles": None, "step": step if isinstance(step, int) else None, "n": n, "team": p,
             "team_sd": binomial_sd(p, n), "wall": 0.0, "aggregate": {}, "per_task": per_task,
-            "counts": {}, "curve": [], "generations": gens}
+            "counts": {}, "curve": [], "generations": gens, "tokens": toks}
 
 
 def binomial_sd(p: float, n: int) -> float:
@@ -266,8 +270,10 @@ def summarise(run: Path, step: int | None = None) -> dict:
         team = [float(m.get("team_reward", 0.0)) for m in ms]
         wall = sum(t for st, t in times if 0 < st <= s)
         gens = sum(len(r["turns"]) for _, r in recs) / len(recs)
+        toks = sum(t.get("reply_tokens") or 0 for _, r in recs for t in r["turns"]) / len(recs)
         curve.append({"step": s, "n": len(ms), "team": sum(team) / len(team), "wall": wall, "metrics": ms,
-                      "per_task": keyed((r["task"], t) for (_, r), t in zip(recs, team)), "generations": gens})
+                      "per_task": keyed((r["task"], t) for (_, r), t in zip(recs, team)), "generations": gens,
+                      "tokens": toks})
     pick = curve[-1] if step is None else next(c for c in curve if c["step"] == step)
     ms, p, n = pick["metrics"], pick["team"], pick["n"]
     agg = module.aggregate([types.SimpleNamespace(metrics=m) for m in ms]) if hasattr(module, "aggregate") else {}
@@ -276,7 +282,7 @@ def summarise(run: Path, step: int | None = None) -> dict:
     return {"run": str(run), "path": str(run), "roles": len(cfg.roles), "step": pick["step"], "n": n, "team": p,
             "team_sd": binomial_sd(p, n), "wall": pick["wall"], "aggregate": agg, "counts": counts,
             "curve": [(c["step"], c["wall"], c["team"]) for c in curve], "per_task": pick["per_task"],
-            "generations": pick["generations"]}
+            "generations": pick["generations"], "tokens": pick["tokens"]}
 
 
 def name(r: dict) -> str:
@@ -285,12 +291,14 @@ def name(r: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     keys = sorted({k for r in rows for k in r["aggregate"]})
-    head = ["run", "roles", "step", "train wall", "gens/task", "team ± s.d.", "initial"] + keys + ["fixed/broken"]
+    head = ["run", "roles", "step", "train wall", "gens/task", "tokens/task", "team ± s.d.", "initial"] + keys + \
+        ["fixed/broken"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         c = r["counts"]
         cells = [name(r), str(r["roles"] or "—"), str(r["step"]), f"{r['wall'] / 60:.0f} min",
                  f"{r['generations']:.2f}" if r.get("generations") else "—",
+                 f"{r['tokens']:.0f}" if r.get("tokens") else "—",
                  f"{r['team']:.3f} ± {r['team_sd']:.3f}",
                  f"{c['initial_correct'] / r['n']:.3f}" if "initial_correct" in c else "—"]
         cells += [f"{r['aggregate'][k]:.3f}" if k in r["aggregate"] else "—" for k in keys]

@@ -157,7 +157,8 @@ def main(argv=None) -> dict:
                 p.error(f"--maj-k needs a workflow whose env has final_answer(); {cfg.data.env!r} has none")
             rows = majority_rows(tasks, seps, k, args.maj_k)
             results.update({f"maj@{args.maj_k}/team": float(np.mean([r["correct"] for r in rows])) if rows else 0.0,
-                            "maj_k": args.maj_k, "generations_per_task": float(np.mean([r["generations"] for r in rows]))})
+                            "maj_k": args.maj_k, "generations_per_task": float(np.mean([r["generations"] for r in rows])),
+                            "tokens_per_task": float(np.mean([r["tokens"] for r in rows]))})
             if collectives.rank() == 0:
                 out.mkdir(parents=True, exist_ok=True)
                 trajectories.write(out / "majority.jsonl", rows)
@@ -173,17 +174,17 @@ def main(argv=None) -> dict:
 
 def majority_rows(tasks, eps, k: int, maj_k: int) -> list[dict]:
     """One row per task (over every rank): the majority vote of its first maj_k sampled episodes."""
-    mine = [(e.task_id, e.episode_id % k, e.env.final_answer(), float(e.metrics.get("team_reward", 0.0)), len(e.samples))
-            for e in eps]
+    mine = [(e.task_id, e.episode_id % k, e.env.final_answer(), float(e.metrics.get("team_reward", 0.0)), len(e.samples),
+             sum(len(s.completion_ids) for s in e.samples)) for e in eps]
     by_task = defaultdict(list)
-    for t, c, ans, sc, n in sorted(x for part in collectives.gather_objects(mine) for x in part):
+    for t, c, ans, sc, n, tok in sorted(x for part in collectives.gather_objects(mine) for x in part):
         if c < maj_k:
-            by_task[t].append((ans, sc, n))
+            by_task[t].append((ans, sc, n, tok))
     rows = []
     for t, samples in sorted(by_task.items()):
-        voted, correct, votes = majority_vote([(a, sc) for a, sc, _ in samples])
+        voted, correct, votes = majority_vote([(a, sc) for a, sc, _, _ in samples])
         rows.append({"task_id": t, "task": tasks[t], "votes": votes, "voted": voted, "correct": correct,
-                     "generations": sum(n for _, _, n in samples)})
+                     "generations": sum(x[2] for x in samples), "tokens": sum(x[3] for x in samples)})
     return rows
 
 

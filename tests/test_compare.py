@@ -24,7 +24,7 @@ def record(step, replies, task=Q, task_id=0):
     for r in replies:
         roles.append(turn.role)
         turn = env.step(r)
-    turns = [{"turn": i, "role": ro, "prompt": "", "reply": r, "reward": w}
+    turns = [{"turn": i, "role": ro, "prompt": "", "reply": r, "reward": w, "reply_tokens": 10 * (i + 1)}
              for i, (ro, r, w) in enumerate(zip(roles, replies, env.turn_rewards()))]
     return {"split": "val", "step": step, "task_id": task_id, "episode_id": task_id, "task": task,
             "metrics": env.metrics(), "turns": turns}
@@ -62,6 +62,8 @@ def test_table_is_hand_computed(run, capsys):
     assert a["refine_success"] == pytest.approx(1 / 2) and a["refine_break_rate"] == 1.0
     assert row["counts"] == {"initial_correct": 2, "refine_fixed": 1, "refine_broken": 1}
     assert [(s, t) for s, _, t in row["curve"]] == [(0, 1.0), (2, 0.4)]
+    # generated tokens per task: 10 + 20 (two turns) in two episodes, 10 + 20 + 30 + 40 in three -> 150 / 5 = 30
+    assert row["tokens"] == pytest.approx((2 * 30 + 3 * 100) / 5) and row["generations"] == pytest.approx(16 / 5)
     assert "0.400 ± 0.219" in capsys.readouterr().out and (run / "c.png").stat().st_size > 0
     assert compare.main([str(run), "--step", "0"])[0]["team"] == 1.0
 
@@ -112,7 +114,8 @@ def test_paired_table_between_arms_and_an_eval_dir(tmp_path, capsys):
     b = _arm(tmp_path, "b", [1, 1, 1, 0, 0, 1, 1, 1, 1, 0])
     ev = tmp_path / "maj"  # an eval.py --maj-k output: the tasks in another order, one extra
     ev.mkdir()
-    (ev / "results.json").write_text(json.dumps({"step": 24, "maj_k": 3, "generations_per_task": 3.0}))
+    (ev / "results.json").write_text(json.dumps({"step": 24, "maj_k": 3, "generations_per_task": 3.0,
+                                                 "tokens_per_task": 96.0}))
     maj = [{"task": {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}, "correct": float(i < 7)}
            for i in reversed(range(11))]
     (ev / "majority.jsonl").write_text("".join(json.dumps(r) + "\n" for r in maj))
@@ -121,6 +124,7 @@ def test_paired_table_between_arms_and_an_eval_dir(tmp_path, capsys):
     assert [r["team"] for r in rows] == [0.5, 0.7, pytest.approx(7 / 11)]
     assert "| a | b | 10 | 0.500 | 0.700 | +0.200 | 0.249 | +0.80 | 2 / 4 | 0.688 |" in out
     assert "(maj@3) | 10 | 0.500 | 0.700 | +0.200 |" in out  # matched by the task: 10 common tasks
+    assert rows[2]["tokens"] == 96.0 and "| 3.00 | 96 |" in out  # the maj arm's budget: generations and tokens
     assert f"note: a has 10 tasks, {ev} (maj@3) 11: paired on the 10 they share only" in out  # said, not hidden
 
 

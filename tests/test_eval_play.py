@@ -132,8 +132,10 @@ def test_eval_maj_k_writes_one_voted_row_per_task(trained, tmp_path):
     for r in rows:  # the vote and its score, recomputed from the sampled episodes of that task
         mine = [e for e in samples if e["task_id"] == r["task_id"]]
         assert r["generations"] == sum(len(e["turns"]) for e in mine)
+        assert r["tokens"] == sum(t["reply_tokens"] for e in mine for t in e["turns"])  # the k samples' budget
         assert sum(r["votes"].values()) <= 3 and r["correct"] in (0.0, 1.0)
     assert res["generations_per_task"] == pytest.approx(sum(len(e["turns"]) for e in samples) / 4)
+    assert res["tokens_per_task"] == pytest.approx(sum(t["reply_tokens"] for e in samples for t in e["turns"]) / 4)
     assert res["maj@3/team"] == pytest.approx(sum(r["correct"] for r in rows) / 4)
 
 
