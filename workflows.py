@@ -30,6 +30,7 @@ def workflow(cfg: Config):
             raise ConfigError(f"config field data.env: {where} has no class {cls!r}")
         return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
     from envs import code_team, debate, math_3agent, math_single, math_tool, react, research, search_team, swe, toy, video_qa
+    from envs import split_info
     from data.code_data import load_code_tasks, load_humaneval
     builtins = {  # name -> (make_env(**env_kwargs), module, load_tasks); their names: BUILTINS
         "math_3agent": (lambda **kw: math_3agent.MathTeamEnv(d.max_refinement_iterations, **kw), math_3agent, load_math),
@@ -46,13 +47,15 @@ def workflow(cfg: Config):
         "toy": (toy.ToyEnv, toy, toy.load_tasks),
         "debate": (debate.DebateEnv, debate, load_math),
         "video_qa": (video_qa.VideoQAEnv, video_qa, video_qa.load_tasks),
+        "split_info": (split_info.SplitInfoEnv, split_info, split_info.load_tasks),
+        "split_info_single": (split_info.SplitInfoSingleEnv, split_info, split_info.load_tasks),
     }
     make, module, load = builtins[d.env]
     return (lambda: make(**d.env_kwargs)), module, load
 
 
 BUILTINS = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "swe", "toy", "video_qa",
-            "debate")
+            "debate", "split_info", "split_info_single")
 
 
 def check_names(cfg: Config):
