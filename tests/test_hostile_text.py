@@ -38,6 +38,8 @@ from agents.research_team import clean_doc_id, parse_citations, parse_plan, pars
 from agents.search_team import MAX_QUERY_CHARS, parse_answer, parse_query
 from agents.tool_agent import read_final
 from envs.debate import DebateEnv, parse_pick
+from envs import split_info
+from envs.split_info import SplitInfoEnv, SplitInfoSingleEnv
 from envs.code_team import CodeTeamEnv, complete_code
 from envs.math_3agent import MathTeamEnv
 from envs.math_single import MathSingleEnv
@@ -174,6 +176,8 @@ PARSERS = {
     "read_final": (read_final, _kind(str, type(None))),
     "extract_code": (extract_code, _kind(str)),
     "plan_expression": (plan_expression, _kind(str, type(None))),
+    "split_info parse_answer": (split_info.parse_answer, _kind(str, type(None))),
+    "split_info carries": (lambda s: split_info.carries(s, ["Vela", "5"]), _kind(bool)),
     "plan_right": (lambda s: plan_right(s, "3"), _kind(bool)),
     "complete_code": (lambda s: complete_code(s, {"prompt": "def add(a, b):\n", "entry_point": "add"}), _kind(str)),
 }
@@ -331,6 +335,9 @@ def test_search_env_never_raises_on_hostile_replies(hostile):
 
 
 MATH_TASK = {"question": "What is 2 + 3?", "answer": "5"}
+SPLIT_TASK = {"question": "How many coins do Vela and Tomi have together?", "answer": "13", "work": "5 + 8 = 13",
+              "facts": ["Vela has 5 coins.", "Tomi has 8 coins."], "facts_a": [0], "facts_b": [1], "needed": [0, 1],
+              "keys": [["Vela", "5"], ["Tomi", "8"]]}
 CODE_TASK = {"prompt": "def add(a, b):\n", "tests": ["assert add(1, 2) == 3"], "entry_point": "add", "question": "add"}
 BIG_FILE = "".join(f"x{i} = {i}\n" for i in range(20_000))  # 20k lines: apply_patch's nearest-match scan
 
@@ -373,6 +380,8 @@ WORKFLOWS = {
     "swe": (lambda: SWETeamEnv(max_analyzer_calls=1, max_validator_calls=1, max_refinement_iterations=1), None, 3),
     "video_qa": (None, None, 1),
     "debate": (lambda: DebateEnv(candidates=3, rounds=2), MATH_TASK, 1),
+    "split_info": (lambda: SplitInfoEnv(max_rounds=3), SPLIT_TASK, 1),
+    "split_info_single": (lambda: SplitInfoSingleEnv(turns=2), SPLIT_TASK, 1),
 }
 
 
