@@ -31,6 +31,7 @@ def workflow(cfg: Config):
         return (lambda: getattr(module, cls)(**d.env_kwargs)), module, getattr(module, "load_tasks", load_math)
     from envs import code_team, debate, math_3agent, math_single, math_tool, react, research, search_team, swe, toy, video_qa
     from envs import split_info
+    from envs import reason_code
     from data.code_data import load_code_tasks, load_humaneval
     builtins = {  # name -> (make_env(**env_kwargs), module, load_tasks); their names: BUILTINS
         "math_3agent": (lambda **kw: math_3agent.MathTeamEnv(d.max_refinement_iterations, **kw), math_3agent, load_math),
@@ -49,13 +50,14 @@ def workflow(cfg: Config):
         "video_qa": (video_qa.VideoQAEnv, video_qa, video_qa.load_tasks),
         "split_info": (split_info.SplitInfoEnv, split_info, split_info.load_tasks),
         "split_info_single": (split_info.SplitInfoSingleEnv, split_info, split_info.load_tasks),
+        "reason_code": (reason_code.ReasonCodeEnv, reason_code, reason_code.load_tasks),
     }
     make, module, load = builtins[d.env]
     return (lambda: make(**d.env_kwargs)), module, load
 
 
 BUILTINS = ("math_3agent", "math_single", "math_tool", "code", "search", "react", "research", "swe", "toy", "video_qa",
-            "debate", "split_info", "split_info_single")
+            "debate", "split_info", "split_info_single", "reason_code")
 
 
 def check_names(cfg: Config):
