@@ -40,6 +40,7 @@ from agents.tool_agent import read_final
 from envs.debate import DebateEnv, parse_pick
 from envs import split_info
 from envs.split_info import SplitInfoEnv, SplitInfoSingleEnv
+from envs.reason_code import ReasonCodeEnv
 from envs.code_team import CodeTeamEnv, complete_code
 from envs.math_3agent import MathTeamEnv
 from envs.math_single import MathSingleEnv
@@ -382,6 +383,7 @@ WORKFLOWS = {
     "debate": (lambda: DebateEnv(candidates=3, rounds=2), MATH_TASK, 1),
     "split_info": (lambda: SplitInfoEnv(max_rounds=3), SPLIT_TASK, 1),
     "split_info_single": (lambda: SplitInfoSingleEnv(turns=2), SPLIT_TASK, 1),
+    "reason_code": (lambda: ReasonCodeEnv(max_rounds=2), MATH_TASK, 2),
 }
 
 
