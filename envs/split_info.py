@@ -251,10 +251,16 @@ def aggregate(episodes) -> dict:
 
 
 def check_config(cfg, grouped: tuple) -> tuple[str, str] | None:
-    """The team's rounds are paid apart (a message on the team's or its own fact reward, the last answer on its
-    own, under final_reward "own"): no merged sequence, which would train round 1 on the last round's reward. The
-    one-agent baseline's turns share one reward and may merge."""
-    if {r.name for r in cfg.roles} == set(ROLES) and cfg.rollout.merge_turns:
+    """rollout.max_turns must hold every turn (a set of two past it is never handed out: every episode would end
+    truncated, unpaid). The team's rounds are paid apart (a message on the team's or its own fact reward, the
+    last answer on its own under final_reward "own"): no merged sequence, which would train round 1 on the last
+    round's reward. The one-agent baseline's turns share one reward and may merge."""
+    kw, team = cfg.data.env_kwargs, {r.name for r in cfg.roles} == set(ROLES)
+    turns = 2 * kw.get("max_rounds", 2) if team else kw.get("turns", 1)
+    if isinstance(turns, int) and cfg.rollout.max_turns < turns:
+        return ("rollout.max_turns", f"{cfg.rollout.max_turns} is fewer than the {turns} turns an episode takes "
+                f"({'2 agents x max_rounds' if team else 'turns'}): every episode would end truncated")
+    if team and cfg.rollout.merge_turns:
         return ("rollout.merge_turns", "the split-information team's rounds are paid apart; merging would train each "
                 "agent's message on its last turn's reward (algo.pack_turns still packs them)")
     return None

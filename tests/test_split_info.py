@@ -216,7 +216,7 @@ def _cfg(name="tiny_split_info.py", **kw):
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env_kwargs=kw))
 
 
-def test_bad_kwargs_and_merge_turns_are_one_config_error_line():
+def test_bad_kwargs_merge_turns_and_too_few_turns_are_one_config_error_line():
     from workflows import check_roles
     single = _cfg()
     single = dataclasses.replace(single, roles=(dataclasses.replace(single.roles[0], name="solver"),),
@@ -233,7 +233,14 @@ def test_bad_kwargs_and_merge_turns_are_one_config_error_line():
     with pytest.raises(ConfigError, match=r"^config field rollout.merge_turns: .*paid apart"):
         check_roles(merged(_cfg()))
     check_roles(merged(single))  # the one agent's turns share one reward: they may merge
-    check_roles(_cfg(max_rounds=3, message_reward="fact", final_reward="own"))
+    short = lambda c, n: dataclasses.replace(c, rollout=dataclasses.replace(c.rollout, max_turns=n))  # noqa: E731
+    for cfg in (short(_cfg(), 3), short(_cfg(max_rounds=3), 5),
+                short(dataclasses.replace(single, data=dataclasses.replace(single.data, env_kwargs={"turns": 2})), 1)):
+        with pytest.raises(ConfigError, match=r"^config field rollout.max_turns: .*truncated"):
+            check_roles(cfg)
+    check_roles(short(_cfg(max_rounds=3), 6))
+    check_roles(short(single, 1))
+    check_roles(short(_cfg(max_rounds=3, message_reward="fact", final_reward="own"), 6))
 
 
 def test_the_recipes_share_data_teacher_budget_and_token_cap():
