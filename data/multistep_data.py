@@ -63,6 +63,16 @@ def run_steps(steps: list[str]) -> list[tuple[str, int]]:
     return out
 
 
+
+def steps_program(steps: list[str]) -> str | None:
+    """The worked solution as a Python program that prints the answer (the steps, then print of the last name);
+    None for steps run_steps cannot read."""
+    try:
+        run_steps(steps)
+    except (ValueError, SyntaxError, RecursionError, TypeError, AttributeError):
+        return None
+    return "\n".join(steps) + f"\nprint({steps[-1].partition(' = ')[0]})"
+
 # --------------------------------------------------------------------------------------------
 # the templates: rng -> (question, steps); numbers drawn so that every value is a whole number >= 0
 

@@ -27,7 +27,9 @@ with the math loader (question/answer rows: math, the search set).
 The scripted teacher (sft.py): `scripted_replies(task, style=..., tools=..., ...)` (the env's keywords,
 defaults as configs/react_calculator.py) or an env's own `env.scripted_replies(task)` (its settings) is a
 perfect agent: on the arithmetic data it calls the calculator (or python) on the computation, or writes
-the ```python block (code style), or works it out (chat), then boxes the result; on the search set it
+the ```python block (code style), or works it out (chat), then boxes the result; on the multi-step word
+problems (data/multistep_data.py, rows with `steps`) it runs the worked solution as one program (a ```python
+block, or the python tool) and boxes what it printed; on the search set it
 searches the supporting documents hop by hop and boxes what they say. [] where it cannot solve the task
 that way (a code task, a search question without the search tool, a question it cannot read).
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 import re
 
 from agents.tool_agent import observation_message, read_final, system_prompt
+from data.multistep_data import run_steps, steps_program
 from data.search_data import search_tool
 from envs import Prompt, need_file, need_int
 from envs.math_tool import solve_arith
@@ -143,6 +146,11 @@ class ToolAgentEnv:
         return _script(task, self.style, [t.name for t in self.tools], self.reward_name, self.max_calls,
                        getattr(search, "docs", None))
 
+    def final_answer(self) -> str | None:
+        """The answer the episode ended with (eval.py's majority vote); None for a code task (its answer is a
+        function, which does not vote) or an episode without one."""
+        return None if self.reward_name == "code" else self.final
+
     def solution(self) -> str:
         """Code reward: the last code that defines the entry point, else the last code under the
         task's prompt (a body alone); "" when the agent wrote none."""
@@ -219,6 +227,8 @@ def _script(task, style: str, names: list[str], reward: str, max_calls: int, doc
         if style != "react" or "search" not in names or not docs:
             return []
         return _search_script(question, answer, task["support"], docs, max_calls)
+    if task.get("steps") is not None:  # a multi-step word problem (data/multistep_data.py): its worked solution
+        return _steps_script(task["steps"], answer, style, names)
     sol = solve_arith(question, answer)
     if sol is None:
         return []
@@ -232,6 +242,22 @@ def _script(task, style: str, names: list[str], reward: str, max_calls: int, doc
     arg = sol.expression if tool == "calculator" else f"print({sol.expression})"
     seen = f"The calculator gives {v}." if tool == "calculator" else f"The code printed {v}."
     return [f"Thought: {sol.reason}\nAction: {tool}[{arg}]", f"Thought: {seen}\n\\boxed{{{v}}}"]
+
+
+def _steps_script(steps, answer: str, style: str, names: list[str]) -> list[str]:
+    """The worked solution run as one program (code style: a ```python block; react: the python tool), then the
+    boxed answer; [] without a python tool to run it in, or for steps that do not give the task's answer."""
+    program = steps_program(steps) if isinstance(steps, list) and all(isinstance(x, str) for x in steps) else None
+    if program is None or str(run_steps(steps)[-1][1]) != answer.strip():
+        return []
+    v = run_steps(steps)[-1][1]
+    if style == "code":
+        return [f"```python\n{program}\n```", f"The code printed {v}.\n\\boxed{{{v}}}"]
+    if style == "react" and "python" in names:
+        one_line = "; ".join(program.splitlines())  # an Action's input is one line
+        return [f"Thought: I compute it step by step in Python.\nAction: python[{one_line}]",
+                f"Thought: The code printed {v}.\n\\boxed{{{v}}}"]
+    return []
 
 
 _BORN = re.compile(r"What is the capital of the country where (.{1,200}) was born\?")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import zlib
 
 from data.math_data import load_math
-from data.multistep_data import run_steps
+from data.multistep_data import run_steps, steps_program
 from envs import MIN_TIMEOUT, Prompt, need_int, need_number
 from envs.tools import run_code_ok
 from rewards.code import extract_code
@@ -200,7 +200,7 @@ def _reasoning(worked, answer: int, opening: str = "") -> str:
 
 
 def _program(task) -> str:
-    return "```python\n" + "\n".join(task["steps"]) + f"\nprint({task['steps'][-1].partition(' = ')[0]})\n```"
+    return f"```python\n{steps_program(task['steps'])}\n```"
 
 
 def scripted_replies(task: dict) -> list[str]:

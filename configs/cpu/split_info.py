@@ -27,3 +27,6 @@ config = Config(
 )
 BASE_TASKS = 40
 SFT = {"teacher_tasks": 32, "lr": 2e-4, "epochs": 2, "min_steps": 32, "micro_batch_size": 4, "grad_accum": 2}
+BASELINE = "split_info_single"
+"""recipes.py split_info --baselines: this team against that recipe's one agent and its majority vote"""
+TEST_FILES = "data/split_info_test.jsonl"
