@@ -5,6 +5,7 @@
     python recipes.py math_tool              # everything into runs/recipes/math_tool/ (resumable: run it again)
     python recipes.py math_tool --tiny       # the tiny random model, 2 RL steps, 2 val tasks, 16-token replies
     python recipes.py code --seed 1          # the same recipe under another seed (runs/recipes/code_seed1)
+    python recipes.py split_info --baselines # the team, its matched baselines, one paired table on the test split
 
 A recipe is configs/cpu/<workflow>.py: `config` (the RL run: model, roles, data, its val set, steps, val at
 step 0 and at the end) and `SFT` (sft.py options for the teacher's SFT, e.g. teacher_tasks, lr, epochs).
@@ -24,6 +25,14 @@ is no part of it (a moved directory resumes):
               -> <out>/compare_*.json, <out>/summary.json
               (before = the SFT start, after = RL's end, their paired difference and s.e., the base,
               minutes per stage) and <out>/curves.png (val team reward, each role's train reward by step)
+--baselines (a team recipe that names BASELINE, its one-agent baseline's recipe, and TEST_FILES, its held-out
+split; TEST_TASKS: its first N only): both recipes run (each resumable, as above, in its own directory: the
+baseline's is its own default, runs/recipes/<baseline>, or with --out DIR, DIR/baseline), then the
+team and the baseline (i) are evaluated greedy on the test split at the SFT start and at RL's end (eval.py ->
+<out>/test/<stage>/), then (ii): (i)'s majority vote over N sampled episodes, N = max(1, round(the team's tokens
+per task / (i)'s)) on those greedy test evals of the same stage; then compare.py pairs the team with (i) and (ii)
+on the same tasks, each arm with its generated tokens per task -> <out>/baselines.json and a table per stage.
+An eval is made again when its results.json is missing or older than its recipe's rl.done.
 <out>/recipe_config.py is the train config every stage reads (the recipe's, --tiny's overrides applied); a run
 refused as another recipe leaves it as it was. One recipe at a time in a directory (rundir.DirLock: a second
 is one line naming the first). <stage>.done, the marker of a finished stage, holds the seconds of every attempt
@@ -45,7 +54,7 @@ import time
 from pathlib import Path
 
 import trajectories
-from config import MAX_SEED, ConfigError
+from config import MAX_SEED, ConfigError, load_config_file
 
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "configs" / "cpu"
@@ -330,6 +339,9 @@ def main(argv=None):
                     f"{TINY['val_size']} val tasks, replies of at most {TINY['max_tokens']} tokens: the plumbing")
     ap.add_argument("--plan", action="store_true", help="print the stages and their commands, run nothing")
     ap.add_argument("--list", action="store_true", help="list the recipes")
+    ap.add_argument("--baselines", action="store_true", help="the team recipe, its one-agent baseline's (the recipe's "
+                    "BASELINE), then both on the recipe's TEST_FILES at the SFT start and RL's end, with the baseline's "
+                    "majority vote at the team's generated tokens: one paired table per stage (<out>/baselines.json)")
     ap.add_argument("--seed", type=int, help="another seed for every stage (SFT's order, split and new adapters, RL's "
                     "sampling and data order): another run of the same recipe, to see run-to-run variation (default: "
                     "the recipe's own, 0; output runs/recipes/<workflow>_seed<N>)")
@@ -337,6 +349,8 @@ def main(argv=None):
     if a.list or not a.workflow:
         print("\n".join(recipes()))
         return None
+    if a.baselines and not a.plan:
+        return baselines(a)
     recipe, cfg, sft = load_recipe(a.workflow)
     if a.seed is not None:
         if not 0 <= a.seed <= MAX_SEED:  # past it numpy refuses the seed: after minutes of SFT, at the base eval
@@ -370,6 +384,114 @@ def main(argv=None):
           f"RL end {summary['rl_end']:.3f} (paired diff {summary['diff']:+.3f} ± "
           f"{'—' if se is None else f'{se:.3f}'} s.e., n={summary['val_tasks']}), {summary['total_minutes']:.0f} min")
     return summary
+
+
+def out_dir(a, name: str) -> Path:
+    """Where recipe `name` runs under a's --tiny and --seed (--out names the team's directory only)."""
+    return (ROOT / "runs" / "recipes" / (("tiny_" if a.tiny else "") + name + ("" if a.seed is None else f"_seed{a.seed}"))).resolve()
+
+
+def test_split(name: str) -> tuple[str, str, int | None]:
+    """(the baseline's recipe name, the test file, how many of its tasks) a team recipe names for --baselines."""
+    path, mod = recipe_module(name)
+    base, test, n = getattr(mod, "BASELINE", None), getattr(mod, "TEST_FILES", None), getattr(mod, "TEST_TASKS", None)
+    if not isinstance(base, str) or not isinstance(test, str):
+        sys.exit(f"recipes.py: {path}: --baselines needs BASELINE (the one-agent baseline's recipe name) and TEST_FILES "
+                 f"(the held-out split), got BASELINE={base!r}, TEST_FILES={test!r}")
+    recipe_module(base)  # one line when it is not a recipe
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        sys.exit(f"recipes.py: {path}: TEST_TASKS must be a positive int or None, got {n!r}")
+    if not (ROOT / test).is_file():
+        sys.exit(f"recipes.py: {path}: TEST_FILES {test!r}: no such file")
+    return base, test, n
+
+
+def tokens_per_task(d: Path) -> float:
+    """Generated tokens per task of an eval.py folder's greedy episodes (every role's turns)."""
+    recs = trajectories.read(d / "greedy.jsonl")
+    return sum(t.get("reply_tokens") or 0 for r in recs for t in r["turns"]) / max(1, len(recs))
+
+
+def test_eval(out: Path, stage: str, test: str, n: int | None, tiny: bool, maj_k: int = 0) -> Path:
+    """eval.py on the test split of this recipe's SFT start (its adapters: <out>/test_sft_config.py) or RL end (the
+    last checkpoint), greedy, or with maj_k its majority vote -> <out>/test/<stage>[_maj]/ (kept while newer than
+    the recipe's rl.done)."""
+    dest = out / "test" / (stage + ("_maj" if maj_k else ""))
+    res = dest / "results.json"
+    if res.is_file() and res.stat().st_mtime > (out / "rl.done").stat().st_mtime and \
+            json.loads(res.read_text()).get("maj_k", 0) == maj_k:
+        return dest
+    if stage == "sft":
+        conf = out / "test_sft_config.py"
+        cfg = load_config_file(str(out / "recipe_config.py"))
+        init = {r.name: str(out / "sft" / cfg.adapter_of(r)) for r in cfg.roles if adapter_written(out, cfg, r)}
+        conf.write_text("# written by recipes.py --baselines: the recipe's config, every role from its SFT adapter\n"
+                        "import dataclasses\n\nfrom config import load_config_file\n\n"
+                        f"config = load_config_file({str(out / 'recipe_config.py')!r})\nINIT = {init!r}\n"
+                        "config = dataclasses.replace(config, roles=tuple(dataclasses.replace(r, init_from=INIT.get(r.name)) "
+                        "for r in config.roles))\n")
+        where = ["--config", str(conf)]
+    else:
+        steps = sorted((out / "rl" / "checkpoints").glob("step_*"))
+        if not steps:
+            sys.exit(f"recipes.py: {out / 'rl' / 'checkpoints'} has no checkpoint to evaluate")
+        where = ["--checkpoint", str(steps[-1])]
+    cmd = [sys.executable, "eval.py", *where, "--data", test, "--out", str(dest)]
+    cmd += ["--limit", str(2 if tiny else n)] if (tiny or n) else []
+    cmd += ["--maj-k", str(maj_k)] if maj_k else []
+    print(f"[{time.strftime('%H:%M:%S')}] test eval: {' '.join(cmd[1:])}", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    with open(out / "test.log", "a") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if rc:
+        sys.exit(f"recipes.py: the test eval {dest} failed (exit {rc}); its output: {out / 'test.log'}")
+    return dest
+
+
+def baselines(a) -> dict:
+    """--baselines: the team's recipe and its baseline's, the test evals, maj@N, the paired tables."""
+    team, (base, test, n) = a.workflow, test_split(a.workflow)
+    flags = (["--tiny"] if a.tiny else []) + ([] if a.seed is None else ["--seed", str(a.seed)])
+    tout = Path(a.out).resolve() if a.out else out_dir(a, team)
+    main([team, *flags, "--out", str(tout)])
+    bout = tout / "baseline" if a.out else out_dir(a, base)
+    main([base, *flags, "--out", str(bout)])
+    report = {"team": team, "baseline": base, "test_files": test, "stages": {}}
+    for stage in ("sft", "rl"):
+        t_dir, b_dir = test_eval(tout, stage, test, n, a.tiny), test_eval(bout, stage, test, n, a.tiny)
+        t_tok, b_tok = tokens_per_task(t_dir), tokens_per_task(b_dir)
+        k = max(1, round(t_tok / b_tok)) if b_tok > 0 else 1
+        m_dir = test_eval(bout, stage, test, n, a.tiny, maj_k=k)
+        rows = compare_rows(tout, [str(t_dir), str(b_dir), str(m_dir)], f"test_{stage}")
+        arms = [{"arm": arm, "dir": r["run"], "n": r["n"], "score": r["team"], "tokens_per_task": r.get("tokens"),
+                 **({"vs_team": r["paired"]} if "paired" in r else {})}
+                for arm, r in zip(("team", "single", f"single maj@{k}"), rows)]
+        report["stages"][stage] = {"maj_k": k, "team_tokens": t_tok, "single_tokens": b_tok, "arms": arms}
+    trajectories.write_text(tout / "baselines.json", json.dumps(report, indent=1) + "\n")
+    print(baselines_table(report))
+    return report
+
+
+def baselines_table(report: dict) -> str:
+    """The paired table of --baselines: per stage, each arm's test score and tokens per task, and the team's
+    paired difference over each baseline (team - baseline) with its s.e. and McNemar p."""
+    lines = [f"{report['team']} vs {report['baseline']} on {report['test_files']}",
+             "| stage | arm | n | score | tokens/task | team - arm | paired s.e. | z | McNemar p |", "|---|---|---|---|---|---|---|---|---|"]
+    for stage, st in report["stages"].items():
+        for x in st["arms"]:
+            q = x.get("vs_team")
+            cells = [stage, x["arm"], str(x["n"]), f"{x['score']:.3f}",
+                     "—" if x["tokens_per_task"] is None else f"{x['tokens_per_task']:.0f}"]
+            if q:
+                se = q["se"] if q["se"] is not None and math.isfinite(q["se"]) else None
+                cells += [f"{0.0 - q['diff']:+.3f}", "—" if se is None else f"{se:.3f}",
+                          "—" if not se else f"{0.0 - q['diff'] / se:+.2f}", f"{q['p']:.3g}"]
+            else:
+                cells += ["", "", "", ""]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("N of maj@N = max(1, round(team tokens/task / single tokens/task)): " + ", ".join(
+        f"{stage} {st['team_tokens']:.0f} / {st['single_tokens']:.0f} -> {st['maj_k']}" for stage, st in report["stages"].items()))
+    return "\n".join(lines)
 
 
 def run(a, recipe: Path, cfg, sft: dict, out: Path) -> dict:

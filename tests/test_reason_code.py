@@ -11,8 +11,8 @@ from helpers import CountingEngine, bounded, play
 
 import chat
 from config import ConfigError, load_config_file
-from data.multistep_data import KINDS, SIZES, run_steps, write_splits
-from envs import MIN_TIMEOUT, prompts_of
+from data.multistep_data import KINDS, SIZES, run_steps, steps_program, write_splits
+from envs import MIN_TIMEOUT, play_replies, prompts_of
 from envs.reason_code import ReasonCodeEnv, aggregate, load_tasks, scripted_repair, scripted_replies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -234,3 +234,34 @@ def test_the_recipe_plans_both_roles_from_their_sft_with_agent_and_turn_groups(t
     assert [f"--roles.{i}.init-from" in stages["rl"] for i in range(len(cfg.roles))] == [True, True]
     assert "scripted" in stages["sft"] and cfg.algo.group_by_turn and cfg.data.val_files == "data/multistep_val.jsonl"
     assert cfg.rollout.max_turns == 2 * cfg.data.env_kwargs["max_rounds"] and not cfg.rollout.merge_turns
+
+
+@pytest.mark.parametrize("style", ["code", "react"])
+def test_the_one_agent_baselines_teacher_runs_the_worked_solution_in_the_sandbox(style):
+    """envs/react.py's teacher on a multi-step problem: one program (a ```python block, or the python tool) that the
+    env runs in the sandbox, then the boxed answer; played through the env it earns 1 and final_answer() is the
+    answer (eval.py's vote); a wrong worked solution gives no lesson."""
+    from envs.react import ToolAgentEnv, scripted_replies as react_script
+    task = json.loads((ROOT / "data" / "multistep_train.jsonl").read_text().splitlines()[0])
+    replies = react_script(task, style=style, tools="python")
+    env = ToolAgentEnv(style=style, tools=("python",), max_tool_calls=7)
+    assert play_replies(env, task, replies) and env.reward() == 1.0 and env.final_answer() == task["answer"]
+    assert env.calls == 1 and [c.strip() for c in env.codes] == \
+        [steps_program(task["steps"]).replace("\n", "; " if style == "react" else "\n")]
+    assert react_script({**task, "answer": str(int(task["answer"]) + 1)}, style=style, tools="python") == []
+    assert react_script(task, style="react", tools="calculator") == []  # no python to run it in
+
+
+def test_the_one_agent_baseline_has_the_teams_turns_tokens_data_and_schedule():
+    """configs/cpu/reason_code_single.py: the team's turn budget (8) and cap on generated tokens per task (8 x 128 =
+    4 rounds x (160 + 96)), the same train/val data, SFT, RL steps, batch, chains and groups; the sandboxed python."""
+    import recipes
+    _, team, tsft = recipes.load_recipe("reason_code")
+    _, one, osft = recipes.load_recipe("reason_code_single")
+    assert one.rollout.max_turns == team.rollout.max_turns == 8 and one.data.env_kwargs["max_tool_calls"] == 7
+    assert one.rollout.max_turns * one.roles[0].max_tokens == \
+        team.data.env_kwargs["max_rounds"] * sum(r.max_tokens for r in team.roles)
+    assert (one.data.env, one.data.env_kwargs["tools"], one.data.env_kwargs["style"]) == ("react", "python", "code")
+    same = lambda c: (c.data.train_files, c.data.val_files, c.data.batch_size, c.data.val_size, c.trainer.total_steps,
+                      c.rollout.num_chains, c.algo, c.lora, c.model)
+    assert same(one) == same(team) and osft == tsft

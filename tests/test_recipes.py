@@ -160,8 +160,10 @@ def test_a_recipe_directory_in_use_is_refused_naming_the_holder(killed):
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
 
-# video_qa: the killed recipe's test above; math_tool: the BASE_TASKS test below runs its config through every stage
-@pytest.mark.parametrize("name", [n for n in recipes.recipes() if n not in ("video_qa", "math_tool")])
+# video_qa: the killed recipe's test above; math_tool: the BASE_TASKS test below runs its config through every stage;
+# split_info and its baseline: the --baselines test below runs both through every stage
+@pytest.mark.parametrize("name", [n for n in recipes.recipes()
+                                  if n not in ("video_qa", "math_tool", "split_info", "split_info_single")])
 def test_each_recipe_runs_teacher_sft_rl_eval_on_the_tiny_model(tmp_path, name):
     """Every recipe's config, on the tiny model: the teacher's SFT writes an adapter for every role (the code
     refiner's from its repair lessons), RL takes 2 steps from them, val at 0 and 2, the summary."""
@@ -375,3 +377,61 @@ def test_a_bad_seed_an_out_that_is_a_file_and_a_directory_it_cannot_write_are_on
         if mounted:
             subprocess.run(["umount", "-l", str(ro)])
         ro.chmod(0o755)
+
+
+def test_baselines_runs_the_team_its_one_agent_and_its_vote_at_the_teams_tokens_on_the_test_split(tmp_path):
+    """recipes.py split_info --baselines --tiny: both recipes run every stage (the baseline in <out>/baseline), the
+    team and the one agent are evaluated on the recipe's TEST_FILES at the SFT start (their SFT adapters) and at
+    RL's end (the last checkpoint), the one agent's vote over N samples with N from the two arms' measured tokens,
+    and one paired table per stage in baselines.json whose numbers are the eval folders' own."""
+    out = tmp_path / "team"
+    r = subprocess.run([sys.executable, "recipes.py", "split_info", "--baselines", "--tiny", "--out", str(out)],
+                       cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    base = out / "baseline"
+    for d in (out, base):
+        assert all((d / f"{st}.done").exists() for st in recipes.STAGES), d
+    rep = json.loads((out / "baselines.json").read_text())
+    assert (rep["team"], rep["baseline"], rep["test_files"]) == ("split_info", "split_info_single",
+                                                                 "data/split_info_test.jsonl")
+    test = [json.loads(x)["question"] for x in (ROOT / "data" / "split_info_test.jsonl").read_text().splitlines()][:2]
+    sft_conf = (out / "test_sft_config.py").read_text()
+    assert str(out / "sft" / "agent_a") in sft_conf and str(out / "sft" / "agent_b") in sft_conf
+    for stage, st in rep["stages"].items():
+        dirs = [out / "test" / stage, base / "test" / stage, base / "test" / f"{stage}_maj"]
+        assert [a["dir"].split(" (")[0] for a in st["arms"]] == [str(d) for d in dirs]
+        for d in dirs:  # the test split's first tasks, not the val set's
+            res = json.loads((d / "results.json").read_text())
+            assert res["data"] == "data/split_info_test.jsonl"
+        for d in dirs[:2]:
+            recs = [json.loads(x) for x in (d / "greedy.jsonl").read_text().splitlines()]
+            assert [x["task"]["question"] for x in recs] == test
+        t, b = (recipes.tokens_per_task(d) for d in dirs[:2])
+        assert (st["team_tokens"], st["single_tokens"]) == (t, b) and t > 0 and b > 0
+        assert st["maj_k"] == max(1, round(t / b))
+        assert json.loads((dirs[2] / "results.json").read_text())["maj_k"] == st["maj_k"]
+        if stage == "rl":
+            ck = json.loads((dirs[0] / "results.json").read_text())["checkpoint"]
+            assert ck.endswith("step_000002") and str(out / "rl") in ck
+    assert "| sft | single maj@" in r.stdout and "| rl | team |" in r.stdout
+    again = subprocess.run([sys.executable, "recipes.py", "split_info", "--baselines", "--tiny", "--out", str(out)],
+                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert again.returncode == 0 and "test eval:" not in again.stdout  # nothing redone
+
+
+def test_baselines_needs_the_recipe_to_name_its_baseline_and_test_split(tmp_path):
+    with pytest.raises(SystemExit, match="BASELINE"):
+        recipes.main(["code", "--baselines", "--tiny", "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+    assert recipes.test_split("reason_code") == ("reason_code_single", "data/multistep_test.jsonl", 100)
+
+
+def test_baselines_table_reads_team_minus_arm():
+    rep = {"team": "t", "baseline": "b", "test_files": "x.jsonl", "stages": {"rl": {
+        "maj_k": 3, "team_tokens": 90.0, "single_tokens": 30.0, "arms": [
+            {"arm": "team", "dir": "a", "n": 10, "score": 0.6, "tokens_per_task": 90.0},
+            {"arm": "single", "dir": "b", "n": 10, "score": 0.4, "tokens_per_task": 30.0,
+             "vs_team": {"diff": -0.2, "se": 0.1, "p": 0.5}}]}}}
+    text = recipes.baselines_table(rep)
+    assert "| rl | single | 10 | 0.400 | 30 | +0.200 | 0.100 | +2.00 | 0.5 |" in text
+    assert "rl 90 / 30 -> 3" in text
