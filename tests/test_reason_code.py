@@ -242,7 +242,12 @@ def test_the_one_agent_baselines_teacher_runs_the_worked_solution_in_the_sandbox
     env runs in the sandbox, then the boxed answer; played through the env it earns 1 and final_answer() is the
     answer (eval.py's vote); a wrong worked solution gives no lesson."""
     from envs.react import ToolAgentEnv, scripted_replies as react_script
-    task = json.loads((ROOT / "data" / "multistep_train.jsonl").read_text().splitlines()[0])
+    tasks = [json.loads(x) for x in (ROOT / "data" / "multistep_train.jsonl").read_text().splitlines()[:50]]
+    assert {t["kind"] for t in tasks} == set(KINDS)
+    for task in tasks:  # every template
+        env = ToolAgentEnv(style=style, tools=("python",), max_tool_calls=7)
+        assert play_replies(env, task, react_script(task, style=style, tools="python")) and env.reward() == 1.0, task
+    task = tasks[0]
     replies = react_script(task, style=style, tools="python")
     env = ToolAgentEnv(style=style, tools=("python",), max_tool_calls=7)
     assert play_replies(env, task, replies) and env.reward() == 1.0 and env.final_answer() == task["answer"]
