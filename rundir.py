@@ -17,7 +17,9 @@ checkpoint whose manifest, sizes, checksums, states and (finite) adapters all ch
 it skipped and why;
 eval.py, play.py and export.py load a checkpoint through the same checks (checkpoint_config), so a
 bad file is one line naming it there too. Every rank calls save/load (gathering FSDP shards is a collective);
-rank 0 writes the shared files. Loading the adapters happens before sharding (load_adapters),
+rank 0 writes every file of a checkpoint, the other ranks' RNG states included (gathered to it), and rank 0
+alone picks the checkpoint to resume from. Every rank then reads that checkpoint: the run directory must be
+on a filesystem every rank shares (one that is not is refused in one line at the resume, never half-loaded). Loading the adapters happens before sharding (load_adapters),
 the rest after (load_checkpoint).
 """
 from __future__ import annotations
@@ -168,7 +170,7 @@ def save_checkpoint(run, out: Path):
     A full disk removes the partial .tmp and raises OSError "disk full"; older checkpoints stay."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    RANK, _ = _rank_world()
+    RANK, WORLD = _rank_world()
     final = out / "checkpoints" / f"step_{run.step:06d}"
     tmp = final.with_name(final.name + ".tmp")
     try:
@@ -190,8 +192,12 @@ def save_checkpoint(run, out: Path):
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                     "engine": run.engine.state_dict() if hasattr(run.engine, "state_dict") else None,
                     "critic": run.critic.state_dict() if run.critic else None}  # the critic's optimizer is per-rank
-        torch.save(per_rank, tmp / f"rng_rank{RANK}.pt")
+        every = [per_rank] if WORLD == 1 else [None] * WORLD
+        if WORLD > 1:  # rank 0 writes every rank's states: only rank 0 made step_N.tmp, and a rank's own disk may
+            dist.all_gather_object(every, per_rank)  # not be rank 0's (rank-local output directories)
         if RANK == 0:
+            for r, states in enumerate(every):
+                torch.save(states, tmp / f"rng_rank{r}.pt")
             torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
                         "estimators": {n: e.state_dict() for n, e in run.estimator_state.items()},
                         "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()},
@@ -393,7 +399,37 @@ def load_adapters(model, ckpt: Path, names):
 
 def resolve_resume(cfg: Config, out: Path) -> Path | None:
     """The checkpoint to resume from: resume=auto takes the newest sound one (saying which it
-    skipped and why), a path must be sound, none is none."""
+    skipped and why), a path must be sound, none is none. Under torchrun rank 0's choice is the run's:
+    every rank checks it sees that same checkpoint, sound (the ranks load it each from its own disk),
+    and a rank that does not (an output directory on a rank-local disk, not a shared filesystem) stops
+    every rank with one line from rank 0 naming it."""
+    RANK, WORLD = _rank_world()
+    if WORLD == 1:
+        return _resolve_resume(cfg, out)
+    try:
+        mine = _resolve_resume(cfg, out) if RANK == 0 else None
+        err = None
+    except ConfigError as e:
+        mine, err = None, str(e)
+    decided = [(str(mine) if mine else None, err)]
+    dist.broadcast_object_list(decided, src=0)
+    path, err = decided[0]
+    ckpt = Path(path) if path else None
+    sees = [None] * WORLD
+    dist.all_gather_object(sees, err is None and (ckpt is None or check_checkpoint(ckpt) is None))
+    if err is None and all(sees):
+        return ckpt
+    if RANK != 0:
+        raise SystemExit(1)  # rank 0 says why, once
+    if err is not None:
+        raise ConfigError(err)
+    blind = [r for r, ok in enumerate(sees) if not ok]
+    raise ConfigError(f"config field trainer.output_dir: rank 0 resumes from {ckpt.resolve()}, which rank(s) {blind} do "
+                      f"not see (or see incomplete): every rank must read the run directory {out} on one shared filesystem; "
+                      "put it on one, or start fresh with --trainer.resume none and a new --trainer.output-dir")
+
+
+def _resolve_resume(cfg: Config, out: Path) -> Path | None:
     r = cfg.trainer.resume
     if r == "none":
         return None

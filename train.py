@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+import collectives
 import learner
 import trajectories
 from collectives import all_sum, launched, print0, rank, world
@@ -167,6 +168,8 @@ def checked(cfg: Config):
     if cfg.algo.kl_ref == "init" and not cfg.trainer.eval_only and not any(r.init_from and r.trainable for r in cfg.roles):
         raise ConfigError("config field algo.kl_ref: 'init' changes nothing here: no trainable role has init_from, and "
                           "a fresh adapter starts at the base (the 'base' reference)")  # after the SFT stage fills them in
+    if launched():
+        collectives.init()  # rank 0 picks the checkpoint for every rank (resolve_resume): the group must be up
     ckpt = resolve_resume(cfg, Path(cfg.trainer.output_dir))
     changes = config_changes(cfg, ckpt) if ckpt is not None and (ckpt / "config.json").exists() else []
     if changes and not (cfg.trainer.resume_if_changed or cfg.trainer.eval_only):

@@ -264,3 +264,42 @@ def test_checkpoint_rotation_keeps_the_eval_results_written_into_a_checkpoint(ru
     assert check_checkpoint(ck(run3, 3)) is None and check_checkpoint(ck(run3, 4)) is None
     train.main(cfg_for(run3, total_steps=5, keep_checkpoints=2))  # and rotation goes on past the folders left
     assert not ck(run3, 3).exists() and check_checkpoint(ck(run3, 5)) is None and steps_of(run3) == [1, 2, 3, 4, 5]
+
+
+WRAP = """import os, runpy, sys
+os.chdir(os.path.join(sys.argv[1], "rank" + os.environ["LOCAL_RANK"]))  # each rank its own disk: relative paths differ
+sys.path.insert(0, sys.argv[2])
+sys.argv = [os.path.join(sys.argv[2], "train.py")] + sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_two_ranks_on_rank_local_directories_save_from_rank_0_and_refuse_the_resume_in_one_line(tmp_path):
+    """Two ranks whose output directory is each its own (rank-local disks: a relative --trainer.output-dir under a
+    different working directory per rank). Saving: rank 0 alone writes the checkpoint, every rank's RNG file in it
+    (rank 1 wrote into a folder only rank 0 had made: a FileNotFoundError traceback); rank 1's disk gets no
+    checkpoint. Resuming: rank 0's choice is the run's, and rank 1, which does not see it, stops the run with one
+    line from rank 0 naming the shared filesystem it needs (each rank used to resolve the resume itself)."""
+    (tmp_path / "wrap.py").write_text(WRAP)
+    for r in (0, 1):
+        (tmp_path / f"rank{r}").mkdir()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29551",
+           str(tmp_path / "wrap.py"), str(tmp_path), str(ROOT), "--config", str(ROOT / "configs" / "tiny_toy.py"),
+           "--trainer.output-dir", "run", "--trainer.save-freq", "1", "--algo.mini-batch-size", "64"]
+    r = subprocess.run(cmd + ["--trainer.total-steps", "1"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    ck = tmp_path / "rank0" / "run" / "checkpoints" / "step_000001"
+    assert sorted(p.name for p in ck.glob("rng_rank*.pt")) == ["rng_rank0.pt", "rng_rank1.pt"]
+    assert not list((tmp_path / "rank1").rglob("step_*"))
+    states = [torch.load(ck / f"rng_rank{i}.pt", weights_only=False) for i in (0, 1)]
+    assert all(set(s) >= {"python", "numpy", "torch"} for s in states)
+    r = subprocess.run(cmd + ["--trainer.total-steps", "2"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    errors = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("error: ")]
+    assert r.returncode != 0 and len(errors) == 1, (r.stdout + r.stderr)[-3000:]
+    assert "rank(s) [1] do not see" in errors[0] and "shared filesystem" in errors[0] and str(ck) in errors[0]
+    import re
+    assert not re.search(r'File ".*/(train|rundir|session|collectives)\.py"', r.stderr)  # torchrun's own report only
+    assert steps_of(tmp_path / "rank0" / "run") == [1]  # nothing trained past the refusal
