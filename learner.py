@@ -8,7 +8,7 @@ the optimizer lives here, on top of the math in ppo.py:
   informative, mixed_label_groups, dapo_batch
                    which groups train: DAPO's filter and trim, and env-labelled uniform groups
   prepare_adapter  score -> advantages -> (critic) for one adapter: its AdapterUpdate
-  policy_update    ppo_epochs x mini-batches x micro-batches over one or more Parts (fused: one
+  policy_update    ppo_epochs x mini-batches x micro-batches over one or more AdapterUpdates (fused: one
                    forward/backward per micro-batch for every adapter's rows), each adapter's own
                    grad clip and AdamW step
   update           all of it for one training step: what train.py calls
@@ -112,9 +112,6 @@ class AdapterBatch:
         return ids, attn, L - 1
 
 
-RoleBatch = AdapterBatch  # the old name (tests, forks)
-
-
 class Packed:
     """An AdapterBatch's turns (all, or `turns`) that extend one another, one row per conversation
     (algo.pack_turns).
@@ -169,11 +166,10 @@ class Packed:
         cols = torch.arange(t.shape[1])[None, :]
         rows = torch.tensor([self.row[i] for i in range(len(self.rb.samples))])
         return t[rows] * ((cols >= self.rb.first[:, None]) & (cols <= self.rb.last[:, None]))
-AdapterBatch.steps = property(lambda self: self.samples)  # the old name of `samples`
 
 
 def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
-    """ONE forward over rows of one or more RoleBatches, padded together; each row wears the adapter
+    """ONE forward over rows of one or more AdapterBatches, padded together; each row wears the adapter
     already set (lora.set_adapter / set_row_adapters). Logits are computed only from the first
     generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
     Returns (logits (b, T - start, V) / temperature, targets (b, T - start), start, T): column j is
@@ -368,9 +364,6 @@ class AdapterUpdate:
         view = dataclasses.replace(self, rb=pk.batch, adv=pk.pack(self.adv), old_logp=pk.pack(self.old_logp),
                                    ref_logp=pk.pack(self.ref_logp), pack=False)
         return view, list(range(len(pk.batch.samples)))
-
-
-Part = AdapterUpdate  # the old name (tests, forks)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import chat
 from engines import SUPPORTED, Request, Result, SamplingParams, TorchEngine  # noqa: F401 (re-exported)
 from vllm_engine import VLLMEngine  # noqa: F401 (re-exported; vLLM itself is imported only when one is built)
-from envs import Prompt, Turn  # noqa: F401  (re-exported: what an env hands the driver; Turn = its old name)
+from envs import Prompt  # noqa: F401  (re-exported: what an env hands the driver)
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,13 +76,6 @@ class Episode:
     error: str | None = None  # the env raised: the episode ended there and earns 0
     task: dict | None = None
     fork_of: tuple[int, int, int] | None = None  # ReMax baseline fork: (episode id, first turn, turns) it replays greedily
-
-    @property
-    def steps(self) -> list[Sample]:  # the old name of `samples`
-        return self.samples
-
-
-Step = Sample  # the old name: `from rollout import Step` keeps working
 
 
 def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
@@ -252,12 +245,12 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
     spoken in between; several sequences may be open, e.g. researchers working sub-questions side by side)
     when its prompt starts with that sequence's tokens (prompt + completion): its conversation continued
     token for token (chat.continue_ids). The tokens in between (tool observations, other roles' turns,
-    template tokens) join the completion with loss mask 0 and logprob 0; the merged step keeps the later
+    template tokens) join the completion with loss mask 0 and logprob 0; the merged sample keeps the later
     turn's reward (and ReMax baseline): the conversation trains as one sequence on its last turn's reward,
     so a layout whose turns are paid apart (the per-role chats of the math team or SWE, a debate's rounds)
     refuses merge_turns in its check_config. Turns that do not extend (a template that rewrites history, role
-    prompts that differ turn by turn) stay separate steps: `merged_turns` counts what was merged. Every
-    step returned is a new Sample whose `parts` are the episode's turns it joined: the learner writes its
+    prompts that differ turn by turn) stay separate samples: `merged_turns` counts what was merged. Every
+    sample returned is a new Sample whose `parts` are the episode's turns it joined: the learner writes its
     mean advantage back to them, which is what the trajectory files show.
     """
     out: list[Sample] = []
