@@ -215,10 +215,10 @@ def rejection_sample(model, tok, make_env, tasks: list[dict], specs: dict, k: in
     lowest episode id."""
     from rollout import TorchEngine, run_episodes
     engine = TorchEngine(model, tok, max_batch_size=max_batch_size, seed=seed)
-    _, eps = run_episodes(engine, tok, make_env, tasks, specs, num_chains=k, max_turns=max_turns,
-                          max_model_len=max_model_len, progress=progress, seed_ids=list(range(len(tasks))))
+    _, episodes = run_episodes(engine, tok, make_env, tasks, specs, num_chains=k, max_turns=max_turns,
+                               max_model_len=max_model_len, progress=progress, seed_ids=list(range(len(tasks))))
     lora.set_adapter(model, None)
-    records = [trajectories.episode_record(e, tok, "rejection", 0) for e in eps]
+    records = [trajectories.episode_record(e, tok, "rejection", 0) for e in episodes]
     best: dict[int, tuple] = {}
     for r in records:
         turns = r["turns"]

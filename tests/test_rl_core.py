@@ -623,7 +623,7 @@ def test_rollout_is_reweights_the_advantages_where_old_logprobs_are_recomputed(t
     part, out = learner.prepare_adapter(run, "speaker", steps, 1, 0)
     run.cfg = toy_cfg(tmp_path, algo=dict(rollout_is="off", recompute_old_logprobs="always"))
     plain, _ = learner.prepare_adapter(run, "speaker", steps, 1, 0)
-    m = part.rb.mask
+    m = part.batch.mask
     assert m.sum() > 0 and plain.adv.abs().sum() > 0
     if mode == "on":  # exp(0.5) = 1.65 > the cap: every generated token weighs 1.5
         assert torch.allclose(part.adv * m, plain.adv * m * 1.5)
