@@ -68,7 +68,7 @@ def check_names(cfg: Config):
 
 
 # --------------------------------------------------------------------------------------------
-# turning Steps into padded tensors; everything lives in "target space": column t predicts token t+1
+# turning Samples into padded tensors; everything lives in "target space": column t predicts token t+1
 
 
 class AdapterBatch:
@@ -505,31 +505,18 @@ def reference_logits(model, pieces, parts, device):
 # one adapter's share of a step: score -> advantages -> (critic); then the policy update
 
 
-def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
-    """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
-    it is not updated: frozen, the critic warming up, or no signal) and its metrics (keys without the name)."""
+def old_and_ref_logp(run, adapter: str, batch: AdapterBatch, sb: AdapterBatch, unpack, ref: str | None, out: dict):
+    """-> (old logprobs, reference logprobs, per-token KL), each (N, T) over `batch`'s turns: the old ones the
+    engine's (old_from_sampling) or recomputed, then their gap to the engine's is a metric; the reference's and
+    the KL only with a KL term (None otherwise). The forwards read `sb` (the packed batch, else `batch`) and
+    `unpack` brings their rows back to the turns. Metrics go into `out`."""
     cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
-    roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
-    if not samples:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
-        pad = run.tok.pad_token_id
-        samples = [Sample(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
-    temp = {r.name: r.temperature for r in roles}
-    batch = AdapterBatch(samples, [temp[s.role] for s in samples], run.tok.pad_token_id, max(r.max_tokens for r in roles))
-    out = {}
-    pk = Packed(batch) if a.packs_turns else None
-    if pk is not None and len(pk.batch.samples) == len(samples):
-        pk = None  # no turn extends another
-    sb = pk.batch if pk else batch  # what the forwards read
-    unpack = pk.unpack if pk else (lambda t: t)
-    if a.packs_turns:  # rows the update's forwards read: the turns, fewer where turns were packed
-        out["update_rows"] = all_sum(float(len(sb.samples)))
     model.eval()
     old_logp = batch.sample_logp if run.old_from_sampling else unpack(score(model, sb, adapter, cfg, device))
     if not run.old_from_sampling:
         gap, n = all_sum([float((old_logp - batch.sample_logp).abs().mul(batch.mask).sum()), float(batch.mask.sum())])
         out["logprob_gap"] = gap / max(n, 1.0)  # engine vs trainer, mean |delta logp| per token
     ref_logp = kl_tok = None
-    ref = run.refs.get(adapter)  # None: the base (algo.kl_ref)
     if a.kl_coef > 0:
         if a.kl_kind == "full":
             kl_tok = unpack(score(model, sb, adapter, cfg, device, full_kl_to_ref=True, ref=ref))
@@ -540,10 +527,14 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
         seq_mean, n_seq = ppo.sequence_mean_kl(kl_tok, batch.mask)
         out["kl_seq_sum"], out["kl_seqs"] = seq_mean * n_seq, float(n_seq)  # for the controller; summed over ranks
-    estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
-    critic = run.critic if estimator == "gae" else None
-    values = critic.values(model, batch) if critic else None
-    adv, returns = advantages(cfg, batch, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
+    return old_logp, ref_logp, kl_tok
+
+
+def weighted_advantages(run, adapter: str, roles: list, batch: AdapterBatch, adv, old_logp, step: int, out: dict):
+    """The advantages (N, T) scaled by the options that weigh turns: each role on its own scale
+    (norm_adv_by_role), each label the same total weight (balance_labels), the rollout importance weights
+    (engine != trainer). Metrics go into `out`."""
+    cfg, a, samples = run.cfg, run.cfg.algo, batch.samples
     if a.norm_adv_by_role:  # each role's advantages on its own scale (its roles numbered as in the config)
         index = torch.tensor([[r.name for r in roles].index(s.role) for s in samples])
         adv = ppo.group_whiten(adv, batch.mask, index, len(roles), all_sum)
@@ -561,6 +552,34 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
         adv = adv * w
         n = all_sum(float(batch.mask.sum()))
         out.update({k: all_sum(v * float(batch.mask.sum())) / max(n, 1.0) for k, v in im.items()})  # token means over ranks
+    return adv
+
+
+def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
+    """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
+    it is not updated: frozen, the critic warming up, or no signal) and its metrics (keys without the name)."""
+    cfg, a, model = run.cfg, run.cfg.algo, run.model
+    roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
+    if not samples:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
+        pad = run.tok.pad_token_id
+        samples = [Sample(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
+    temp = {r.name: r.temperature for r in roles}
+    batch = AdapterBatch(samples, [temp[s.role] for s in samples], run.tok.pad_token_id, max(r.max_tokens for r in roles))
+    out = {}
+    pk = Packed(batch) if a.packs_turns else None
+    if pk is not None and len(pk.batch.samples) == len(samples):
+        pk = None  # no turn extends another
+    sb = pk.batch if pk else batch  # what the forwards read
+    unpack = pk.unpack if pk else (lambda t: t)
+    if a.packs_turns:  # rows the update's forwards read: the turns, fewer where turns were packed
+        out["update_rows"] = all_sum(float(len(sb.samples)))
+    ref = run.refs.get(adapter)  # None: the base (algo.kl_ref)
+    old_logp, ref_logp, kl_tok = old_and_ref_logp(run, adapter, batch, sb, unpack, ref, out)
+    estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
+    critic = run.critic if estimator == "gae" else None
+    values = critic.values(model, batch) if critic else None
+    adv, returns = advantages(cfg, batch, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
+    adv = weighted_advantages(run, adapter, roles, batch, adv, old_logp, step, out)
     for s, a_mean in zip(samples, (adv * batch.mask).sum(1) / batch.mask.sum(1).clamp(min=1)):
         s.advantage = float(a_mean)  # for the trajectory files: what the update uses, weights included
         for part in s.parts:  # a merged step's turns (rollout.merge_turns): the episode's records are those
