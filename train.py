@@ -107,6 +107,16 @@ def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
     return eval_metrics(run, samples, episodes, "val")
 
 
+def evaluate_checkpoint(run, ckpt: Path, val_tasks, show) -> dict:
+    """trainer.eval_only: the resumed checkpoint's val metrics, written next to it (eval_metrics.json) and
+    printed; the training log is never touched."""
+    metrics = evaluate(run, val_tasks)
+    if rank() == 0:
+        (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
+        print(f"[eval of {ckpt}] " + fmt(metrics, "val", show), flush=True)
+    return metrics
+
+
 def empty_reason(cfg: Config, samples: list[Sample], episodes) -> str | None:
     """Why this step trains on nothing, or None."""
     trainable = {r.name for r in cfg.roles if r.trainable}
@@ -235,12 +245,8 @@ def main(cfg: Config):
     t_cfg = cfg.trainer
     show = tuple(getattr(workflow(cfg)[1], "CONSOLE", ())) + tuple(t_cfg.console)  # more metrics on the console
     total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
-    if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched
-        metrics = evaluate(run, val_tasks)
-        if rank() == 0:
-            (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
-            print(f"[eval of {ckpt}] " + fmt(metrics, "val", show), flush=True)
-        return finish(metrics)
+    if t_cfg.eval_only:
+        return finish(evaluate_checkpoint(run, ckpt, val_tasks, show))
     if run.step >= total:
         print0(f"note: {out} already finished at step {run.step} of {total}: nothing to train. Raise "
                "--trainer.total-steps to go on, or start anew with --trainer.output-dir NEW (or --trainer.resume none)")
