@@ -105,29 +105,29 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     where one member's reward depends on another's; one twin per member would cost a call per member).
     """
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
-    run = _Rollout(tokenizer, roles, baseline_roles, max_turns, max_model_len)
+    driver = _Driver(tokenizer, roles, baseline_roles, max_turns, max_model_len)
     for t, task in enumerate(tasks):
         for c in range(num_chains):
-            run.start(make_env(), t, task, seed_ids[t] * num_chains + c)
-    n_main = len(run.episodes)
+            driver.start(make_env(), t, task, seed_ids[t] * num_chains + c)
+    n_main = len(driver.episodes)
     bar = None
     if progress and "progress" in inspect.signature(engine.generate).parameters:
         bar = _Progress(n_main)
-    while run.pending:
-        slots, reqs = run.requests()
+    while driver.pending:
+        slots, reqs = driver.requests()
         if bar is not None:
             results = bar.generate(engine, reqs)
         else:
             results = engine.generate(reqs) if reqs else []
-        run.record(slots, reqs, results)
+        driver.record(slots, reqs, results)
         if bar is not None:
-            bar.show(n_main - sum(1 for e in run.pending if e < n_main))
+            bar.show(n_main - sum(1 for e in driver.pending if e < n_main))
     if bar is not None:
         bar.close()
-    return run.finish(n_main)
+    return driver.finish(n_main)
 
 
-class _Rollout:
+class _Driver:
     """run_episodes' state: every episode (the sampled ones, then ReMax's greedy twins; an episode's id is
     its index), the prompts each live episode waits on, its seed stream and its turns so far."""
 
