@@ -8,7 +8,7 @@ the optimizer lives here, on top of the math in ppo.py:
   informative, mixed_label_groups, dapo_batch
                    which groups train: DAPO's filter and trim, and env-labelled uniform groups
   prepare_adapter  score -> advantages -> (critic) for one adapter: its AdapterUpdate
-  policy_update    ppo_epochs x mini-batches x micro-batches over one or more Parts (fused: one
+  policy_update    ppo_epochs x mini-batches x micro-batches over one or more AdapterUpdates (fused: one
                    forward/backward per micro-batch for every adapter's rows), each adapter's own
                    grad clip and AdamW step
   update           all of it for one training step: what train.py calls
@@ -68,7 +68,7 @@ def check_names(cfg: Config):
 
 
 # --------------------------------------------------------------------------------------------
-# turning Steps into padded tensors; everything lives in "target space": column t predicts token t+1
+# turning Samples into padded tensors; everything lives in "target space": column t predicts token t+1
 
 
 class AdapterBatch:
@@ -112,9 +112,6 @@ class AdapterBatch:
         return ids, attn, L - 1
 
 
-RoleBatch = AdapterBatch  # the old name (tests, forks)
-
-
 class Packed:
     """An AdapterBatch's turns (all, or `turns`) that extend one another, one row per conversation
     (algo.pack_turns).
@@ -123,17 +120,17 @@ class Packed:
     and both belong to the same episode and sample at the same temperature. The row then holds i's
     tokens, which begin with every earlier turn of the row, so each turn keeps its own target columns
     (the same indices: a prefix is a prefix) and per-token tensors move between the two layouts by
-    copying a turn's completion columns (pack / unpack). `batch` is the packed AdapterBatch; its
+    copying a turn's completion columns (pack / unpack). `source` is the AdapterBatch packed, `batch` the packed one; its
     row_turns count each row's turns."""
 
-    def __init__(self, rb: AdapterBatch, turns: list[int] | None = None):
-        self.turns = list(range(len(rb.samples))) if turns is None else list(turns)
-        full = {i: rb.samples[i].prompt_ids + rb.samples[i].completion_ids for i in self.turns}
-        self.rb, self.row, tails, open_rows = rb, {}, [], defaultdict(list)
+    def __init__(self, source: AdapterBatch, turns: list[int] | None = None):
+        self.turns = list(range(len(source.samples))) if turns is None else list(turns)
+        full = {i: source.samples[i].prompt_ids + source.samples[i].completion_ids for i in self.turns}
+        self.source, self.row, tails, open_rows = source, {}, [], defaultdict(list)
         for i in sorted(self.turns, key=lambda i: len(full[i])):  # a turn is longer than what it extends
-            s, j = rb.samples[i], None
+            s, j = source.samples[i], None
             if not s.dummy:
-                fits = [r for r in open_rows[s.episode_id] if float(rb.temps[tails[r]]) == float(rb.temps[i])
+                fits = [r for r in open_rows[s.episode_id] if float(source.temps[tails[r]]) == float(source.temps[i])
                         and len(full[tails[r]]) <= len(s.prompt_ids) and full[i][:len(full[tails[r]])] == full[tails[r]]]
                 j = max(fits, key=lambda r: len(full[tails[r]]), default=None)
             if j is None:
@@ -143,15 +140,15 @@ class Packed:
                     open_rows[s.episode_id].append(j)
             tails[j], self.row[i] = i, j
         b = self.batch = AdapterBatch.__new__(AdapterBatch)
-        b.samples, b.norm_len, b.pad_id = [rb.samples[t] for t in tails], rb.norm_len, rb.pad_id
-        b.ids, b.attn, b.temps, b.rows_len = rb.ids[tails], rb.attn[tails], rb.temps[tails], rb.rows_len[tails]
-        b.scores, b.last = rb.scores[tails], rb.last[tails]
+        b.samples, b.norm_len, b.pad_id = [source.samples[t] for t in tails], source.norm_len, source.pad_id
+        b.ids, b.attn, b.temps = source.ids[tails], source.attn[tails], source.temps[tails]
+        b.rows_len, b.scores, b.last = source.rows_len[tails], source.scores[tails], source.last[tails]
         members = defaultdict(list)  # row -> its turns
         for i in self.turns:
             members[self.row[i]].append(i)
-        b.first = torch.tensor([min(int(rb.first[i]) for i in members[j]) for j in range(len(tails))])
+        b.first = torch.tensor([min(int(source.first[i]) for i in members[j]) for j in range(len(tails))])
         b.row_turns = [len(members[j]) for j in range(len(tails))]
-        b.mask, b.sample_logp = self.pack(rb.mask), self.pack(rb.sample_logp)
+        b.mask, b.sample_logp = self.pack(source.mask), self.pack(source.sample_logp)
 
     def pack(self, t: torch.Tensor | None) -> torch.Tensor | None:
         """(turns, T) -> (rows, T): each turn's completion columns into its row."""
@@ -159,7 +156,7 @@ class Packed:
             return None
         out = t.new_zeros(len(self.batch.samples), t.shape[1])
         for i in self.turns:
-            a, b = int(self.rb.first[i]), int(self.rb.last[i])
+            a, b = int(self.source.first[i]), int(self.source.last[i])
             out[self.row[i], a:b + 1] = t[i, a:b + 1]
         return out
 
@@ -167,38 +164,37 @@ class Packed:
         """(rows, T) -> (turns, T), every turn of the batch packed: each turn reads its own completion
         columns of its row, zero elsewhere."""
         cols = torch.arange(t.shape[1])[None, :]
-        rows = torch.tensor([self.row[i] for i in range(len(self.rb.samples))])
-        return t[rows] * ((cols >= self.rb.first[:, None]) & (cols <= self.rb.last[:, None]))
-AdapterBatch.steps = property(lambda self: self.samples)  # the old name of `samples`
+        rows = torch.tensor([self.row[i] for i in range(len(self.source.samples))])
+        return t[rows] * ((cols >= self.source.first[:, None]) & (cols <= self.source.last[:, None]))
 
 
 def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
-    """ONE forward over rows of one or more RoleBatches, padded together; each row wears the adapter
+    """ONE forward over rows of one or more AdapterBatches, padded together; each row wears the adapter
     already set (lora.set_adapter / set_row_adapters). Logits are computed only from the first
     generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
     Returns (logits (b, T - start, V) / temperature, targets (b, T - start), start, T): column j is
     target column start + j of the batch."""
-    L = max(int(rb.rows_len[rows].max()) for rb, rows in pieces)
-    parts = [rb.micro(rows, L) for rb, rows in pieces]
+    L = max(int(batch.rows_len[rows].max()) for batch, rows in pieces)
+    parts = [batch.micro(rows, L) for batch, rows in pieces]
     ids, attn = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    start = min(int(rb.first[rows].min()) for rb, rows in pieces)
-    temps = torch.cat([rb.temps[rows] for rb, rows in pieces]).to(device)
+    start = min(int(batch.first[rows].min()) for batch, rows in pieces)
+    temps = torch.cat([batch.temps[rows] for batch, rows in pieces]).to(device)
     logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), logits_to_keep=L - start).logits[:, :-1]
     return logits.float() / temps[:, None, None], ids[:, start + 1:].to(device), start, L - 1
 
 
 @torch.no_grad()
-def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False, ref=None):
+def score(model, batch: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False, ref=None):
     """Logprobs of every row under `adapter` (None = the base), in micro-batches.
     full_kl_to_ref: instead, the exact KL(adapter || ref) over the vocabulary per token (ref None = the base)."""
-    out = torch.zeros_like(rb.sample_logp)
-    order = by_length(rb, range(len(rb.samples)))
-    for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[rb.row_turns[i] for i in order]):
+    out = torch.zeros_like(batch.sample_logp)
+    order = by_length(batch, range(len(batch.samples)))
+    for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[batch.row_turns[i] for i in order]):
         lora.set_adapter(model, adapter)
-        logits, tgt, start, T = forward_logits(model, [(rb, rows)], device)
+        logits, tgt, start, T = forward_logits(model, [(batch, rows)], device)
         if full_kl_to_ref:
             lora.set_adapter(model, ref)
-            val = ppo.full_kl(logits, forward_logits(model, [(rb, rows)], device)[0])
+            val = ppo.full_kl(logits, forward_logits(model, [(batch, rows)], device)[0])
         else:
             val = ppo.token_logprobs(logits, tgt)
         if w:
@@ -207,11 +203,11 @@ def score(model, rb: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False, r
 
 
 @torch.no_grad()
-def adapter_divergence(model, rb: AdapterBatch, adapters: list, device, micro_batch_size: int = 4,
+def adapter_divergence(model, batch: AdapterBatch, adapters: list, device, micro_batch_size: int = 4,
                        chunk_tokens: int = 256) -> dict[str, float]:
     """How far the adapters have moved apart: for every pair (a, b) of `adapters` (None = the base),
     the symmetrised KL 1/2 [KL(pi_a || pi_b) + KL(pi_b || pi_a)] of their next-token distributions on
-    the same prompts and replies (rb), averaged over the generated tokens. {"a~b": kl}, over ranks.
+    the same prompts and replies (batch), averaged over the generated tokens. {"a~b": kl}, over ranks.
     Memory: each adapter keeps only the final hidden states of the generated tokens; the vocabulary
     projection runs chunk_tokens tokens at a time, so the peak is adapters x chunk_tokens x vocabulary
     whatever the number of tokens (full (rows, tokens, vocabulary) log-softmaxes, one per adapter,
@@ -222,10 +218,10 @@ def adapter_divergence(model, rb: AdapterBatch, adapters: list, device, micro_ba
     if not sums:  # one adapter (eval.py --base: the base alone): no pair, nothing to run
         return {}
     n_tok = 0.0
-    for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), micro_batch_size):
-        ids, attn, T = rb.micro(rows)
-        sel = window(rb.mask, rows, 0, T).bool().to(device)  # (b, T): target columns the role generated
-        temp = rb.temps[rows].to(device)[:, None].expand(-1, T)[sel]  # (n,)
+    for rows, w in lockstep_chunks(by_length(batch, range(len(batch.samples))), micro_batch_size):
+        ids, attn, T = batch.micro(rows)
+        sel = window(batch.mask, rows, 0, T).bool().to(device)  # (b, T): target columns the role generated
+        temp = batch.temps[rows].to(device)[:, None].expand(-1, T)[sel]  # (n,)
         hidden = {}
         for a in adapters:
             lora.set_adapter(model, a)
@@ -252,9 +248,9 @@ def window(t: torch.Tensor, rows, start: int, T: int) -> torch.Tensor:
     return F.pad(x, (0, T - start - x.shape[1])) if x.shape[1] < T - start else x
 
 
-def by_length(rb: AdapterBatch, rows) -> list[int]:
+def by_length(batch: AdapterBatch, rows) -> list[int]:
     """Rows longest first: consecutive micro-batches then hold rows of similar length (less padding)."""
-    return sorted(rows, key=lambda i: -int(rb.rows_len[i]))
+    return sorted(rows, key=lambda i: -int(batch.rows_len[i]))
 
 
 class Critic:
@@ -273,35 +269,35 @@ class Critic:
         self.params = lora.adapter_parameters(model, "critic") + list(self.head.parameters())
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg.algo.critic_lr)
 
-    def forward(self, model, rb: AdapterBatch, rows):
-        ids, attn, T = rb.micro(rows)
+    def forward(self, model, batch: AdapterBatch, rows):
+        ids, attn, T = batch.micro(rows)
         lora.set_adapter(model, "critic")
         out = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), output_hidden_states=True,
                     logits_to_keep=1)
         return self.head(out.hidden_states[-1][:, :-1].float()).squeeze(-1), T  # (b, T)
 
     @torch.no_grad()
-    def values(self, model, rb: AdapterBatch):
+    def values(self, model, batch: AdapterBatch):
         model.eval()
-        values = torch.zeros_like(rb.mask)
-        for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), self.cfg.algo.micro_batch_size):
-            v, T = self.forward(model, rb, rows)
+        values = torch.zeros_like(batch.mask)
+        for rows, w in lockstep_chunks(by_length(batch, range(len(batch.samples))), self.cfg.algo.micro_batch_size):
+            v, T = self.forward(model, batch, rows)
             if w:
                 values[rows, :T] = v.cpu()
         return values
 
-    def update(self, model, rb: AdapterBatch, returns, old_values):
+    def update(self, model, batch: AdapterBatch, returns, old_values):
         """ppo_epochs of clipped value regression on all rows (one optimizer step per epoch);
         returns the mean value loss and the explained variance of the values the advantages used."""
         a = self.cfg.algo
         model.train()  # the critic's adapter is the one that uses lora.dropout
         vf_loss = 0.0  # each chunk's share of the global token-mean loss, summed
         for _ in range(a.ppo_epochs):
-            denom = max(all_sum(float(rb.mask.sum())), 1.0)
-            for rows, w in lockstep_chunks(by_length(rb, range(len(rb.samples))), a.micro_batch_size):
-                v, T = self.forward(model, rb, rows)
+            denom = max(all_sum(float(batch.mask.sum())), 1.0)
+            for rows, w in lockstep_chunks(by_length(batch, range(len(batch.samples))), a.micro_batch_size):
+                v, T = self.forward(model, batch, rows)
                 loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
-                                         rb.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
+                                         batch.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
                 backward(a.vf_coef * loss)
                 vf_loss += loss.item()
             if world() > 1:  # the head is replicated, not sharded: average its gradients by hand
@@ -310,7 +306,7 @@ class Critic:
             if math.isfinite(clip_grad(self.params, a.grad_clip)):
                 self.opt.step()
             self.opt.zero_grad(set_to_none=True)
-        m, d = rb.mask, returns - old_values  # explained variance over every rank's tokens
+        m, d = batch.mask, returns - old_values  # explained variance over every rank's tokens
         n, sr, sr2, sd, sd2 = all_sum([float(x) for x in (m.sum(), (returns * m).sum(), (returns ** 2 * m).sum(),
                                                            (d * m).sum(), (d ** 2 * m).sum())])
         var_r, var_d = sr2 / max(n, 1) - (sr / max(n, 1)) ** 2, sd2 / max(n, 1) - (sd / max(n, 1)) ** 2
@@ -331,20 +327,20 @@ class Critic:
 # ALGO LOGIC: rewards -> advantages -> the clipped policy update (the math itself is in ppo.py)
 
 
-def advantages(cfg: Config, rb: AdapterBatch, kl_tok, values, kl_coef, estimator: str | None = None, state=None):
+def advantages(cfg: Config, batch: AdapterBatch, kl_tok, values, kl_coef, estimator: str | None = None, state=None):
     """Token rewards (outcome score on the last token, minus the KL when it is in the reward) ->
     the chosen estimator's (advantages, returns); `estimator`: this adapter's (default algo's);
     `state`: this adapter's instance when the estimator is a ppo.StatefulEstimator."""
     a = cfg.algo
-    token_rewards = torch.zeros_like(rb.mask)  # (N, T)
-    token_rewards[torch.arange(len(rb.samples)), rb.last] = rb.scores
+    token_rewards = torch.zeros_like(batch.mask)  # (N, T)
+    token_rewards[torch.arange(len(batch.samples)), batch.last] = batch.scores
     if kl_tok is not None and a.kl_in_reward:
-        token_rewards = token_rewards - kl_coef * kl_tok * rb.mask
-    gids = [group_key(cfg, s) if not s.dummy else ("dummy", i) for i, s in enumerate(rb.samples)]
-    baseline = torch.tensor([float(s.baseline or 0.0) for s in rb.samples])  # ReMax's greedy reward
+        token_rewards = token_rewards - kl_coef * kl_tok * batch.mask
+    gids = [group_key(cfg, s) if not s.dummy else ("dummy", i) for i, s in enumerate(batch.samples)]
+    baseline = torch.tensor([float(s.baseline or 0.0) for s in batch.samples])  # ReMax's greedy reward
     fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
     fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
-    return fn(token_rewards, rb.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
+    return fn(token_rewards, batch.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
               norm_by_std=a.norm_by_std, all_sum=all_sum)
 
 
@@ -352,7 +348,7 @@ def advantages(cfg: Config, rb: AdapterBatch, kl_tok, values, kl_coef, estimator
 class AdapterUpdate:
     """One adapter's share of a step, ready for the policy update."""
     adapter: str
-    rb: AdapterBatch
+    batch: AdapterBatch
     adv: torch.Tensor  # (N, T) advantages
     old_logp: torch.Tensor  # (N, T) logprobs of the policy that sampled (or recomputed)
     ref_logp: torch.Tensor | None  # (N, T) under the reference, when KL is in the loss
@@ -364,13 +360,10 @@ class AdapterUpdate:
 
     def packed(self, turns: list[int]) -> tuple[AdapterUpdate, list[int]]:
         """This update restricted to a mini-batch's `turns`, packed (Packed): the view and its rows."""
-        pk = Packed(self.rb, turns)
-        view = dataclasses.replace(self, rb=pk.batch, adv=pk.pack(self.adv), old_logp=pk.pack(self.old_logp),
+        pk = Packed(self.batch, turns)
+        view = dataclasses.replace(self, batch=pk.batch, adv=pk.pack(self.adv), old_logp=pk.pack(self.old_logp),
                                    ref_logp=pk.pack(self.ref_logp), pack=False)
         return view, list(range(len(pk.batch.samples)))
-
-
-Part = AdapterUpdate  # the old name (tests, forks)
 
 
 @dataclass
@@ -390,9 +383,9 @@ def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, o
     plus the KL term when the KL is in the loss. Returns (loss, its token-weighted sums, the max ratio).
     on_policy: this forward IS the policy that sampled (first mini-batch of the first epoch): ratio 1."""
     a = cfg.algo
-    (clip_low, clip_high), agg, norm_len = a.clip, a.agg, part.rb.norm_len
+    (clip_low, clip_high), agg, norm_len = a.clip, a.agg, part.batch.norm_len
     logp = ppo.token_logprobs(logits, targets)  # (b, T - start)
-    mask = window(part.rb.mask, rows, start, T).to(device) * weight
+    mask = window(part.batch.mask, rows, start, T).to(device) * weight
     old_logp = logp.detach() if on_policy else window(part.old_logp, rows, start, T).to(device)
     advantages = window(part.adv, rows, start, T).to(device)
     pg_loss, pg_stats = ppo.LOSSES[a.policy_loss](logp, old_logp, advantages, mask, clip_low, clip_high, a.dual_clip,
@@ -449,7 +442,7 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
     model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
     lora.set_adapter(model, parts[0].adapter if len(parts) == 1 else None)
     params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
-    n_rows = {p.adapter: len(p.rb.samples) for p in parts}
+    n_rows = {p.adapter: len(p.batch.samples) for p in parts}
     n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(n_rows[p.adapter]) for p in parts]))}
     stats = {p.adapter: UpdateStats(lr=p.opt.param_groups[0]["lr"]) for p in parts}
     for epoch in range(a.ppo_epochs):
@@ -458,17 +451,17 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
             mb = {p: perm[p.adapter][k * n_rows[p.adapter] // n_mb[p.adapter]:(k + 1) * n_rows[p.adapter] // n_mb[p.adapter]]
                   for p in parts if k < n_mb[p.adapter]}  # this mini-batch's rows (turns) of each part
             mb = dict(p.packed(rows) if p.pack and rows else (p, rows) for p, rows in mb.items())  # the same turns
-            counts = [p.rb.mask[rows].sum() if a.agg == "token-mean" else (p.rb.mask[rows].sum(1) > 0).sum()
+            counts = [p.batch.mask[rows].sum() if a.agg == "token-mean" else (p.batch.mask[rows].sum(1) > 0).sum()
                       for p, rows in mb.items()]
             denom = {p: max(c, 1.0) for p, c in zip(mb, all_sum([float(c) for c in counts]))}  # global
-            rows = sorted(((p, r) for p in mb for r in mb[p]), key=lambda x: -int(x[0].rb.rows_len[x[1]]))
+            rows = sorted(((p, r) for p in mb for r in mb[p]), key=lambda x: -int(x[0].batch.rows_len[x[1]]))
             nonfinite, mb_ratio_max = dict.fromkeys(mb, False), dict.fromkeys(mb, 0.0)
             for chunk, weight in lockstep_chunks(rows, a.micro_batch_size, dummy=(next(iter(mb)), 0),
-                                                 weights=[p.rb.row_turns[r] for p, r in rows]):
+                                                 weights=[p.batch.row_turns[r] for p, r in rows]):
                 pieces = [(p, [r for q, r in chunk if q is p]) for p in mb if any(q is p for q, _ in chunk)]
                 if len(parts) > 1:
                     lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
-                logits, targets, start, T = forward_logits(model, [(p.rb, rs) for p, rs in pieces], device)
+                logits, targets, start, T = forward_logits(model, [(p.batch, rs) for p, rs in pieces], device)
                 ref_logits = reference_logits(model, pieces, parts, device) if a.kl_coef > 0 and not a.kl_in_reward \
                     and a.kl_kind == "full" else None
                 loss, off = 0.0, 0
@@ -500,7 +493,7 @@ def reference_logits(model, pieces, parts, device):
         lora.set_adapter(model, refs[0])
     else:
         lora.set_row_adapters(model, refs)
-    ref = forward_logits(model, [(p.rb, rs) for p, rs in pieces], device)[0]
+    ref = forward_logits(model, [(p.batch, rs) for p, rs in pieces], device)[0]
     if len(parts) > 1:
         lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
     else:
@@ -512,48 +505,39 @@ def reference_logits(model, pieces, parts, device):
 # one adapter's share of a step: score -> advantages -> (critic); then the policy update
 
 
-def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
-    """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
-    it is not updated: frozen, the critic warming up, or no signal) and its metrics (keys without the name)."""
+def old_and_ref_logp(run, adapter: str, batch: AdapterBatch, sb: AdapterBatch, unpack, ref: str | None, out: dict):
+    """-> (old logprobs, reference logprobs, per-token KL), each (N, T) over `batch`'s turns: the old ones the
+    engine's (old_from_sampling) or recomputed, then their gap to the engine's is a metric; the reference's and
+    the KL only with a KL term (None otherwise). The forwards read `sb` (the packed batch, else `batch`) and
+    `unpack` brings their rows back to the turns. Metrics go into `out`."""
     cfg, a, model, device = run.cfg, run.cfg.algo, run.model, run.device
-    roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
-    if not samples:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
-        pad = run.tok.pad_token_id
-        samples = [Sample(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
-    temp = {r.name: r.temperature for r in roles}
-    rb = AdapterBatch(samples, [temp[s.role] for s in samples], run.tok.pad_token_id, max(r.max_tokens for r in roles))
-    out = {}
-    pk = Packed(rb) if a.packs_turns else None
-    if pk is not None and len(pk.batch.samples) == len(samples):
-        pk = None  # no turn extends another
-    sb = pk.batch if pk else rb  # what the forwards read
-    unpack = pk.unpack if pk else (lambda t: t)
-    if a.packs_turns:  # rows the update's forwards read: the turns, fewer where turns were packed
-        out["update_rows"] = all_sum(float(len(sb.samples)))
     model.eval()
-    old_logp = rb.sample_logp if run.old_from_sampling else unpack(score(model, sb, adapter, cfg, device))
+    old_logp = batch.sample_logp if run.old_from_sampling else unpack(score(model, sb, adapter, cfg, device))
     if not run.old_from_sampling:
-        gap, n = all_sum([float((old_logp - rb.sample_logp).abs().mul(rb.mask).sum()), float(rb.mask.sum())])
+        gap, n = all_sum([float((old_logp - batch.sample_logp).abs().mul(batch.mask).sum()), float(batch.mask.sum())])
         out["logprob_gap"] = gap / max(n, 1.0)  # engine vs trainer, mean |delta logp| per token
     ref_logp = kl_tok = None
-    ref = run.refs.get(adapter)  # None: the base (algo.kl_ref)
     if a.kl_coef > 0:
         if a.kl_kind == "full":
             kl_tok = unpack(score(model, sb, adapter, cfg, device, full_kl_to_ref=True, ref=ref))
         else:
             ref_logp = unpack(score(model, sb, ref, cfg, device))
             kl_tok = ppo.kl_penalty(old_logp, ref_logp, a.kl_kind)
-        kl_sum, n = all_sum([float((kl_tok * rb.mask).sum()), float(rb.mask.sum())])
+        kl_sum, n = all_sum([float((kl_tok * batch.mask).sum()), float(batch.mask.sum())])
         out["kl"] = kl_sum / max(n, 1.0)  # token mean, this adapter's
-        seq_mean, n_seq = ppo.sequence_mean_kl(kl_tok, rb.mask)
+        seq_mean, n_seq = ppo.sequence_mean_kl(kl_tok, batch.mask)
         out["kl_seq_sum"], out["kl_seqs"] = seq_mean * n_seq, float(n_seq)  # for the controller; summed over ranks
-    estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
-    critic = run.critic if estimator == "gae" else None
-    values = critic.values(model, rb) if critic else None
-    adv, returns = advantages(cfg, rb, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
+    return old_logp, ref_logp, kl_tok
+
+
+def weighted_advantages(run, adapter: str, roles: list, batch: AdapterBatch, adv, old_logp, step: int, out: dict):
+    """The advantages (N, T) scaled by the options that weigh turns: each role on its own scale
+    (norm_adv_by_role), each label the same total weight (balance_labels), the rollout importance weights
+    (engine != trainer). Metrics go into `out`."""
+    cfg, a, samples = run.cfg, run.cfg.algo, batch.samples
     if a.norm_adv_by_role:  # each role's advantages on its own scale (its roles numbered as in the config)
         index = torch.tensor([[r.name for r in roles].index(s.role) for s in samples])
-        adv = ppo.group_whiten(adv, rb.mask, index, len(roles), all_sum)
+        adv = ppo.group_whiten(adv, batch.mask, index, len(roles), all_sum)
     if roles[0].balance_labels:  # each label (e.g. right / wrong solutions judged) weighs the same in total
         w, bm = label_weights(samples)
         adv = adv * w[:, None]
@@ -564,28 +548,56 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
                    "none of its turns (env.turn_labels; the math team labels only with evaluator_mixed_groups_only): "
                    "nothing is balanced")
     if a.rollout_is_on(cfg.rollout.engine) and not run.old_from_sampling:  # engine != trainer: reweight
-        w, im = ppo.rollout_is_weights(old_logp, rb.sample_logp, rb.mask, a.rollout_is_cap)
+        w, im = ppo.rollout_is_weights(old_logp, batch.sample_logp, batch.mask, a.rollout_is_cap)
         adv = adv * w
-        n = all_sum(float(rb.mask.sum()))
-        out.update({k: all_sum(v * float(rb.mask.sum())) / max(n, 1.0) for k, v in im.items()})  # token means over ranks
-    for s, a_mean in zip(samples, (adv * rb.mask).sum(1) / rb.mask.sum(1).clamp(min=1)):
+        n = all_sum(float(batch.mask.sum()))
+        out.update({k: all_sum(v * float(batch.mask.sum())) / max(n, 1.0) for k, v in im.items()})  # token means over ranks
+    return adv
+
+
+def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_seed: int) -> tuple[AdapterUpdate | None, dict]:
+    """Everything one adapter does in a step before its policy update; returns its AdapterUpdate (None when
+    it is not updated: frozen, the critic warming up, or no signal) and its metrics (keys without the name)."""
+    cfg, a, model = run.cfg, run.cfg.algo, run.model
+    roles = [r for r in cfg.roles if cfg.adapter_of(r) == adapter]
+    if not samples:  # another rank has turns of this adapter: a zero-weight dummy keeps collectives in step
+        pad = run.tok.pad_token_id
+        samples = [Sample(-1, -1, roles[0].name, 0, [pad], [pad], [0.0], dummy=True)]
+    temp = {r.name: r.temperature for r in roles}
+    batch = AdapterBatch(samples, [temp[s.role] for s in samples], run.tok.pad_token_id, max(r.max_tokens for r in roles))
+    out = {}
+    pk = Packed(batch) if a.packs_turns else None
+    if pk is not None and len(pk.batch.samples) == len(samples):
+        pk = None  # no turn extends another
+    sb = pk.batch if pk else batch  # what the forwards read
+    unpack = pk.unpack if pk else (lambda t: t)
+    if a.packs_turns:  # rows the update's forwards read: the turns, fewer where turns were packed
+        out["update_rows"] = all_sum(float(len(sb.samples)))
+    ref = run.refs.get(adapter)  # None: the base (algo.kl_ref)
+    old_logp, ref_logp, kl_tok = old_and_ref_logp(run, adapter, batch, sb, unpack, ref, out)
+    estimator = cfg.estimator_of(roles[0])  # roles sharing an adapter share it (validate)
+    critic = run.critic if estimator == "gae" else None
+    values = critic.values(model, batch) if critic else None
+    adv, returns = advantages(cfg, batch, kl_tok, values, run.kl_ctrl.value, estimator, run.estimator_state.get(adapter))
+    adv = weighted_advantages(run, adapter, roles, batch, adv, old_logp, step, out)
+    for s, a_mean in zip(samples, (adv * batch.mask).sum(1) / batch.mask.sum(1).clamp(min=1)):
         s.advantage = float(a_mean)  # for the trajectory files: what the update uses, weights included
         for part in s.parts:  # a merged step's turns (rollout.merge_turns): the episode's records are those
             part.advantage = s.advantage
     if critic:
-        out.update(critic.update(model, rb, returns, values))
+        out.update(critic.update(model, batch, returns, values))
     lora.set_adapter(model, None)
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     out["no_signal"] = 0.0
-    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and all_sum(float((adv.abs() * rb.mask).sum())) == 0:
+    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and all_sum(float((adv.abs() * batch.mask).sum())) == 0:
         # no signal: every advantage 0 (each group's rewards agree) and no loss term beside the policy's. The
         # gradient is 0, but AdamW would still move the adapter along its momentum, replaying a past step's update
         # on a step that told it nothing: like a role with no turns, it skips the step (its LR schedule too)
         out["no_signal"] = 1.0
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
-    return AdapterUpdate(adapter, rb, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen,
+    return AdapterUpdate(adapter, batch, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen,
                          pack=pk is not None, ref=ref), out
 
 

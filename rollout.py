@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import chat
 from engines import SUPPORTED, Request, Result, SamplingParams, TorchEngine  # noqa: F401 (re-exported)
 from vllm_engine import VLLMEngine  # noqa: F401 (re-exported; vLLM itself is imported only when one is built)
-from envs import Prompt, Turn  # noqa: F401  (re-exported: what an env hands the driver; Turn = its old name)
+from envs import Prompt  # noqa: F401  (re-exported: what an env hands the driver)
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,13 +77,6 @@ class Episode:
     task: dict | None = None
     fork_of: tuple[int, int, int] | None = None  # ReMax baseline fork: (episode id, first turn, turns) it replays greedily
 
-    @property
-    def steps(self) -> list[Sample]:  # the old name of `samples`
-        return self.samples
-
-
-Step = Sample  # the old name: `from rollout import Step` keeps working
-
 
 def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
                  max_turns: int = 8, max_model_len: int | None = None, progress: bool = False,
@@ -111,102 +104,164 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     a member's baseline then also has the others' greedy replies, not their sampled ones (unbiased, noisier
     where one member's reward depends on another's; one twin per member would cost a call per member).
     """
-    episodes, pending, seed_of, said = [], {}, {}, {}  # said: episode -> its turns so far, for continuations
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
+    driver = _Driver(tokenizer, roles, baseline_roles, max_turns, max_model_len)
+    for t, task in enumerate(tasks):
+        for c in range(num_chains):
+            driver.start(make_env(), t, task, seed_ids[t] * num_chains + c)
+    n_main = len(driver.episodes)
+    bar = None
+    if progress and "progress" in inspect.signature(engine.generate).parameters:
+        bar = _Progress(n_main)
+    while driver.pending:
+        slots, reqs = driver.requests()
+        if bar is not None:
+            results = bar.generate(engine, reqs)
+        else:
+            results = engine.generate(reqs) if reqs else []
+        driver.record(slots, reqs, results)
+        if bar is not None:
+            bar.show(n_main - sum(1 for e in driver.pending if e < n_main))
+    if bar is not None:
+        bar.close()
+    return driver.finish(n_main)
 
-    def fail(ep, e):
+
+class _Driver:
+    """run_episodes' state: every episode (the sampled ones, then ReMax's greedy twins; an episode's id is
+    its index), the prompts each live episode waits on, its seed stream and its turns so far."""
+
+    def __init__(self, tokenizer, roles: dict[str, RoleSpec], baseline_roles: dict[str, RoleSpec] | None,
+                 max_turns: int, max_model_len: int | None):
+        self.tokenizer, self.roles, self.baseline_roles = tokenizer, roles, baseline_roles
+        self.max_turns, self.max_model_len = max_turns, max_model_len
+        self.episodes: list[Episode] = []
+        self.pending = {}  # episode id -> (its prompts, whether the env handed them as a list)
+        self.seed_of, self.said = {}, {}  # said: episode -> its turns so far, for continuations
+
+    def fail(self, ep, e):
         ep.error = f"{type(e).__name__}: {e}"[:500]
-        pending.pop(ep.episode_id, None)
+        self.pending.pop(ep.episode_id, None)
 
-    def hand(ep, call):  # the env's next prompt(s) -> pending, or the episode ends (done, or the env raised)
+    def hand(self, ep, call):  # the env's next prompt(s) -> pending, or the episode ends (done, or the env raised)
         try:
             nxt = call()
         except Exception as e:  # a bad task or a buggy env costs one episode, not the run
-            return fail(ep, e)
+            return self.fail(ep, e)
         if nxt is None or (isinstance(nxt, list) and not nxt):
-            pending.pop(ep.episode_id, None)
+            self.pending.pop(ep.episode_id, None)
         else:
-            pending[ep.episode_id] = (nxt if isinstance(nxt, list) else [nxt], isinstance(nxt, list))
+            self.pending[ep.episode_id] = (nxt if isinstance(nxt, list) else [nxt], isinstance(nxt, list))
 
-    for t, task in enumerate(tasks):
-        for c in range(num_chains):
-            ep = Episode(len(episodes), t, make_env(), task=task)
-            seed_of[ep.episode_id], said[ep.episode_id] = seed_ids[t] * num_chains + c, []
-            episodes.append(ep)
-            hand(ep, lambda: ep.env.reset(task))
-    n_main = len(episodes)
-    bar, tick, n_turns, n_tok, rnd = None, None, 0, 0, 0
-    if progress and "progress" in inspect.signature(engine.generate).parameters:  # episodes done, and inside each engine call its decode steps with an ETA: a batched call
-        from tqdm import tqdm  # finishes its episodes together, so the episode count alone sits at 0 for minutes
-        bar = tqdm(total=n_main, desc="episodes", leave=False)
+    def start(self, env, task_id: int, task: dict, seed: int):
+        """A new episode of `task` in `env`, sampling from stream `seed`: reset, its first prompt(s) pending."""
+        ep = Episode(len(self.episodes), task_id, env, task=task)
+        self.seed_of[ep.episode_id], self.said[ep.episode_id] = seed, []
+        self.episodes.append(ep)
+        self.hand(ep, lambda: ep.env.reset(task))
 
-        def tick(done, total):
-            dt = time.perf_counter() - call_t0
-            eta = dt / max(done, 1) * (total - done)
-            bar.set_postfix_str(f"round {rnd}: {len(reqs)} turns, token {min(done, total)}/{total}, ETA {eta:.0f}s | "
-                                f"{n_turns} turns, {n_tok} tokens done", refresh=True)
-    while pending:
-        slots, reqs = [], []  # slots[i]: (episode id, the Prompt) of reqs[i]
-        for eid, (prompts, _) in list(pending.items()):
-            ep = episodes[eid]
+    def requests(self) -> tuple[list[tuple[int, Prompt]], list[Request]]:
+        """This round's requests, one per pending prompt of every live episode (and of its ReMax twin), and
+        slots[i] = (episode id, the Prompt) of requests[i]. An episode whose next turns would pass max_turns,
+        or one of whose prompts would not fit in max_model_len, ends here, truncated."""
+        slots, reqs = [], []
+        for eid, (prompts, _) in list(self.pending.items()):
+            ep = self.episodes[eid]
             for p in prompts:
-                if p.role not in roles:
-                    raise KeyError(f"env asked for role {p.role!r}; configured roles are {sorted(roles)}")
-            specs = [(baseline_roles if ep.fork_of else roles)[p.role] for p in prompts]
+                if p.role not in self.roles:
+                    raise KeyError(f"env asked for role {p.role!r}; configured roles are {sorted(self.roles)}")
+            specs = [(self.baseline_roles if ep.fork_of else self.roles)[p.role] for p in prompts]
             ids, taken = [], set()
             for p in prompts:
-                x, i = prompt_ids(tokenizer, p.messages, said[eid], taken)
+                x, i = prompt_ids(self.tokenizer, p.messages, self.said[eid], taken)
                 ids.append(x)
                 taken.add(i)
-            if len(ep.samples) + len(prompts) > max_turns or (max_model_len is not None and any(
-                    len(x) + s.sampling.max_new_tokens > max_model_len for x, s in zip(ids, specs))):
+            if len(ep.samples) + len(prompts) > self.max_turns or (self.max_model_len is not None and any(
+                    len(x) + s.sampling.max_new_tokens > self.max_model_len for x, s in zip(ids, specs))):
                 ep.truncated = True
-                del pending[eid]
+                del self.pending[eid]
                 continue
-            if baseline_roles is not None and ep.fork_of is None:  # ReMax: a greedy twin from these turns on
-                twin = Episode(len(episodes), ep.task_id, ep.env.fork() if hasattr(ep.env, "fork")
-                               else copy.deepcopy(ep.env), samples=[dataclasses.replace(x) for x in ep.samples],
-                               fork_of=(eid, len(ep.samples), len(prompts)))
-                seed_of[twin.episode_id], said[twin.episode_id] = seed_of[eid], list(said[eid])
-                episodes.append(twin)
-                pending[twin.episode_id] = pending[eid]
-                slots += [(twin.episode_id, p) for p in prompts]
-                reqs += [Request(x, baseline_roles[p.role].adapter, baseline_roles[p.role].sampling)
-                         for x, p in zip(ids, prompts)]
+            if self.baseline_roles is not None and ep.fork_of is None:  # ReMax: a greedy twin from these turns on
+                self.fork(ep, prompts, ids, slots, reqs)
             for j, (x, p, spec) in enumerate(zip(ids, prompts, specs)):
                 sp = spec.sampling
                 if sp.seed is not None:  # distinct but reproducible stream per episode and turn
-                    sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * seed_of[eid] + len(ep.samples) + j) % 2**63)
+                    sp = dataclasses.replace(sp, seed=(sp.seed + 1000003 * self.seed_of[eid] + len(ep.samples) + j) % 2**63)
                 slots.append((eid, p))
                 reqs.append(Request(x, spec.adapter, sp))
-        rnd, call_t0 = rnd + 1, time.perf_counter()
-        results = (engine.generate(reqs, progress=tick) if tick else engine.generate(reqs)) if reqs else []
-        n_turns, n_tok = n_turns + len(results), n_tok + sum(len(r.completion_ids) for r in results)
+        return slots, reqs
+
+    def fork(self, ep: Episode, prompts: list[Prompt], ids: list[list[int]], slots: list, reqs: list):
+        """ReMax: a copy of `ep` (its env forked) that plays on greedily from these prompts; its requests
+        join this round's (slots, reqs)."""
+        eid = ep.episode_id
+        twin = Episode(len(self.episodes), ep.task_id, ep.env.fork() if hasattr(ep.env, "fork")
+                       else copy.deepcopy(ep.env), samples=[dataclasses.replace(x) for x in ep.samples],
+                       fork_of=(eid, len(ep.samples), len(prompts)))
+        self.seed_of[twin.episode_id], self.said[twin.episode_id] = self.seed_of[eid], list(self.said[eid])
+        self.episodes.append(twin)
+        self.pending[twin.episode_id] = self.pending[eid]
+        slots += [(twin.episode_id, p) for p in prompts]
+        reqs += [Request(x, self.baseline_roles[p.role].adapter, self.baseline_roles[p.role].sampling)
+                 for x, p in zip(ids, prompts)]
+
+    def record(self, slots, reqs: list[Request], results: list[Result]):
+        """Each reply as its episode's next Sample; then every episode that replied hands its replies (a list
+        for prompts handed out as a list) to its env, which hands out the next prompt(s) or ends it."""
         replies = {}  # episode -> its replies this round, in its prompts' order
         for (eid, p), req, res in zip(slots, reqs, results):
-            ep = episodes[eid]
+            ep = self.episodes[eid]
             key = getattr(p, "key", None)
             key = sum(x.role == p.role for x in ep.samples) if key is None else key
             ep.samples.append(Sample(eid, ep.task_id, p.role, len(ep.samples), req.prompt_ids, res.completion_ids,
                                      res.logprobs, finish_reason=res.finish_reason, text=res.text, key=key))
-            said[eid].append((p.messages, req.prompt_ids, res.completion_ids, res.text))
+            self.said[eid].append((p.messages, req.prompt_ids, res.completion_ids, res.text))
             replies.setdefault(eid, []).append(res.text)
         for eid, texts in replies.items():
-            many = pending[eid][1]
-            hand(episodes[eid], lambda: episodes[eid].env.step(texts if many else texts[0]))
-        if bar is not None:
-            bar.n = n_main - sum(1 for e in pending if e < n_main)
-            bar.refresh()
-    if bar is not None:
-        bar.close()
-    for ep in episodes:
-        _finish(ep)
-        if ep.fork_of is not None:  # report the greedy replies' rewards to the turns they replay
-            eid, k, n = ep.fork_of
-            for i in range(k, k + n):
-                episodes[eid].samples[i].baseline = ep.samples[i].reward
-    main = episodes[:n_main]
-    return [s for ep in main for s in ep.samples], main
+            many = self.pending[eid][1]
+            self.hand(self.episodes[eid], lambda: self.episodes[eid].env.step(texts if many else texts[0]))
+
+    def finish(self, n_main: int) -> tuple[list[Sample], list[Episode]]:
+        """Every episode's rewards (_finish), each twin's as its original's baselines; -> (samples, episodes)
+        of the first n_main (the sampled episodes)."""
+        for ep in self.episodes:
+            _finish(ep)
+            if ep.fork_of is not None:  # report the greedy replies' rewards to the turns they replay
+                eid, k, n = ep.fork_of
+                for i in range(k, k + n):
+                    self.episodes[eid].samples[i].baseline = ep.samples[i].reward
+        main = self.episodes[:n_main]
+        return [s for ep in main for s in ep.samples], main
+
+
+class _Progress:
+    """run_episodes' progress bar: episodes done, and inside each engine call its decode steps with an ETA (a
+    batched call finishes its episodes together, so the episode count alone sits at 0 for minutes)."""
+
+    def __init__(self, n_main: int):
+        from tqdm import tqdm
+        self.bar = tqdm(total=n_main, desc="episodes", leave=False)
+        self.round, self.n_reqs, self.call_t0, self.n_turns, self.n_tok = 0, 0, 0.0, 0, 0
+
+    def generate(self, engine, reqs: list[Request]) -> list[Result]:
+        """One round's engine call, ticking the bar as it decodes."""
+        self.round, self.n_reqs, self.call_t0 = self.round + 1, len(reqs), time.perf_counter()
+        results = engine.generate(reqs, progress=self.tick) if reqs else []
+        self.n_turns, self.n_tok = self.n_turns + len(results), self.n_tok + sum(len(r.completion_ids) for r in results)
+        return results
+
+    def tick(self, done, total):
+        dt = time.perf_counter() - self.call_t0
+        eta = dt / max(done, 1) * (total - done)
+        self.bar.set_postfix_str(f"round {self.round}: {self.n_reqs} turns, token {min(done, total)}/{total}, "
+                                 f"ETA {eta:.0f}s | {self.n_turns} turns, {self.n_tok} tokens done", refresh=True)
+
+    def show(self, n_done: int):
+        self.bar.n = n_done
+        self.bar.refresh()
+
+    def close(self):
+        self.bar.close()
 
 
 def prompt_ids(tokenizer, messages: list[dict], earlier: list[tuple], taken=()) -> tuple[list[int], int | None]:
@@ -252,12 +307,12 @@ def merge_turns(samples: list[Sample]) -> list[Sample]:
     spoken in between; several sequences may be open, e.g. researchers working sub-questions side by side)
     when its prompt starts with that sequence's tokens (prompt + completion): its conversation continued
     token for token (chat.continue_ids). The tokens in between (tool observations, other roles' turns,
-    template tokens) join the completion with loss mask 0 and logprob 0; the merged step keeps the later
+    template tokens) join the completion with loss mask 0 and logprob 0; the merged sample keeps the later
     turn's reward (and ReMax baseline): the conversation trains as one sequence on its last turn's reward,
     so a layout whose turns are paid apart (the per-role chats of the math team or SWE, a debate's rounds)
     refuses merge_turns in its check_config. Turns that do not extend (a template that rewrites history, role
-    prompts that differ turn by turn) stay separate steps: `merged_turns` counts what was merged. Every
-    step returned is a new Sample whose `parts` are the episode's turns it joined: the learner writes its
+    prompts that differ turn by turn) stay separate samples: `merged_turns` counts what was merged. Every
+    sample returned is a new Sample whose `parts` are the episode's turns it joined: the learner writes its
     mean advantage back to them, which is what the trajectory files show.
     """
     out: list[Sample] = []

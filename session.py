@@ -194,23 +194,23 @@ def role_specs(cfg: Config, step_seed: int | None, greedy=False) -> dict[str, Ro
 def episodes(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress=False, baseline_roles=None):
     """run_episodes on this rank's tasks, with global task ids (groups and seeds do not depend on
     how tasks were split over ranks)."""
-    samples, eps = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
-                              max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
-                              progress=progress and rank() == 0, seed_ids=task_ids, baseline_roles=baseline_roles)
-    for e in eps:
+    samples, episodes = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
+                                   max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
+                                   progress=progress and rank() == 0, seed_ids=task_ids, baseline_roles=baseline_roles)
+    for e in episodes:
         e.task_id = task_ids[e.task_id]
         for s in e.samples:
             s.task_id = e.task_id
-    return samples, eps
+    return samples, episodes
 
 
-def summarize(cfg: Config, samples: list[Sample], eps, prefix: str) -> dict:
+def summarize(cfg: Config, samples: list[Sample], episodes, prefix: str) -> dict:
     """Per-role reward (mean, std, min, max) and response length, the mean of every episode metric,
     and the workflow's own aggregate; reduced over ranks."""
     out = {}
     every = [x for part in gather_objects([(e.metrics, [(s.role, s.info.get("own_reward", s.reward), len(s.completion_ids))
                                                           for s in e.samples],
-                                            e.truncated) for e in eps]) for x in part]
+                                            e.truncated) for e in episodes]) for x in part]
     for r in cfg.roles:
         rew = np.array([w for _, st, _ in every for role, w, _ in st if role == r.name])
         lens = [n for _, st, _ in every for role, _, n in st if role == r.name]
@@ -231,25 +231,25 @@ def summarize(cfg: Config, samples: list[Sample], eps, prefix: str) -> dict:
     return out
 
 
-def eval_metrics(run, samples: list[Sample], eps, prefix: str) -> dict:
+def eval_metrics(run, samples: list[Sample], episodes, prefix: str) -> dict:
     """summarize(), plus how far the adapters have moved apart (and from the base): adapter_kl/a~b on
     the same turns (the first trainer.adapter_kl_turns) for every adapter."""
-    metrics = summarize(run.cfg, samples, eps, prefix)
+    metrics = summarize(run.cfg, samples, episodes, prefix)
     n = run.cfg.trainer.adapter_kl_turns
     if n == 0:
         return metrics
     sample = samples[:n] or [Sample(-1, -1, run.cfg.roles[0].name, 0, [run.tok.pad_token_id], [run.tok.pad_token_id],
                                  [0.0], dummy=True)]
-    rb = AdapterBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
-    div = adapter_divergence(run.model, rb, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)
+    batch = AdapterBatch(sample, [1.0] * len(sample), run.tok.pad_token_id, 1)
+    div = adapter_divergence(run.model, batch, list(run.cfg.adapters) + [None], run.device, run.cfg.algo.micro_batch_size)
     metrics.update({f"{prefix}/adapter_kl/{k}": v for k, v in div.items()})
     return metrics
 
 
-def save_trajectories(run, eps, path: Path, split: str, fraction: float) -> list[dict]:
+def save_trajectories(run, episodes, path: Path, split: str, fraction: float) -> list[dict]:
     """Every 1/fraction-th episode of every rank, as records (trajectories.py), written by rank 0."""
     every = max(1, round(1 / fraction)) if fraction > 0 else 0
-    mine = [trajectories.episode_record(e, run.tok, split, run.step) for e in eps if every and e.episode_id % every == 0]
+    mine = [trajectories.episode_record(e, run.tok, split, run.step) for e in episodes if every and e.episode_id % every == 0]
     records = sorted((r for part in gather_objects(mine) for r in part), key=lambda r: (r["task_id"], r["episode_id"]))
     if rank() == 0 and records:
         trajectories.write(path, records)

@@ -215,10 +215,10 @@ def rejection_sample(model, tok, make_env, tasks: list[dict], specs: dict, k: in
     lowest episode id."""
     from rollout import TorchEngine, run_episodes
     engine = TorchEngine(model, tok, max_batch_size=max_batch_size, seed=seed)
-    _, eps = run_episodes(engine, tok, make_env, tasks, specs, num_chains=k, max_turns=max_turns,
-                          max_model_len=max_model_len, progress=progress, seed_ids=list(range(len(tasks))))
+    _, episodes = run_episodes(engine, tok, make_env, tasks, specs, num_chains=k, max_turns=max_turns,
+                               max_model_len=max_model_len, progress=progress, seed_ids=list(range(len(tasks))))
     lora.set_adapter(model, None)
-    records = [trajectories.episode_record(e, tok, "rejection", 0) for e in eps]
+    records = [trajectories.episode_record(e, tok, "rejection", 0) for e in episodes]
     best: dict[int, tuple] = {}
     for r in records:
         turns = r["turns"]
@@ -387,6 +387,76 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
     check_options(cfg)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    tc = load_train_config(cfg, train_cfg)
+    out = Path(cfg.out or (Path(tc.trainer.output_dir) / "sft" if tc is not None else "runs/sft"))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"sft option out: {out} exists and is not a directory")
+    device = (next(model.parameters()).device if model is not None else
+              torch.device("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else
+              torch.device(cfg.device))
+    calc = RewardCalculator.from_config(tc, cfg.weights or None) if tc is not None else RewardCalculator(cfg.weights or None)
+
+    # --- 1. sources: trajectory files (checked: a bad line is an error naming file:line) ------------
+    records = read_trajectories(cfg.data)
+    role_names, adapter_of, inits = plan_adapters(cfg, tc, records)
+    adapters = sorted(set(adapter_of.values()))
+
+    # --- done already? the same fingerprint: the same SFT (a rerun, train.py's mode=both resuming) ---
+    from rundir import hub_id
+    hold(out)  # one SFT per --out
+    fp = fingerprint(cfg, tc, records, inits)
+    if (old := finished_sft(out, fp)) is not None:
+        return old
+    out.mkdir(parents=True, exist_ok=True)
+
+    # --- the model and its adapters: fresh, or from a saved adapter (the current policy) ----------
+    spec, dtype, seed = (tc.model.spec, tc.model.dtype, tc.trainer.seed) if tc else (cfg.model, cfg.dtype, cfg.seed)
+    if model is None:
+        model, tok = load_model(spec, dtype, device, seed=seed)
+    default = {"rank": cfg.rank or (tc.lora.rank if tc else 64), "alpha": cfg.alpha or (tc.lora.alpha if tc else 16.0),
+               "dropout": 0.0, "targets": tuple(cfg.targets or (tc.lora.targets if tc else lora.ALL_LINEAR[:4]))}
+    settings = lora_settings(cfg, default, adapters, role_names, adapter_of, inits)
+    model_of = attach_adapters(model, settings, default["targets"], spec, seed)
+    if tc and any(settings[a]["targets"] != tuple(sorted(tc.lora.targets)) for a in adapters):
+        print_(f"note: some adapters' targets differ from the train config's lora.targets {tc.lora.targets}: "
+               "train.py's init_from refuses those")
+
+    # --- rejection sampling: the current policy's best of k per task -----------------------------
+    summary: dict = {"sources": {"files": len({w.rsplit(':', 1)[0] for w, _ in records}), "episodes": len(records)}}
+    tasks, teacher_records = [], records
+    if tc is not None and (cfg.rejection_k or cfg.teacher in ("math", "scripted")):
+        from workflows import load_data
+        tasks = load_data(tc)[0]
+    if cfg.rejection_k:
+        records, teacher_records = rejection_stage(cfg, tc, model, tok, tasks, calc, model_of, out, records, summary)
+
+    # --- 2. filter, 3. examples ----------------------------------------------------------------
+    by_adapter = make_examples(cfg, tc, tok, records, teacher_records, tasks, calc, role_names, adapter_of, summary)
+
+    # --- 5. train each adapter, 6. write ---------------------------------------------------------
+    summary["losses"], summary["adapters"] = train_all(cfg, adapters, by_adapter, settings, model_of, tok, device, out,
+                                                       eval_hook, hub_id(spec))
+    summary["seconds"] = time.perf_counter() - t0
+    tmp = out / "summary.json.tmp"  # written last, whole: its presence means the SFT finished
+    tmp.write_text(json.dumps({"config": dataclasses.asdict(cfg), "fingerprint": fp, **summary}, indent=1, default=str))
+    os.replace(tmp, out / "summary.json")
+    return summary
+
+
+def read_trajectories(data) -> list[tuple[str, dict]]:
+    """[(file:line, episode record)] of the trajectory files `data` names (load_records checks each line);
+    every turn must carry the prompt text the role saw."""
+    records = load_records(data, with_source=True) if data else []
+    for where, rec in records:
+        for k, t in enumerate(rec["turns"]):
+            if not isinstance(t.get("prompt"), str):
+                raise TrajectoryError(f"{where}: turns[{k}] has no prompt text: SFT needs the prompt the role saw")
+    return records
+
+
+def load_train_config(cfg: SFTConfig, train_cfg):
+    """The train config (given, or cfg.train_config's file: a configs/*.py or a run's config.json), validated;
+    None without one. Refuses an SFT with nothing to learn from, or a source that needs a train config."""
     if train_cfg is None and cfg.train_config:
         from config import from_dict, load_config_file
         train_cfg = (from_dict(json.loads(Path(cfg.train_config).read_text())) if cfg.train_config.endswith(".json")
@@ -399,66 +469,56 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
         raise ValueError("nothing to learn from: give data (trajectory globs), rejection_k or a teacher")
     if train_cfg is not None:  # its roles name the adapters, i.e. directories under out
         train_cfg.validate()
-    out = Path(cfg.out or (Path(train_cfg.trainer.output_dir) / "sft" if train_cfg is not None else "runs/sft"))
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"sft option out: {out} exists and is not a directory")
-    device = (next(model.parameters()).device if model is not None else
-              torch.device("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else
-              torch.device(cfg.device))
-    calc = (RewardCalculator.from_config(train_cfg, cfg.weights or None) if train_cfg is not None
-            else RewardCalculator(cfg.weights or None))
+    return train_cfg
 
-    # --- 1. sources: trajectory files (checked: a bad line is an error naming file:line) ------------
-    records = load_records(cfg.data, with_source=True) if cfg.data else []
-    for where, rec in records:
-        for k, t in enumerate(rec["turns"]):
-            if not isinstance(t.get("prompt"), str):
-                raise TrajectoryError(f"{where}: turns[{k}] has no prompt text: SFT needs the prompt the role saw")
-    tc = train_cfg
+
+def plan_adapters(cfg: SFTConfig, tc, records) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """(the roles to train, role -> its adapter, adapter -> the PEFT directory it starts from): the roles are
+    --roles, else the train config's, else every role of the data (+ the math teacher's); every adapter name
+    (a directory under out) and init_from directory is checked."""
     role_names = list(cfg.roles) or ([r.name for r in tc.roles] if tc else
                                       sorted({t["role"] for _, r in records for t in r["turns"]}
                                              | ({"evaluator_critique"} if cfg.teacher == "math" else set())))
     adapter_of = {r.name: tc.adapter_of(r) for r in tc.roles} if tc else {}
     adapter_of = {r: adapter_of.get(r, r) for r in role_names}
-    adapters = sorted(set(adapter_of.values()))
-    for a in adapters:  # role names may come from the data: each names a directory under out
+    for a in sorted(set(adapter_of.values())):  # role names may come from the data: each names a directory under out
         check_name(a, "sft: adapter (a role of the data, --roles or the train config)")
     inits = {tc.adapter_of(r): r.init_from for r in tc.roles if r.init_from} if tc else {}
     inits.update(s.split("=", 1) for s in cfg.init_from)  # check_options checked 'adapter=DIR'
     for a, d in inits.items():
         if not (Path(d) / "adapter_config.json").is_file():
             raise ValueError(f"sft option init_from: {d} is not a PEFT adapter directory (no adapter_config.json)")
+    return role_names, adapter_of, inits
 
-    # --- done already? the same fingerprint: the same SFT (a rerun, train.py's mode=both resuming) ---
-    from rundir import hub_id
-    hold(out)  # one SFT per --out
-    fp, done = fingerprint(cfg, tc, records, inits), out / "summary.json"
+
+def finished_sft(out: Path, fp: dict) -> dict | None:
+    """The summary of the SFT finished in `out` when its fingerprint is fp (this SFT: a rerun, train.py's
+    mode=both resuming), None when none finished there; refuses (ValueError) to overwrite another one."""
+    done = out / "summary.json"
     try:
         old = json.loads(done.read_text()) if done.exists() else None
     except (OSError, ValueError) as e:  # torn (it is written whole: a disk error): no finished SFT to keep
         print_(f"note: {done} is unreadable ({type(e).__name__}): the SFT runs again")
         old = None
-    if old is not None:
-        old_fp = old.get("fingerprint") if isinstance(old, dict) and isinstance(old.get("fingerprint"), dict) else {}
-        if old_fp == fp:
-            print_(f"SFT: {done} holds the SFT of this config, base model and data: not run again")
-            return old
-        if "teacher" in fp and "teacher" not in old_fp and old_fp == {k: v for k, v in fp.items() if k != "teacher"}:
-            print_(f"SFT: {done} holds the SFT of this config, base model and data, finished before sft.py recorded "
-                   "the teacher's code (not checked): not run again")
-            return old
-        differ = [k for k in fp if old_fp.get(k) != fp[k]]
-        raise ValueError(f"{out} holds a finished SFT of another {', '.join(differ)} ({done}): refusing to overwrite "
-                         "it; pass another --out (or delete the directory) to run this one")
-    out.mkdir(parents=True, exist_ok=True)
+    if old is None:
+        return None
+    old_fp = old.get("fingerprint") if isinstance(old, dict) and isinstance(old.get("fingerprint"), dict) else {}
+    if old_fp == fp:
+        print_(f"SFT: {done} holds the SFT of this config, base model and data: not run again")
+        return old
+    if "teacher" in fp and "teacher" not in old_fp and old_fp == {k: v for k, v in fp.items() if k != "teacher"}:
+        print_(f"SFT: {done} holds the SFT of this config, base model and data, finished before sft.py recorded "
+               "the teacher's code (not checked): not run again")
+        return old
+    differ = [k for k in fp if old_fp.get(k) != fp[k]]
+    raise ValueError(f"{out} holds a finished SFT of another {', '.join(differ)} ({done}): refusing to overwrite "
+                     "it; pass another --out (or delete the directory) to run this one")
 
-    # --- the model and its adapters: fresh, or from a saved adapter (the current policy) ----------
-    spec, dtype, seed = (tc.model.spec, tc.model.dtype, tc.trainer.seed) if tc else (cfg.model, cfg.dtype, cfg.seed)
-    if model is None:
-        model, tok = load_model(spec, dtype, device, seed=seed)
+
+def lora_settings(cfg: SFTConfig, default: dict, adapters, role_names, adapter_of, inits) -> dict[str, dict]:
+    """adapter -> its LoRA settings: an init_from adapter's targets (from its adapter_config.json), else the
+    defaults with its role's role_lora on top; targets sorted."""
     per_role = parse_role_lora(cfg.role_lora)
-    default = {"rank": cfg.rank or (tc.lora.rank if tc else 64), "alpha": cfg.alpha or (tc.lora.alpha if tc else 16.0),
-               "dropout": 0.0, "targets": tuple(cfg.targets or (tc.lora.targets if tc else lora.ALL_LINEAR[:4]))}
     settings = {}
     for a in adapters:
         if a in inits:
@@ -469,17 +529,23 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
             mine = [per_role[r] for r in role_names if adapter_of[r] == a and r in per_role]
             settings[a] = {**default, **(mine[0] if mine else per_role.get(a, {}))}
             settings[a]["targets"] = tuple(sorted(settings[a]["targets"]))
+    return settings
+
+
+def attach_adapters(model, settings: dict[str, dict], default_targets, spec: str, seed: int) -> dict:
+    """Each adapter on a model: new (lora.add_lora) or loaded from its init_from. lora.py puts every adapter
+    of one model on the same modules, so adapters with other targets share a deep copy of the base. The base
+    itself takes the group on the targets it already wears (a caller's model), else the default targets.
+    Returns adapter -> its model."""
     have = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, lora.LoRALinear))}
-    for a in adapters:  # the model's names are known only now: one line, not add_lora skipping a typo
+    for a in settings:  # the model's names are known only now: one line, not add_lora skipping a typo
         if set(settings[a]["targets"]) - have:
             raise ValueError(f"sft: adapter {a}'s LoRA targets {sorted(set(settings[a]['targets']) - have)} name no "
                              f"linear layer of {spec}; it has {sorted(have)}")
     groups = defaultdict(list)  # one model per set of target modules (lora.py: one set per model)
-    for a in adapters:
+    for a in settings:
         groups[settings[a]["targets"]].append(a)
-    # the base itself takes the group on the targets it already wears (a caller's model), else the
-    # default targets; any other group trains on its own copy
-    first = ({p.rsplit(".", 1)[-1] for p in lora.lora_modules(model)} or set(default["targets"]))
+    first = ({p.rsplit(".", 1)[-1] for p in lora.lora_modules(model)} or set(default_targets))
     groups = dict(sorted(groups.items(), key=lambda kv: set(kv[0]) != first))
     pristine = copy.deepcopy(model) if len(groups) > 1 else None
     model_of = {}
@@ -492,36 +558,35 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
             else:
                 lora.add_lora(m, [a], s["rank"], s["alpha"], s["dropout"], targets, seed=seed)
             model_of[a] = m
-    del pristine
-    if tc and any(settings[a]["targets"] != tuple(sorted(tc.lora.targets)) for a in adapters):
-        print_(f"note: some adapters' targets differ from the train config's lora.targets {tc.lora.targets}: "
-               "train.py's init_from refuses those")
+    return model_of
 
-    # --- rejection sampling: the current policy's best of k per task -----------------------------
-    summary: dict = {"sources": {"files": len({w.rsplit(':', 1)[0] for w, _ in records}), "episodes": len(records)}}
-    tasks, teacher_records = [], records
-    if tc is not None and (cfg.rejection_k or cfg.teacher in ("math", "scripted")):
-        from workflows import load_data
-        tasks = load_data(tc)[0]
-    if cfg.rejection_k:
-        from rollout import RoleSpec, SamplingParams
-        from workflows import workflow
-        if len(groups) > 1:
-            raise ValueError("rejection sampling needs every adapter on one model: give all roles the same targets")
-        ro = tc.rollout
-        specs = {r.name: RoleSpec(tc.adapter_of(r), SamplingParams(
-            max_new_tokens=r.max_tokens, temperature=r.temperature, top_p=ro.top_p, top_k=ro.top_k, seed=cfg.seed))
-            for r in tc.roles}
-        rs_tasks = tasks[:cfg.rejection_tasks] if cfg.rejection_tasks else tasks
-        best, every = rejection_sample(model, tok, workflow(tc)[0], rs_tasks, specs, cfg.rejection_k, calc,
-                                       ro.max_turns, ro.max_model_len, ro.max_batch_size, cfg.seed, cfg.progress)
-        trajectories.write(out / "rejection.jsonl", every)
-        trajectories.write(out / "rejection_best.jsonl", best)
-        records += [(f"rejection:task {r['task_id']}", r) for r in best]
-        teacher_records = records + [(f"rejection:all task {r['task_id']}", r) for r in every]  # more own samples
-        summary["sources"].update(rejection_tasks=len(rs_tasks), rejection_rollouts=len(every))
 
-    # --- 2. filter, 3. examples ----------------------------------------------------------------
+def rejection_stage(cfg: SFTConfig, tc, model, tok, tasks, calc, model_of, out: Path, records, summary: dict):
+    """Rejection sampling (rejection_k): the current policy's best of k per task, written to rejection.jsonl
+    (all) and rejection_best.jsonl. -> (records + the best, the teacher's records: those + all k samples)."""
+    from rollout import RoleSpec, SamplingParams
+    from workflows import workflow
+    if len({id(m) for m in model_of.values()}) > 1:
+        raise ValueError("rejection sampling needs every adapter on one model: give all roles the same targets")
+    ro = tc.rollout
+    specs = {r.name: RoleSpec(tc.adapter_of(r), SamplingParams(
+        max_new_tokens=r.max_tokens, temperature=r.temperature, top_p=ro.top_p, top_k=ro.top_k, seed=cfg.seed))
+        for r in tc.roles}
+    rs_tasks = tasks[:cfg.rejection_tasks] if cfg.rejection_tasks else tasks
+    best, every = rejection_sample(model, tok, workflow(tc)[0], rs_tasks, specs, cfg.rejection_k, calc,
+                                   ro.max_turns, ro.max_model_len, ro.max_batch_size, cfg.seed, cfg.progress)
+    trajectories.write(out / "rejection.jsonl", every)
+    trajectories.write(out / "rejection_best.jsonl", best)
+    records = records + [(f"rejection:task {r['task_id']}", r) for r in best]
+    teacher_records = records + [(f"rejection:all task {r['task_id']}", r) for r in every]  # more own samples
+    summary["sources"].update(rejection_tasks=len(rs_tasks), rejection_rollouts=len(every))
+    return records, teacher_records
+
+
+def make_examples(cfg: SFTConfig, tc, tok, records, teacher_records, tasks, calc, role_names, adapter_of,
+                  summary: dict) -> dict[str, list[Example]]:
+    """Steps 2-4: the kept turns of the records and the teacher's turns as tokenised Examples, per adapter;
+    the counts (per role, and what was too long or empty) go into summary."""
     kept, counts = select_turns(records, calc, cfg.min_reward, cfg.reward, set(role_names))
     examples = [Example(adapter_of[t["role"]], t["role"], t["prompt"], t["reply"], t.get("finish_reason") == "stop",
                         src, r, prompt_ids=t.get("prompt_ids")) for src, _, t, r in kept]
@@ -547,8 +612,13 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
             by_adapter[ex.adapter].append(ex)
     summary["counts"] = counts
     summary["dropped_too_long_or_empty"] = dict(too_long)
+    return by_adapter
 
-    # --- 5. train each adapter, 6. write ---------------------------------------------------------
+
+def train_all(cfg: SFTConfig, adapters, by_adapter, settings, model_of, tok, device, out: Path, eval_hook,
+              base_name: str) -> tuple[dict, dict]:
+    """Steps 5-6 for every adapter (train_and_save), the loss log written as it goes (sft_loss.jsonl.tmp,
+    renamed into place at the end) and plotted. -> (adapter -> its losses, adapter -> its directory)."""
     log_path, rows = out / "sft_loss.jsonl.tmp", []  # renamed when the SFT is done: a failed rerun never
     log_path.write_text("")                            # truncates a finished one's log
 
@@ -558,47 +628,52 @@ def _run_sft(cfg: SFTConfig, train_cfg, model, tok, eval_hook, hold) -> dict:
             f.write(json.dumps(row) + "\n")
 
     (out / "examples").mkdir(exist_ok=True)
-    summary["losses"], summary["adapters"] = {}, {}
+    losses, dirs = {}, {}
     for a in adapters:
-        exs = by_adapter.get(a, [])
-        if not exs:
-            print_(f"{a}: no example passed the filter; its adapter is not written")
-            continue
-        rng = random.Random(cfg.seed + zlib.crc32(a.encode()))
-        order = rng.sample(range(len(exs)), len(exs))
-        n_val = min(len(exs) - 1, max(1, round(cfg.val_frac * len(exs)))) if cfg.val_frac > 0 and len(exs) > 1 else 0
-        val, train = [exs[i] for i in order[:n_val]], [exs[i] for i in order[n_val:]]
-        with open(out / "examples" / f"{a}.jsonl", "w") as f:
-            f.writelines(json.dumps({"split": split, "role": e.role, "source": e.source, "reward": e.reward,
-                                     "prompt": e.prompt, "reply": e.reply, "eos": e.eos}) + "\n"
-                         for split, part in (("train", train), ("val", val)) for e in part)
-        print_(f"{a}: {len(train)} train / {len(val)} held-out examples, {sum(len(e.ids) - e.n_prompt for e in train)} "
-               f"reply tokens | rank/alpha {settings[a].get('rank', 'from ' + str(settings[a].get('init_from')))}"
-               f"/{settings[a].get('alpha', '-')} targets {list(settings[a]['targets'])}")
-        packed = None
-        if cfg.pack_turns:
-            tokens = sum(len(e.ids) for e in train + val)
-            train, val = pack_conversations(train), pack_conversations(val)
-            packed = {"turns": sum(e.turns() for e in train + val), "sequences": len(train) + len(val),
-                      "tokens_unpacked": tokens, "tokens": sum(len(e.ids) for e in train + val)}
-            print_(f"{a}: pack_turns: {packed['turns']} turns in {packed['sequences']} sequences, "
-                   f"{packed['tokens_unpacked']} -> {packed['tokens']} tokens")
-        res = train_adapter(model_of[a], a, train, val, cfg, tok.pad_token_id, device, log, eval_hook)
-        if packed:
-            res["packed"] = packed
-        lora.save_adapter(model_of[a], a, out / a, base_model_name_or_path=hub_id(spec))
-        summary["losses"][a], summary["adapters"][a] = res, str(out / a)
-        print_(f"{a}: {res['steps']} steps, train loss {res['train_loss_first']:.4f} -> {res['train_loss_last']:.4f}"
-               + (f", held-out {res['val_loss_before']:.4f} -> {res['val_loss_after']:.4f}" if val else "")
-               + f" | saved {out / a}")
+        res = train_and_save(cfg, a, by_adapter.get(a, []), settings[a], model_of[a], tok, device, out, log, eval_hook,
+                             base_name)
+        if res is not None:
+            losses[a], dirs[a] = res, str(out / a)
     if rows:
         plot(rows, out / "sft_loss.png")
     os.replace(log_path, out / "sft_loss.jsonl")
-    summary["seconds"] = time.perf_counter() - t0
-    tmp = out / "summary.json.tmp"  # written last, whole: its presence means the SFT finished
-    tmp.write_text(json.dumps({"config": dataclasses.asdict(cfg), "fingerprint": fp, **summary}, indent=1, default=str))
-    os.replace(tmp, out / "summary.json")
-    return summary
+    return losses, dirs
+
+
+def train_and_save(cfg: SFTConfig, a: str, exs: list[Example], setting: dict, model, tok, device, out: Path, log,
+                   eval_hook, base_name: str) -> dict | None:
+    """Steps 5-6 for adapter `a`: hold out its val split, write what it trains on (examples/<a>.jsonl), train
+    (packed when pack_turns), save it to <out>/<a>; -> its losses (sft_train.train_adapter), None without examples."""
+    if not exs:
+        print_(f"{a}: no example passed the filter; its adapter is not written")
+        return None
+    rng = random.Random(cfg.seed + zlib.crc32(a.encode()))
+    order = rng.sample(range(len(exs)), len(exs))
+    n_val = min(len(exs) - 1, max(1, round(cfg.val_frac * len(exs)))) if cfg.val_frac > 0 and len(exs) > 1 else 0
+    val, train = [exs[i] for i in order[:n_val]], [exs[i] for i in order[n_val:]]
+    with open(out / "examples" / f"{a}.jsonl", "w") as f:
+        f.writelines(json.dumps({"split": split, "role": e.role, "source": e.source, "reward": e.reward,
+                                 "prompt": e.prompt, "reply": e.reply, "eos": e.eos}) + "\n"
+                     for split, part in (("train", train), ("val", val)) for e in part)
+    print_(f"{a}: {len(train)} train / {len(val)} held-out examples, {sum(len(e.ids) - e.n_prompt for e in train)} "
+           f"reply tokens | rank/alpha {setting.get('rank', 'from ' + str(setting.get('init_from')))}"
+           f"/{setting.get('alpha', '-')} targets {list(setting['targets'])}")
+    packed = None
+    if cfg.pack_turns:
+        tokens = sum(len(e.ids) for e in train + val)
+        train, val = pack_conversations(train), pack_conversations(val)
+        packed = {"turns": sum(e.turns() for e in train + val), "sequences": len(train) + len(val),
+                  "tokens_unpacked": tokens, "tokens": sum(len(e.ids) for e in train + val)}
+        print_(f"{a}: pack_turns: {packed['turns']} turns in {packed['sequences']} sequences, "
+               f"{packed['tokens_unpacked']} -> {packed['tokens']} tokens")
+    res = train_adapter(model, a, train, val, cfg, tok.pad_token_id, device, log, eval_hook)
+    if packed:
+        res["packed"] = packed
+    lora.save_adapter(model, a, out / a, base_model_name_or_path=base_name)
+    print_(f"{a}: {res['steps']} steps, train loss {res['train_loss_first']:.4f} -> {res['train_loss_last']:.4f}"
+           + (f", held-out {res['val_loss_before']:.4f} -> {res['val_loss_after']:.4f}" if val else "")
+           + f" | saved {out / a}")
+    return res
 
 
 # --------------------------------------------------------------------------------------------

@@ -136,27 +136,13 @@ def teacher_digit_verdict(solution: str, truth: str, right: bool) -> str:
 STYLES = ("plain", "check", "blind", "digit")  # env_kwargs evaluator_prompt
 
 
-def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
-                 style: str = "plain") -> tuple[list[Example], dict]:
-    """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
-    solution (see the module docstring for where the solutions come from). Returns (examples, counts).
-    style is the judge's env_kwargs evaluator_prompt: "plain" critiques; "check", each critique opening
-    with its check line (the prompts built in that style, never taken from the trajectories); "blind",
-    per task its check turn (the problem only -> the check line, counted as teacher:check) and each
-    verdict turn after it; "digit", the same with the sign-and-last-digit check (its wrong solutions
-    are ones that check catches: own samples that fail it, else a perturbation that does)."""
-    if style not in STYLES:
-        raise ValueError(f"math teacher: evaluator_prompt must be one of {STYLES}, got {style!r}")
-    check, blind, digit = style == "check", style in ("blind", "digit"), style == "digit"
-    kind = "evaluator_digit" if digit else "evaluator_blind"  # a blind judge's prompt style
-    if digit:  # the check needs a digit: the teacher keeps whole-number tasks only
-        tasks = [t for t in tasks if whole(str(t.get("answer"))) is not None]
-        records = [(src, r) for src, r in records if whole(str((r.get("task") or {}).get("answer"))) is not None]
-    rng = random.Random(seed)
-    pool: dict[str, dict] = {}  # question -> {"answer", "right": [(text, prompt)], "wrong": [...]}
-
-    def chat(msgs):
-        return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+def solution_pool(records, tasks, digit: bool = False) -> dict[str, dict]:
+    """question -> {"answer", "right": [(text, prompt)], "wrong": [...]}: the generators' solutions in the
+    trajectory records, right or wrong by math_reward, each with (prompt text, prompt ids) the evaluator
+    judged it with (None where no evaluator turn follows or a blind judge's prompt holds no solution); then
+    every task of `tasks` not there yet, with none. digit: a wrong answer the sign-and-last-digit check
+    cannot catch is left out (the teacher would have to guess)."""
+    pool: dict[str, dict] = {}
 
     def entry(task):
         return pool.setdefault(str(task["question"]), {"answer": str(task["answer"]), "right": [], "wrong": []})
@@ -181,35 +167,69 @@ def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
     for task in tasks:
         if task.get("question") is not None and task.get("answer") is not None:
             entry(task)
+    return pool
+
+
+def pick_pair(e: dict, rng: random.Random, digit: bool = False) -> tuple[tuple, tuple]:
+    """One pool entry's ((right solution, prompt), source), ((wrong solution, prompt), source): the model's own
+    where it has them (drawn with rng), else a synthetic right one and a perturbed wrong one (digit: one the
+    digit check catches). The wrong pair is (None, None) when there is none."""
+    y = e["answer"]
+    right = rng.choice(e["right"]) if e["right"] else None
+    src_right = "teacher:own_right" if right else "teacher:synthetic_right"
+    if right is None:
+        text = f"Working it out step by step gives {y}.\nSo the final answer is \\boxed{{{y}}}."
+        right = (text, None)
+    if e["wrong"]:
+        wrong, src_wrong = rng.choice(e["wrong"]), "teacher:own_wrong"
+    else:
+        base = right[0] if _last_boxed(right[0]) is not None else f"The result is \\boxed{{{y}}}."
+        bad = perturb(base, y, rng, (lambda w: whole(extract_answer(w)) is not None and  # x/2: no digit to read
+                                     not digit_consistent(extract_answer(w), y)) if digit else None)
+        wrong, src_wrong = ((bad, None), "teacher:perturbed") if bad is not None else (None, None)
+    return (right, src_right), (wrong, src_wrong)
+
+
+def math_teacher(records, tasks, tok, adapter: str, n_tasks: int, seed: int,
+                 style: str = "plain") -> tuple[list[Example], dict]:
+    """Balanced evaluator_critique examples: per task one critique of a correct and one of an incorrect
+    solution (see the module docstring for where the solutions come from). Returns (examples, counts).
+    style is the judge's env_kwargs evaluator_prompt: "plain" critiques; "check", each critique opening
+    with its check line (the prompts built in that style, never taken from the trajectories); "blind",
+    per task its check turn (the problem only -> the check line, counted as teacher:check) and each
+    verdict turn after it; "digit", the same with the sign-and-last-digit check (its wrong solutions
+    are ones that check catches: own samples that fail it, else a perturbation that does)."""
+    if style not in STYLES:
+        raise ValueError(f"math teacher: evaluator_prompt must be one of {STYLES}, got {style!r}")
+    check, blind, digit = style == "check", style in ("blind", "digit"), style == "digit"
+    kind = "evaluator_digit" if digit else "evaluator_blind"  # a blind judge's prompt style
+    if digit:  # the check needs a digit: the teacher keeps whole-number tasks only
+        tasks = [t for t in tasks if whole(str(t.get("answer"))) is not None]
+        records = [(src, r) for src, r in records if whole(str((r.get("task") or {}).get("answer"))) is not None]
+    rng = random.Random(seed)
+
+    def render(msgs):
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+
+    pool = solution_pool(records, tasks, digit)
     chosen = list(pool.items())[:n_tasks] if n_tasks else list(pool.items())
     out, counts = [], defaultdict(int)
     for q, e in chosen:
         y = e["answer"]
-        right = rng.choice(e["right"]) if e["right"] else None
-        src_right = "teacher:own_right" if right else "teacher:synthetic_right"
-        if right is None:
-            text = f"Working it out step by step gives {y}.\nSo the final answer is \\boxed{{{y}}}."
-            right = (text, None)
-        if e["wrong"]:
-            wrong, src_wrong = rng.choice(e["wrong"]), "teacher:own_wrong"
-        else:
-            base = right[0] if _last_boxed(right[0]) is not None else f"The result is \\boxed{{{y}}}."
-            bad = perturb(base, y, rng, (lambda w: whole(extract_answer(w)) is not None and  # x/2: no digit to read
-                                         not digit_consistent(extract_answer(w), y)) if digit else None)
-            wrong, src_wrong = ((bad, None), "teacher:perturbed") if bad is not None else (None, None)
+        (right, src_right), (wrong, src_wrong) = pick_pair(e, rng, digit)
         if wrong is None:
             counts["tasks_without_incorrect"] += 1
             continue
         if blind:
             line = digit_check_line(q, y) if digit else check_line(y)
             msgs = blind_messages(q, None, [], kind)
-            out.append(Example(adapter, "evaluator_critique", chat(msgs), line, True, "teacher:check", messages=msgs))
+            out.append(Example(adapter, "evaluator_critique", render(msgs), line, True, "teacher:check", messages=msgs))
             counts["teacher:check"] += 1
         for (sol, prompt), ok, src in ((right, True, src_right), (wrong, False, src_wrong)):
             if blind:
                 msgs = blind_messages(q, line, [("generator_initial", sol)], kind)
                 verdict = teacher_digit_verdict(sol, y, ok) if digit else teacher_verdict(sol, ok)
-                out.append(Example(adapter, "evaluator_critique", chat(msgs), verdict, True, src, messages=msgs))
+                out.append(Example(adapter, "evaluator_critique", render(msgs), verdict, True, src, messages=msgs))
                 counts[src] += 1
                 continue
             msgs, ids = None, None  # else the recorded prompt the evaluator judged it with (a trajectory file's)

@@ -36,6 +36,7 @@ import numpy as np
 
 import collectives
 import learner
+import session
 import trajectories
 from collectives import all_sum, launched, print0, rank, world
 from config import Config, ConfigError, load_config_file, pop_config_arg, pop_env_kwargs, to_dict
@@ -52,7 +53,6 @@ from rundir import (
 )
 from session import (
     build,
-    episodes,
     eval_metrics,
     finish,
     role_specs,
@@ -69,7 +69,7 @@ def collect(run, train_tasks, step_seed):
     """This step's episodes: batch_size new tasks from the seeded stream, plus, under dynamic
     sampling with refill, more batches while fewer than batch_size tasks kept an informative group."""
     cfg, B = run.cfg, run.cfg.data.batch_size
-    samples, eps, rounds = [], [], 0
+    samples, episodes, rounds = [], [], 0
     baseline = role_specs(cfg, None, greedy=True) if "remax" in cfg.estimators else None
     while True:
         ids = []  # (global task id = position in the stream, task index): a seeded permutation per epoch
@@ -79,16 +79,16 @@ def collect(run, train_tasks, step_seed):
             ids.append((run.cursor, int(perm[pos])))
             run.cursor += 1
         mine = ids[rank()::world()]
-        s, e = episodes(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
-                        role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
+        s, e = session.episodes(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
+                                role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
         if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in Sample.env_reward)
             rescore_episodes(RewardCalculator.from_config(cfg), e)
         learner.mix_team_reward(cfg, e)  # roles[i].team_reward_weight (the role's own reward kept for the logs)
-        samples, eps = samples + s, eps + e
+        samples, episodes = samples + s, episodes + e
         if not cfg.algo.dynamic_sampling or rounds == cfg.algo.dynamic_sampling_max_rounds:
-            return samples, eps, rounds
+            return samples, episodes, rounds
         if all_sum(float(len({x.task_id for x in learner.informative(cfg, samples)}))) >= B:
-            return samples, eps, rounds
+            return samples, episodes, rounds
         rounds += 1
 
 
@@ -96,23 +96,33 @@ def evaluate(run, val_tasks, out: Path | None = None, logger=None) -> dict:
     """Greedy episodes on the validation tasks; when `out` is given, writes them all, prints one and
     puts the first few in the logger's wandb table (the same tasks at every eval)."""
     mine = list(range(rank(), len(val_tasks), world()))
-    samples, eps = episodes(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
-                          role_specs(run.cfg, None, greedy=True), 1, progress=run.cfg.rollout.progress)
+    samples, episodes = session.episodes(run.engine, run.tok, run.cfg, [val_tasks[i] for i in mine], mine,
+                                         role_specs(run.cfg, None, greedy=True), 1, progress=run.cfg.rollout.progress)
     if out is not None:
-        records = save_trajectories(run, eps, out / "trajectories" / f"val_step_{run.step:06d}.jsonl", "val", 1.0)
+        records = save_trajectories(run, episodes, out / "trajectories" / f"val_step_{run.step:06d}.jsonl", "val", 1.0)
         if records:
             print0(trajectories.show(records[0]))
             if logger is not None:
                 logger.episodes(run.step, records)
     run.engine.release()
-    return eval_metrics(run, samples, eps, "val")
+    return eval_metrics(run, samples, episodes, "val")
 
 
-def empty_reason(cfg: Config, samples: list[Sample], eps) -> str | None:
+def evaluate_checkpoint(run, ckpt: Path, val_tasks, show) -> dict:
+    """trainer.eval_only: the resumed checkpoint's val metrics, written next to it (eval_metrics.json) and
+    printed; the training log is never touched."""
+    metrics = evaluate(run, val_tasks)
+    if rank() == 0:
+        (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
+        print(f"[eval of {ckpt}] " + fmt(metrics, "val", show), flush=True)
+    return metrics
+
+
+def empty_reason(cfg: Config, samples: list[Sample], episodes) -> str | None:
     """Why this step trains on nothing, or None."""
     trainable = {r.name for r in cfg.roles if r.trainable}
     n_tok, n_trunc, n_eps = all_sum([float(sum(len(s.completion_ids) for s in samples if s.role in trainable)),
-                                     float(sum(e.truncated and not e.samples for e in eps)), float(len(eps))])
+                                     float(sum(e.truncated and not e.samples for e in episodes)), float(len(episodes))])
     if n_tok > 0:
         return None
     if n_eps and n_trunc == n_eps:
@@ -186,11 +196,11 @@ def experience(run, train_tasks, step: int, step_seed: int):
     cfg = run.cfg
     t0 = time.perf_counter()
     prefilled = getattr(run.engine, "prefilled_tokens", None)  # TorchEngine counts the prompt tokens it forwards
-    samples, eps, extra_rounds = collect(run, train_tasks, step_seed)
+    samples, episodes, extra_rounds = collect(run, train_tasks, step_seed)
     run.engine.release()  # the rollout's prefix cache would hold its KV through the update
     n_tokens = all_sum(float(sum(len(s.completion_ids) for s in samples)))
     t_roll = time.perf_counter() - t0
-    metrics = summarize(cfg, samples, eps, "train")
+    metrics = summarize(cfg, samples, episodes, "train")
     metrics.update({"train/gen_tokens": n_tokens,  # every role's generated tokens this step (the token budget arms compare)
                     "time/rollout": t_roll, "perf/tokens_per_s": n_tokens / max(t_roll, 1e-9)})
     if prefilled is not None:  # prompt tokens prefilled this step (the rest came from the prefix cache)
@@ -199,7 +209,7 @@ def experience(run, train_tasks, step: int, step_seed: int):
         samples = merge_turns(samples)
     kept, sm = learner.select(cfg, samples)
     metrics.update(sm | ({"train/extra_rollouts": float(extra_rounds)} if cfg.algo.dynamic_sampling else {}))
-    return eps, kept, metrics, empty_reason(cfg, samples, eps)
+    return episodes, kept, metrics, empty_reason(cfg, samples, episodes)
 
 
 def report_idle(run, kept: list[Sample], metrics: dict, step: int):
@@ -238,12 +248,8 @@ def main(cfg: Config):
     t_cfg = cfg.trainer
     show = tuple(getattr(workflow(cfg)[1], "CONSOLE", ())) + tuple(t_cfg.console)  # more metrics on the console
     total = t_cfg.total_epochs * max(1, len(train_tasks) // cfg.data.batch_size) if t_cfg.total_epochs else t_cfg.total_steps
-    if t_cfg.eval_only:  # results go next to the checkpoint; the training log is never touched
-        metrics = evaluate(run, val_tasks)
-        if rank() == 0:
-            (ckpt / "eval_metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=1))
-            print(f"[eval of {ckpt}] " + fmt(metrics, "val", show), flush=True)
-        return finish(metrics)
+    if t_cfg.eval_only:
+        return finish(evaluate_checkpoint(run, ckpt, val_tasks, show))
     if run.step >= total:
         print0(f"note: {out} already finished at step {run.step} of {total}: nothing to train. Raise "
                "--trainer.total-steps to go on, or start anew with --trainer.output-dir NEW (or --trainer.resume none)")
@@ -258,7 +264,7 @@ def main(cfg: Config):
         run.step = step
         t0 = time.perf_counter()
         step_seed = (t_cfg.seed * 1_000_003 + step * 7_919) % (2**31)  # primes: distinct seeds per (seed, step)
-        eps, kept, metrics, reason = experience(run, train_tasks, step, step_seed)
+        episodes, kept, metrics, reason = experience(run, train_tasks, step, step_seed)
         empty_in_a_row = empty_in_a_row + 1 if reason else 0
         if reason:
             print0(f"[step {step}] WARNING: this step trains on nothing: {reason}")
@@ -271,7 +277,7 @@ def main(cfg: Config):
         t1 = time.perf_counter()
         metrics.update(learner.update(run, kept, step, step_seed))
         report_idle(run, kept, metrics, step)
-        save_trajectories(run, eps, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
+        save_trajectories(run, episodes, out / "trajectories" / f"train_step_{step:06d}.jsonl", "train", t_cfg.trajectory_sample)
         t_train = time.perf_counter() - t1
 
         # --- sync the engine, log -------------------------------------------------------------

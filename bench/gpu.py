@@ -209,7 +209,7 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
                if isinstance(mod, torch.nn.Linear) and ".layers." in name)  # base linears (LoRA's inner ones too)
     flops = 0.0
     for p in ps:
-        for s in p.rb.samples:
+        for s in p.batch.samples:
             T, C = len(s.prompt_ids) + len(s.completion_ids), len(s.completion_ids)
             flops += 4 * body * T + 4 * c.vocab_size * c.hidden_size * C
             flops += 3 * 2 * c.num_hidden_layers * c.num_attention_heads * hd * T * T  # causal QK^T + AV, fwd + bwd

@@ -74,9 +74,6 @@ class Prompt:
     key: object = None
 
 
-Turn = Prompt  # the old name: `from envs import Turn` keeps working
-
-
 def prompts_of(handed) -> list[Prompt]:
     """What reset / step handed out, as a list: [] for None, [p] for one Prompt, the list itself."""
     return [] if handed is None else list(handed) if isinstance(handed, list) else [handed]

@@ -184,13 +184,13 @@ def aggregate(episodes) -> dict:
         group = [m["correct"] for m in ms if m.get(f"q_{t}")]
         if group:
             out[f"acc_{t}"] = sum(group) / len(group)
-    eps = [e for e in episodes if getattr(e, "steps", None)]
+    played = [e for e in episodes if getattr(e, "samples", None)]
     for role in ROLES:
-        steps = [s for e in eps for s in e.steps if s.role == role]
-        if steps:
-            out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / len(steps)
-    if eps:
-        out["tokens/episode"] = sum(len(s.completion_ids) for e in eps for s in e.steps) / len(eps)
+        samples = [s for e in played for s in e.samples if s.role == role]
+        if samples:
+            out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in samples) / len(samples)
+    if played:
+        out["tokens/episode"] = sum(len(s.completion_ids) for e in played for s in e.samples) / len(played)
     return out
 
 

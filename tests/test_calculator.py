@@ -94,19 +94,19 @@ def test_generic_workflow_tools_and_errors():
 
 
 def test_rescore_episodes_online_uses_the_same_numbers():
-    from rollout import Episode, Step
+    from rollout import Episode, Sample
     rec = team_episode()
-    steps = [Step(0, 0, t["role"], i, [1, 2], [3] * t["reply_tokens"], [0.0] * t["reply_tokens"], reward=t["reward"],
+    steps = [Sample(0, 0, t["role"], i, [1, 2], [3] * t["reply_tokens"], [0.0] * t["reply_tokens"], reward=t["reward"],
                   finish_reason="stop", text=t["reply"]) for i, t in enumerate(rec["turns"])]
     ep = Episode(0, 0, None, steps, rec["metrics"], task=rec["task"])
     calc = C.RewardCalculator(default_budget=20)
     want = [x.weighted for x in calc.score_episode(rec)]
     C.rescore_episodes(calc, [ep])
-    assert [s.reward for s in ep.steps] == pytest.approx(want)
-    assert ep.steps[0].env_reward == 0.0 and ep.steps[0].reward_components["completion"] == 0.0
+    assert [s.reward for s in ep.samples] == pytest.approx(want)
+    assert ep.samples[0].env_reward == 0.0 and ep.samples[0].reward_components["completion"] == 0.0
     C.rescore_episodes(calc, [ep])  # idempotent: it starts from the env's reward again
-    assert [s.reward for s in ep.steps] == pytest.approx(want)
-    assert [s.env_reward for s in ep.steps] == [t["reward"] for t in rec["turns"]]
+    assert [s.reward for s in ep.samples] == pytest.approx(want)
+    assert [s.env_reward for s in ep.samples] == [t["reward"] for t in rec["turns"]]
 
 
 def test_a_file_written_with_calculator_rewards_is_read_by_its_env_reward():

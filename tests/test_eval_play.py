@@ -160,9 +160,9 @@ def test_eval_of_a_config_uses_its_init_from_adapters(trained, tmp_path):
 
 
 def test_sampled_scores_by_hand():
-    from rollout import Episode, Step
+    from rollout import Episode, Sample
     cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
-    eps = [Episode(i, i // 2, None, [Step(i, i // 2, "speaker", 0, [1], [2], [0.0], reward=r)], {"team_reward": r})
+    eps = [Episode(i, i // 2, None, [Sample(i, i // 2, "speaker", 0, [1], [2], [0.0], reward=r)], {"team_reward": r})
            for i, r in enumerate([1.0, 0.0, 0.0, 0.0])]
     s = troupe_eval.sampled_scores(cfg, eps, threshold=1.0)
     assert s["mean@2/speaker"] == 0.25 and s["pass@2/speaker"] == 0.5 and s["pass@2/team"] == 0.5
@@ -171,7 +171,7 @@ def test_sampled_scores_by_hand():
 def test_play_prints_every_turn(trained, capsys):
     ep = play.main(["--checkpoint", str(trained / "checkpoints" / "step_000002"), "What is 2 + 2?", "--answer", "4"])
     out = capsys.readouterr().out
-    assert ep.steps and all(f"--- {s.role} (turn {s.turn}" in out for s in ep.steps) and "rewards:" in out
+    assert ep.samples and all(f"--- {s.role} (turn {s.turn}" in out for s in ep.samples) and "rewards:" in out
 
 
 def test_export_writes_plain_hf_models_equal_to_base_plus_adapter(trained, tmp_path):

@@ -15,7 +15,7 @@ from envs.math_3agent import ROLES, MathTeamEnv, aggregate
 from envs.math_single import MathSingleEnv
 from rewards.math import extract_answer, math_reward
 from helpers import play as tplay
-from rollout import Episode, RoleSpec, SamplingParams, Step, TorchEngine, run_episodes
+from rollout import Episode, RoleSpec, Sample, SamplingParams, TorchEngine, run_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,7 +214,7 @@ def _judge_batch(verdict_of, mixed_only=True):
                                        "Verdict: " + ("Correct" if verdict_of(t, c, right) else "Incorrect")])
             for k, (role, r, lab) in enumerate(zip(roles, rew, env.turn_labels())):
                 if role == "evaluator_critique":
-                    steps.append(Step(t * 4 + c, t, role, k, [1], [2], [0.0], reward=r, label=lab,
+                    steps.append(Sample(t * 4 + c, t, role, k, [1], [2], [0.0], reward=r, label=lab,
                                       info={"says_correct": verdict_of(t, c, right)}))
     return steps
 
@@ -256,7 +256,7 @@ def test_aggregate_metrics():
                     ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{7}", "Verdict: Correct"]):
         env = MathTeamEnv()
         roles, _, m = play(env, replies)
-        steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
+        steps = [Sample(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
         eps.append(Episode(0, 0, env, steps, m))
     a = aggregate(eps)
     assert set(a) == {"evaluator_precision", "evaluator_recall", "evaluator_acc", "evaluator_balanced_acc",
@@ -273,13 +273,13 @@ def test_aggregate_metrics():
     # an unparsed verdict on a correct solution counts against it; a break counts
     env = MathTeamEnv(max_refinement_iterations=1)
     roles, _, m = play(env, ["\\boxed{7}", "no verdict", "\\boxed{8}", "Verdict: Incorrect"])
-    steps = [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
+    steps = [Sample(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)]
     b = aggregate([Episode(0, 0, env, steps, m)])
     assert b["evaluator_balanced_acc"] == pytest.approx((0 + 1) / 2) and b["refine_break_rate"] == 1.0
     # a batch with no right solution: the recall on the wrong ones (2/2), not half of it (it read 0.5)
     env = MathTeamEnv(max_refinement_iterations=1)
     roles, _, m = play(env, ["\\boxed{6}", "Verdict: Incorrect", "\\boxed{5}", "Verdict: Incorrect"])
-    c = aggregate([Episode(0, 0, env, [Step(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)], m)])
+    c = aggregate([Episode(0, 0, env, [Sample(0, 0, r, i, [], [1] * (i + 1), []) for i, r in enumerate(roles)], m)])
     assert c["evaluator_balanced_acc"] == 1.0 and c["evaluator_fpr"] == 0.0
 
 
@@ -335,7 +335,7 @@ def test_team_env_under_driver_with_tiny_model(tiny):
                               roles, num_chains=2, max_turns=8)
     assert len(eps) == 6 and steps
     for e in eps:
-        seq = [s.role for s in e.steps]
+        seq = [s.role for s in e.samples]
         assert seq[:2] == ["generator_initial", "evaluator_critique"]
         assert all(a != b for a, b in zip(seq, seq[1:]))  # roles alternate generator / evaluator
         assert len(seq) in (2, 4) and not e.truncated
@@ -349,8 +349,8 @@ def test_balanced_labels_give_an_approving_judge_zero_net_push_on_a_9_to_1_batch
     """roles.balance_labels: 9 right and 1 wrong solution judged, a judge that approves everything is
     paid +1 nine times and -1 once; weighted, each label weighs 5 and the push on approving is 0."""
     import torch
-    steps = [Step(i, i, "evaluator_critique", 1, [1], [2], [0.0], reward=1.0 if i < 9 else -1.0,
-                  label=i < 9) for i in range(10)] + [Step(10, 10, "evaluator_critique", 1, [1], [2], [0.0])]
+    steps = [Sample(i, i, "evaluator_critique", 1, [1], [2], [0.0], reward=1.0 if i < 9 else -1.0,
+                  label=i < 9) for i in range(10)] + [Sample(10, 10, "evaluator_critique", 1, [1], [2], [0.0])]
     w, m = learner.label_weights(steps)
     assert w.tolist() == pytest.approx([10 / 18] * 9 + [5.0, 1.0])  # the unlabelled turn keeps weight 1
     assert float((w[:10] * torch.tensor([s.reward for s in steps[:10]])).sum()) == pytest.approx(0.0, abs=1e-6)

@@ -18,7 +18,7 @@ from data.search_data import generate as generate_world
 from envs.research import ResearchEnv, aggregate
 from helpers import play
 from chat import chat_ids as _chat_ids
-from rollout import Episode, Step, merge_turns
+from rollout import Episode, Sample, merge_turns
 from workflows import check_roles, load_data, workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,7 +213,7 @@ def test_group_by_turn_compares_sub_questions_across_chains(tiny):
         _, rew, _, seen = play(ResearchEnv(), T4, replies)
         for t, (p, reply, r) in enumerate(zip(seen, replies, rew)):
             ids = tok.encode(reply)
-            samples.append(Step(e, 0, p.role, t, _chat_ids(tok, p.messages), ids, [-1.0] * len(ids), reward=r, key=p.key))
+            samples.append(Sample(e, 0, p.role, t, _chat_ids(tok, p.messages), ids, [-1.0] * len(ids), reward=r, key=p.key))
     merged = merge_turns(samples)
     res = [s for s in merged if s.role == "researcher"]
     assert [(s.episode_id, s.turn, s.key, s.merged_turns) for s in res] == [

@@ -17,11 +17,11 @@ import lora
 import ppo
 import train
 from config import AlgoConfig, Config, load_config_file
-from envs import Turn, toy
+from envs import Prompt, toy
 from rollout import (
     RoleSpec,
+    Sample,
     SamplingParams,
-    Step,
     TorchEngine,
     merge_turns,
     run_episodes,
@@ -52,8 +52,8 @@ def role_batch(tok, n=6, seed=0):
         P, C = 3 + 4 * (i % 3), 2 + (5 * i) % 7
         p = torch.randint(5, 900, (P,), generator=g).tolist()
         c = torch.randint(5, 900, (C,), generator=g).tolist()
-        steps.append(Step(i, i // 3, "r", 0, p, c, [-2.0] * C, reward=float(i % 2)))
-    return learner.RoleBatch(steps, [1.0] * n, tok.pad_token_id, norm_len=16)
+        steps.append(Sample(i, i // 3, "r", 0, p, c, [-2.0] * C, reward=float(i % 2)))
+    return learner.AdapterBatch(steps, [1.0] * n, tok.pad_token_id, norm_len=16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def role_batch(tok, n=6, seed=0):
 def test_kl_in_reward_changes_every_estimator(tiny, estimator):
     _, tok = tiny
     rb = role_batch(tok)
-    for s in rb.steps:
+    for s in rb.samples:
         s.baseline = 0.5
     cfg = Config(algo=AlgoConfig(adv_estimator=estimator, kl_coef=1.0, kl_in_reward=True))
     kl_tok = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(1)) * rb.mask
@@ -90,7 +90,7 @@ def test_kl_in_reward_adds_no_kl_to_the_loss(tiny):
                 p.add_(0.01)
         opt = torch.optim.SGD(params, lr=0.1)
         cfg = Config(algo=AlgoConfig(kl_coef=1.0, kl_in_reward=True, micro_batch_size=2))
-        out = learner.policy_update(mm, [learner.Part("r", rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), kl_coef)["r"]
+        out = learner.policy_update(mm, [learner.AdapterUpdate("r", rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), kl_coef)["r"]
         assert "kl_loss" not in out
         finals.append([p.detach().clone() for p in params])
     assert all(torch.equal(a, b) for a, b in zip(*finals))
@@ -116,13 +116,13 @@ def test_update_independent_of_micro_batch_size(tiny, agg):
         params = lora.adapter_parameters(mm, "r")
         opt = torch.optim.SGD(params, lr=1.0)
         cfg = Config(algo=AlgoConfig(loss_agg=agg, micro_batch_size=micro, mini_batch_size=6, grad_clip=1e9))
-        learner.policy_update(mm, [learner.Part("r", rb, adv, rb.sample_logp, None, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["r"]
+        learner.policy_update(mm, [learner.AdapterUpdate("r", rb, adv, rb.sample_logp, None, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["r"]
         grads.append(torch.cat([p.detach().flatten() for p in params]))
     for g in grads[1:]:
         torch.testing.assert_close(g, grads[0], rtol=1e-5, atol=1e-6)
     # padding: the same rows behind a much longer prompt row (wider batch, more pad) give the same loss
-    long = Step(99, 9, "r", 0, list(range(5, 60)), [7, 8], [-2.0, -2.0], reward=0.0)
-    rb2 = learner.RoleBatch(rb.steps + [long], [1.0] * 7, tok.pad_token_id, norm_len=16)
+    long = Sample(99, 9, "r", 0, list(range(5, 60)), [7, 8], [-2.0, -2.0], reward=0.0)
+    rb2 = learner.AdapterBatch(rb.samples + [long], [1.0] * 7, tok.pad_token_id, norm_len=16)
     adv2 = torch.zeros_like(rb2.mask)
     adv2[:6, :adv.shape[1]] = adv
     rb2.mask[6] = 0  # the long row carries no loss: only the padding changed
@@ -160,7 +160,7 @@ def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
             # SGD: weights move by exactly the gradient (Adam's first step, g / |g|, would blow float noise
             # in near-zero gradients up to lr)
             opt = torch.optim.SGD(lora.adapter_parameters(mm, name), lr=1.0)
-            parts.append(learner.Part(name, rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(
+            parts.append(learner.AdapterUpdate(name, rb, adv, rb.sample_logp, ref, opt, torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda s: 1.0), torch.Generator().manual_seed(100 + j), ref="frozen" if name == "a" else None))
         groups = [parts] if fused else [[p] for p in parts]
         metrics = {k: v for g in groups for k, v in learner.policy_update(mm, g, cfg, torch.device("cpu"), 0.5).items()}
@@ -270,7 +270,7 @@ def test_group_by_turn_centres_each_turn_among_its_tasks_chains(tiny):
     among the other chains' turn 4, and only a real difference there gets a sign."""
     _, tok = tiny
     rewards = {(0, 1): 1.0, (0, 4): 0.5, (1, 1): 1.0, (1, 4): 0.5, (2, 1): 1.0, (2, 4): 0.0}  # (episode, turn)
-    steps = [Step(e, 7, "researcher", t, [5, 6, 7], [8, 9], [-1.0, -1.0], reward=r) for (e, t), r in rewards.items()]
+    steps = [Sample(e, 7, "researcher", t, [5, 6, 7], [8, 9], [-1.0, -1.0], reward=r) for (e, t), r in rewards.items()]
     rb = learner.AdapterBatch(steps, list(rewards.values()), tok.pad_token_id, 16)
     by_task, _ = learner.advantages(Config(algo=AlgoConfig(adv_estimator="grpo")), rb, None, None, 0.0)
     by_turn, _ = learner.advantages(Config(algo=AlgoConfig(adv_estimator="grpo", group_by_turn=True)), rb, None, None, 0.0)
@@ -289,7 +289,7 @@ def _steps(rewards_by_group):
     out, eid = [], 0
     for task, rs in rewards_by_group.items():
         for r in rs:
-            out.append(Step(eid, task, "r", 0, [1], [2], [0.0], reward=r))
+            out.append(Sample(eid, task, "r", 0, [1], [2], [0.0], reward=r))
             eid += 1
     return out
 
@@ -367,14 +367,14 @@ class EchoEnv:
 
     def reset(self, task):
         self.rewards, self.history = [], task["question"]
-        return Turn("a", [{"role": "user", "content": self.history}])
+        return Prompt("a", [{"role": "user", "content": self.history}])
 
     def step(self, reply):
         self.rewards.append(toy.target_fraction(reply))
         self.history += " " + reply[:20]
         if len(self.rewards) == 3:
             return None
-        return Turn("ab"[len(self.rewards) % 2], [{"role": "user", "content": self.history}])
+        return Prompt("ab"[len(self.rewards) % 2], [{"role": "user", "content": self.history}])
 
     def turn_rewards(self):
         return self.rewards
@@ -415,8 +415,8 @@ def test_env_that_raises_costs_one_episode(tiny):
     specs = {r: RoleSpec(None, SamplingParams(max_new_tokens=4, seed=1)) for r in "ab"}
     steps, eps = run_episodes(eng, tok, Fragile, [{"question": "boom"}, {"question": "fine"}], specs)
     assert eps[0].error.startswith("RuntimeError: parser exploded") and eps[0].metrics == {"env_error": 1.0}
-    assert all(s.reward == 0.0 for s in eps[0].steps)
-    assert eps[1].error is None and len(eps[1].steps) == 3
+    assert all(s.reward == 0.0 for s in eps[0].samples)
+    assert eps[1].error is None and len(eps[1].samples) == 3
 
 
 @pytest.mark.parametrize("module", ["code_team", "math_3agent", "math_tool", "react", "research", "swe", "video_qa"])
@@ -457,10 +457,10 @@ def test_gspo_brings_its_own_defaults():
 
 def test_merge_turns_across_roles_masks_the_other_roles():
     # episode 0: a speaks, b speaks, a speaks again with a prompt that extends its first turn
-    a1 = Step(0, 0, "a", 0, [1, 2], [3, 4], [-1.0, -1.0], reward=0.1)
-    b1 = Step(0, 0, "b", 1, [1, 2, 3, 4, 9], [5], [-1.0], reward=0.2)
-    a2 = Step(0, 0, "a", 2, [1, 2, 3, 4, 9, 5, 9], [6, 7], [-0.5, -0.5], reward=0.3)
-    b2 = Step(0, 0, "b", 3, [8, 8], [5], [-1.0], reward=0.4)  # does not extend b1: stays apart
+    a1 = Sample(0, 0, "a", 0, [1, 2], [3, 4], [-1.0, -1.0], reward=0.1)
+    b1 = Sample(0, 0, "b", 1, [1, 2, 3, 4, 9], [5], [-1.0], reward=0.2)
+    a2 = Sample(0, 0, "a", 2, [1, 2, 3, 4, 9, 5, 9], [6, 7], [-0.5, -0.5], reward=0.3)
+    b2 = Sample(0, 0, "b", 3, [8, 8], [5], [-1.0], reward=0.4)  # does not extend b1: stays apart
     out = merge_turns([a1, b1, a2, b2])
     assert [(s.role, s.turn) for s in out] == [("a", 0), ("b", 1), ("b", 3)]
     a = out[0]
@@ -623,7 +623,7 @@ def test_rollout_is_reweights_the_advantages_where_old_logprobs_are_recomputed(t
     part, out = learner.prepare_adapter(run, "speaker", steps, 1, 0)
     run.cfg = toy_cfg(tmp_path, algo=dict(rollout_is="off", recompute_old_logprobs="always"))
     plain, _ = learner.prepare_adapter(run, "speaker", steps, 1, 0)
-    m = part.rb.mask
+    m = part.batch.mask
     assert m.sum() > 0 and plain.adv.abs().sum() > 0
     if mode == "on":  # exp(0.5) = 1.65 > the cap: every generated token weighs 1.5
         assert torch.allclose(part.adv * m, plain.adv * m * 1.5)
@@ -779,8 +779,8 @@ def test_a_resumed_optimizer_that_never_stepped_keeps_its_schedules_lr(tmp_path,
 
 
 def _select_on_one_rank(r):
-    mine = [Step(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
-            for i in range(4)] if r == 0 else [Step(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
+    mine = [Sample(r * 10 + i, r * 10 + i // 2, "judge", 0, [1], [2], [0.0], reward=float(i % 2), label=bool(i % 2))
+            for i in range(4)] if r == 0 else [Sample(20, 20, "judge", 0, [1], [2], [0.0], reward=1.0)]
     kept, m = learner.select(Config(roles=(dataclasses.replace(Config().roles[1], name="judge"),)), mine)
     return len(kept), m, learner.all_sum(1.0)  # a collective after: both ranks still in step
 
@@ -836,9 +836,9 @@ def _conversations():
         prompt = rnd(6 + ep)
         for t in range(3):
             c = rnd(3 + t + ep)
-            steps.append(Step(ep, ep % 2, "speaker", t, list(prompt), c, [-1.5] * len(c), reward=float((ep + t) % 2)))
+            steps.append(Sample(ep, ep % 2, "speaker", t, list(prompt), c, [-1.5] * len(c), reward=float((ep + t) % 2)))
             prompt = prompt + c + rnd(2)
-    steps.append(Step(0, 0, "speaker", 3, list(steps[0].prompt_ids), rnd(4), [-1.5] * 4, reward=1.0))
+    steps.append(Sample(0, 0, "speaker", 3, list(steps[0].prompt_ids), rnd(4), [-1.5] * 4, reward=1.0))
     return steps
 
 
@@ -909,7 +909,7 @@ def _play(tok, make_env, tasks, replies_of):
         p = env.reset(task)
         for r in replies_of(env, task):
             c = tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
-            steps.append(Step(ep, ep, p.role, len(steps), chat_ids(tok, p.messages), c, [-1.0] * len(c)))
+            steps.append(Sample(ep, ep, p.role, len(steps), chat_ids(tok, p.messages), c, [-1.0] * len(c)))
             p = env.step(r)
         assert p is None and env.metrics()["team_reward"] == 1.0
     return steps

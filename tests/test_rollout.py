@@ -8,7 +8,7 @@ from helpers import CountingEngine
 import lora
 import ppo
 import engines
-from rollout import Request, RoleSpec, SamplingParams, TorchEngine, Turn, run_episodes
+from rollout import Prompt, Request, RoleSpec, SamplingParams, TorchEngine, run_episodes
 
 TEXTS = ["What is 3 + 4?", "the answer is", "Solve: 12 * 9 = ? then check the result twice", "def f"]
 
@@ -390,7 +390,7 @@ class CountEnv:
             return None
         role = "asker" if len(self.replies) % 2 == 0 else "answerer"
         msgs = [{"role": "user", "content": "count"}] + [{"role": "assistant", "content": r} for r in self.replies]
-        return Turn(role, msgs)
+        return Prompt(role, msgs)
 
     def step(self, reply):
         self.replies.append(reply)
@@ -412,7 +412,7 @@ def test_driver_batches_all_roles_per_round(setup):
     assert len(eps) == 6 and [e.task_id for e in eps] == [0, 0, 1, 1, 2, 2]
     # round 1: all 6 episodes (asker); round 2: 4 left (answerer); round 3: 4 (asker); round 4: 2 (answerer)
     assert eng.calls == [["a"] * 6, ["b"] * 4, ["a"] * 4, ["b"] * 2]
-    assert [len(e.steps) for e in eps] == [1, 1, 3, 3, 4, 4]
+    assert [len(e.samples) for e in eps] == [1, 1, 3, 3, 4, 4]
     assert [e.truncated for e in eps] == [False, False, False, False, True, True]  # 5 turns > max_turns
     for s in steps:
         assert s.reward == len(s.text)
@@ -420,7 +420,7 @@ def test_driver_batches_all_roles_per_round(setup):
         assert s.role == ("asker" if s.turn % 2 == 0 else "answerer")
         assert s.key == s.turn // 2  # no Prompt.key: the role's own turn count (what algo.group_by_turn compares)
     # chains of one task differ (distinct seeds per episode), and the run is reproducible
-    assert eps[2].steps[0].completion_ids != eps[3].steps[0].completion_ids
+    assert eps[2].samples[0].completion_ids != eps[3].samples[0].completion_ids
     steps2, _ = run_episodes(eng, tok, CountEnv, tasks=[1, 3, 5], roles=roles, num_chains=2, max_turns=4)
     assert [s.completion_ids for s in steps] == [s.completion_ids for s in steps2]
 
@@ -428,7 +428,7 @@ def test_driver_batches_all_roles_per_round(setup):
 class KeyedEnv(CountEnv):
     def _turn(self):
         t = super()._turn()
-        return t and Turn(t.role, t.messages, key=("place", len(self.replies) % 3))
+        return t and Prompt(t.role, t.messages, key=("place", len(self.replies) % 3))
 
 
 def test_driver_keeps_the_envs_turn_key(setup):
@@ -458,7 +458,7 @@ def test_driver_mixed_roles_in_one_call_and_overflow(setup):
     with pytest.raises(KeyError, match="role"):
         run_episodes(eng, tok, CountEnv, tasks=[2], roles={"asker": roles["asker"]})
     _, eps = run_episodes(eng, tok, CountEnv, tasks=[2], roles=roles, max_model_len=5)
-    assert eps[0].truncated and eps[0].steps == []
+    assert eps[0].truncated and eps[0].samples == []
 
 
 def test_driver_progress_shows_tokens_and_an_eta_inside_a_call(setup, capsys):

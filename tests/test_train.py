@@ -159,21 +159,21 @@ def test_outputs_checkpoints_and_plot(tmp_path):
 def test_nan_loss_skips_step_and_leaves_weights(tiny):
     m, tok = tiny
     lora.add_lora(m, ["a"], rank=4, alpha=8)
-    from rollout import Step
+    from rollout import Sample
     comp = tok.encode(" the answer is 2")
-    steps = [Step(0, 0, "r", 0, tok.encode("What is 1 + 1?"), comp, [-1.0] * len(comp), reward=1.0)] * 2
+    steps = [Sample(0, 0, "r", 0, tok.encode("What is 1 + 1?"), comp, [-1.0] * len(comp), reward=1.0)] * 2
     with pytest.raises(ValueError, match="logprobs"):
-        learner.RoleBatch([Step(0, 0, "r", 0, [1, 2], comp, [-1.0], reward=1.0)], [1.0], tok.pad_token_id, 16)
-    rb = learner.RoleBatch(steps, [1.0, 1.0], tok.pad_token_id, 16)
+        learner.AdapterBatch([Sample(0, 0, "r", 0, [1, 2], comp, [-1.0], reward=1.0)], [1.0], tok.pad_token_id, 16)
+    rb = learner.AdapterBatch(steps, [1.0, 1.0], tok.pad_token_id, 16)
     cfg = Config(algo=AlgoConfig(mini_batch_size=4, micro_batch_size=2))
     before = [p.detach().clone() for p in lora.adapter_parameters(m, "a")]
     opt = torch.optim.AdamW(lora.adapter_parameters(m, "a"), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     adv = torch.full_like(rb.mask, float("nan"))
-    out = learner.policy_update(m, [learner.Part("a", rb, adv, rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
+    out = learner.policy_update(m, [learner.AdapterUpdate("a", rb, adv, rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
     assert out["skipped"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, lora.adapter_parameters(m, "a")))
-    out = learner.policy_update(m, [learner.Part("a", rb, torch.ones_like(rb.mask), rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
+    out = learner.policy_update(m, [learner.AdapterUpdate("a", rb, torch.ones_like(rb.mask), rb.sample_logp, None, opt, sched, torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)["a"]
     assert out["skipped"] == 0 and not all(torch.equal(a, b) for a, b in zip(before, lora.adapter_parameters(m, "a")))
 
 
@@ -258,7 +258,7 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
 def test_a_new_workflow_is_two_files_outside_the_repo(tmp_path):
     """An env file and a config file in a directory of their own: nothing in troupe is edited."""
     (tmp_path / "haiku.py").write_text('''
-from envs import Turn
+from envs import Prompt
 
 class HaikuEnv:
     roles = ("poet", "judge")
@@ -268,11 +268,11 @@ class HaikuEnv:
 
     def reset(self, task):
         self.r = []
-        return Turn("poet", [{"role": "user", "content": task["question"]}])
+        return Prompt("poet", [{"role": "user", "content": task["question"]}])
 
     def step(self, reply):
         self.r.append(reply.count(self.letter) / max(1, len(reply)))
-        return Turn("judge", [{"role": "user", "content": "Judge: " + reply}]) if len(self.r) == 1 else None
+        return Prompt("judge", [{"role": "user", "content": "Judge: " + reply}]) if len(self.r) == 1 else None
 
     def turn_rewards(self):
         return self.r

@@ -25,7 +25,7 @@ from envs.video_qa import ROLES, VideoQAEnv, aggregate, scripted_replies
 from helpers import bounded, play
 from rewards.calculator import RewardCalculator, detect_workflow, video_components
 from rewards.video import citation_scores, clip_id, graph_scores, normalise_name
-from rollout import Episode, Step
+from rollout import Episode, Sample
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "data")
@@ -177,7 +177,7 @@ def test_aggregate_by_type_agreement_skip_and_tokens(tasks):
                           (tasks[1], ["[c3] [c4]\nChoice: B", "Choice: A", "Answer: B"]),  # disagree; right
                           (tasks[2], ["[c1]\nChoice: A", "Choice: B", "Answer: D"])]:  # disagree; wrong
         play(on, task, replies)
-        steps = [Step(0, 0, r, i, [], [0] * (5 + i), []) for i, r in enumerate(ROLES[:len(replies)])]
+        steps = [Sample(0, 0, r, i, [], [0] * (5 + i), []) for i, r in enumerate(ROLES[:len(replies)])]
         eps.append(Episode(0, 0, None, steps, on.metrics()))
     out = aggregate(eps)
     assert (out["acc_causal"], out["acc_temporal"], out["acc_descriptive"]) == (1.0, 1.0, 0.0)

@@ -27,7 +27,7 @@ from envs.tools import (
 from data.code_data import load_code_tasks, load_humaneval
 from rewards.code import code_reward, run_tests
 from rewards.qa import exact_match, f1
-from rollout import Step, merge_turns
+from rollout import Sample, merge_turns
 
 import helpers
 
@@ -106,9 +106,9 @@ def test_merged_trajectory_masks_observations_token_by_token(tiny):
     msgs2 = msgs + [{"role": "assistant", "content": r1}, {"role": "user", "content": "Observation:\n42"}]
     p2 = chat(msgs2)
     assert p2[:len(p1) + len(c1)] == p1 + c1  # the template re-renders the history token for token
-    s1 = Step(0, 0, "agent", 0, p1, c1, [-0.5] * len(c1), reward=1.0)
-    s2 = Step(0, 0, "agent", 1, p2, c2, [-0.25] * len(c2), reward=1.0)
-    other = Step(1, 0, "agent", 0, p1, c1, [-0.5] * len(c1))
+    s1 = Sample(0, 0, "agent", 0, p1, c1, [-0.5] * len(c1), reward=1.0)
+    s2 = Sample(0, 0, "agent", 1, p2, c2, [-0.25] * len(c2), reward=1.0)
+    other = Sample(1, 0, "agent", 0, p1, c1, [-0.5] * len(c1))
     merged = merge_turns([s1, s2, other])
     assert len(merged) == 2 and merged[1].episode_id == 1
     m = merged[0]
@@ -121,12 +121,12 @@ def test_merged_trajectory_masks_observations_token_by_token(tiny):
     assert list(zip(m.completion_ids, m.loss_mask)) == by_hand
     assert tok.decode(gap) == "\n<|im_start|>user\nObservation:\n42<|im_end|>\n<|im_start|>assistant\n"
     assert m.logprobs == [-0.5] * len(c1) + [0.0] * len(gap) + [-0.25] * len(c2)
-    rb = learner.RoleBatch(merged, [1.0, 1.0], tok.pad_token_id, norm_len=16)
+    rb = learner.AdapterBatch(merged, [1.0, 1.0], tok.pad_token_id, norm_len=16)
     P = len(p1)
     assert rb.mask[0, P - 1:P - 1 + len(want)].tolist() == [float(x) for x in want]
     assert rb.mask[0].sum() == len(c1) + len(c2)
     # a turn whose prompt does not extend the previous one is not merged
-    s3 = Step(0, 0, "agent", 2, p1 + [5], c2, [-0.1] * len(c2))
+    s3 = Sample(0, 0, "agent", 2, p1 + [5], c2, [-0.1] * len(c2))
     assert len(merge_turns([s1, s3])) == 2
 
 
