@@ -169,7 +169,7 @@ class VideoQAEnv:
 def aggregate(episodes) -> dict:
     """Accuracy by question type, agreement and skip rates, micro-averaged citation and triple
     precision / recall (counts summed over episodes), and mean tokens per turn of each role and per
-    episode (when the episodes carry their steps: train.py's do, compare.py's replays do not)."""
+    episode (when the episodes carry their samples: train.py's do, compare.py's replays do not)."""
     ms = [e.metrics for e in episodes if e.metrics and "n_cited" in e.metrics]
     if not ms:
         return {}
@@ -184,13 +184,13 @@ def aggregate(episodes) -> dict:
         group = [m["correct"] for m in ms if m.get(f"q_{t}")]
         if group:
             out[f"acc_{t}"] = sum(group) / len(group)
-    eps = [e for e in episodes if getattr(e, "steps", None)]
+    eps = [e for e in episodes if getattr(e, "samples", None)]
     for role in ROLES:
-        steps = [s for e in eps for s in e.steps if s.role == role]
+        steps = [s for e in eps for s in e.samples if s.role == role]
         if steps:
             out[f"tokens/{role}"] = sum(len(s.completion_ids) for s in steps) / len(steps)
     if eps:
-        out["tokens/episode"] = sum(len(s.completion_ids) for e in eps for s in e.steps) / len(eps)
+        out["tokens/episode"] = sum(len(s.completion_ids) for e in eps for s in e.samples) / len(eps)
     return out
 
 
