@@ -46,7 +46,7 @@ from envs.math_3agent import MathTeamEnv
 from envs.math_single import MathSingleEnv
 from envs.math_tool import MathToolEnv, plan_expression, plan_right
 from envs.swe import PatchError, SWETeamEnv, apply_edits, apply_patch
-from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
+from runtime.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
 from envs.toy import ToyEnv
 from helpers import bounded
 from rewards import qa
@@ -128,7 +128,7 @@ HOSTILE = {
     "random printable": lambda: _random_text(1, "".join(map(chr, range(32, 127))) + "\n\t"),
 }
 
-# what any parser looks for (agents/, rewards/, envs/tools.py, envs/swe.py): each in the shape that
+# what any parser looks for (agents/, rewards/, runtime/tools.py, envs/swe.py): each in the shape that
 # backtracks (marker + a + blanks + b: the lazy-then-blanks regex), with newlines, and repeated
 MARKERS = ("<tool_call>", "</tool_call>", "```json\n{", "```", '"name":', "Action:", "Action: calculator[",
            "Action: calculator\nAction Input:", "[", "]", "\\boxed{", "####", "The answer is", "Verdict:", "verdict",

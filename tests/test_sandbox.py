@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox import run_python
+from runtime.sandbox import run_python
 from rewards.code import run_tests
 
 SECRET = "troupe-secret-4242"
@@ -338,12 +338,12 @@ def test_run_tests_never_raises_on_bad_tasks():
 
 
 def test_no_working_bwrap_is_a_clear_error_unless_weak_is_chosen(tmp_path):
-    code = ("import envs.sandbox as s\ntry:\n    s.run_python('print(1)')\nexcept s.SandboxUnavailable as e:\n"
+    code = ("import runtime.sandbox as s\ntry:\n    s.run_python('print(1)')\nexcept s.SandboxUnavailable as e:\n"
             "    print('refused:', e)\n")
     env = {**os.environ, "TROUPE_BWRAP": "/bin/false", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert "refused: the sandbox cannot start" in r.stdout and "user namespaces" in r.stdout, r.stdout + r.stderr
-    weak = subprocess.run([sys.executable, "-c", "import envs.sandbox as s; print(s.run_python('print(6*7)').stdout)"],
+    weak = subprocess.run([sys.executable, "-c", "import runtime.sandbox as s; print(s.run_python('print(6*7)').stdout)"],
                           env={**env, "TROUPE_SANDBOX": "weak"}, capture_output=True, text=True, timeout=60)
     assert weak.stdout.strip() == "42" and "WITHOUT isolation" in weak.stderr  # loudly logged
 

@@ -15,7 +15,7 @@ from envs.code_team import CodeTeamEnv
 from envs.math_tool import MathToolEnv
 from envs.react import ToolAgentEnv
 from envs.search_team import SearchTeamEnv
-from envs.tools import (
+from runtime.tools import (
     ANSWER,
     CALCULATOR,
     PYTHON,
