@@ -422,8 +422,9 @@ class RolloutConfig:
 @dataclass
 class DataConfig:
     env: str = "math_3agent"
-    """workflow: a built-in (math_3agent, math_single, math_tool, code, search, react, research, swe, video_qa, toy: one
-    speaker rewarded for digits, what a random model can learn) or your own as `module:Class` or
+    """workflow: a built-in (workflows.BUILTINS: math_3agent, math_single, math_tool, code, search, react, research, swe,
+    video_qa, debate, split_info, split_info_single, reason_code, toy: one speaker paid the share of its reply's
+    non-space characters that are "7", what a random model can learn) or your own as `module:Class` or
     `path/to/file.py:Class` (README "Add a workflow": nothing else in troupe changes)"""
     env_kwargs: dict[str, int | float | bool | str | list] = field(default_factory=dict)
     """keyword arguments for the workflow's class: the settings only it uses, with their defaults in the
