@@ -34,7 +34,7 @@ def with_(section, **kw):
     (dataclasses.replace(BASE, roles=(RoleConfig("a"), RoleConfig("a"))), "roles"),
     (dataclasses.replace(BASE, roles=tuple(dataclasses.replace(r, trainable=False) for r in BASE.roles)), "roles"),
     (dataclasses.replace(BASE, roles=(RoleConfig("a", temperature=0.0),)), "roles[0].temperature"),
-    # issue 25: these passed validation and trained
+    # these once passed validation and trained on NaN or inf
     (with_("algo", dual_clip=float("nan")), "algo.dual_clip"), (with_("algo", kl_target=float("nan")), "algo.kl_target"),
     (with_("algo", vf_clip=float("nan")), "algo.vf_clip"), (with_("algo", vf_clip=float("inf")), "algo.vf_clip"),
     (with_("trainer", total_epochs=-1), "trainer.total_epochs"), (with_("trainer", total_epochs=0), "trainer.total_epochs"),

@@ -3,8 +3,8 @@ the README stays short, its links resolve, and the two commands stay exactly wha
 
 train.py resumes from a run directory it finds (trainer.resume auto), so a README example that reuses
 another example's directory resumes that finished run and trains nothing (the torchrun example once
-did exactly that to the smoke run's directory). Most commands moved from the README to docs/*.md
-(issue 34): every page is read, so a moved command is still checked."""
+did exactly that to the smoke run's directory). Most commands live in docs/*.md, not the README:
+every page is read, so a moved command is still checked."""
 import re
 import shlex
 from pathlib import Path

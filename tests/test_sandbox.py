@@ -305,7 +305,7 @@ def test_forgeries_cannot_break_the_code_team_env():
     assert env.turn_rewards() == [0.0, 0.0] and env.metrics()["final_success"] == 0.0
 
 
-# An assert that reads a setup variable ran next to the solution before issue 25, where a solution
+# An assert that reads a setup variable once ran next to the solution, where a solution
 # that patched its harness passed it; now every assert runs in the judge.
 IN_PROCESS = {"entry_point": "add", "tests": "def check(candidate):\n    x = 1\n    assert candidate(x, 2) == 3\n"}
 
@@ -349,8 +349,8 @@ def test_no_working_bwrap_is_a_clear_error_unless_weak_is_chosen(tmp_path):
 
 
 # A test that calls a method on the result (`candidate('ab').upper() == 'AB'`) used to reach the
-# worker's object through its handle: a wrong solution returning an object whose methods lie passed
-# (issue 33). A handle for a value the code under test returned is now opaque to the judge (no
+# worker's object through its handle: a wrong solution returning an object whose methods lie passed.
+# A handle for a value the code under test returned is now opaque to the judge (no
 # attribute reads, no calls), and a subclass of a plain builtin comes back as its builtin data.
 METHOD_TESTS = {"entry_point": "f", "tests": [
     "assert f('ab').upper() == 'AB'", "assert f('abca').count('a') == 2",

@@ -1,6 +1,6 @@
-"""Issue-7 workflows: the sandbox under attack, tools and their parsing, multi-turn masking, a
-scripted episode of every branch of each workflow, each under the driver with the tiny model, and
-a few CPU training steps of each."""
+"""The tool-using workflows (math_tool, code, search, react): the sandbox under attack, tools and their parsing,
+multi-turn masking, a scripted episode of every branch of each workflow, each under the driver with the tiny
+model, and a few CPU training steps of each; and every built-in workflow's aggregate on the stand-ins it gets."""
 import dataclasses
 import json
 import math
