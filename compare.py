@@ -372,7 +372,8 @@ def judge_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 def judge_plot(runs: list[Path], out: str) -> list[Path]:
     """One row of panels per run that logged a judge: balanced accuracy and false-positive rate against
-    step, train and val, the team's verdicts and the probes, with issue 35's targets (0.75, 0.3) dashed.
+    step, train and val, the team's verdicts and the probes, with the judge's
+    pre-registered targets dashed (balanced accuracy 0.75, FPR 0.3: docs/experiments.md).
     Returns the runs drawn. (The math team logs evaluator_* at every step, 0.0 on a step it judged nothing.)"""
     import matplotlib
     matplotlib.use("Agg")

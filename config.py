@@ -185,7 +185,12 @@ class LoRAConfig:
 class AlgoConfig:
     adv_estimator: str = "grpo"
     """advantage estimator, a name in ppo.ADVANTAGES: grpo, rloo, reinforce++, reinforce++_baseline, remax,
-    gae, or one you add there (see ppo.py's docstring for when to use which)"""
+    gae, ema_baseline, or one you add there (see ppo.py's docstring for when to use which)"""
+    estimator_kwargs: dict[str, int | float | bool | str] = field(default_factory=dict)
+    """keyword settings of a stateful estimator's class (a ppo.StatefulEstimator: ema_baseline's decay, default
+    0.9), passed to the instance the run builds for each adapter that uses it. On the command line
+    `--algo.estimator-kwargs decay 0.5` (KEY VALUE pairs, replacing the file's); a key the estimator does not
+    take, a value it refuses, or settings with no stateful estimator in use is a config error"""
     norm_by_std: bool = True
     """GRPO: divide by the group std (False = Dr. GRPO)"""
     gamma: float = 1.0
@@ -417,8 +422,9 @@ class RolloutConfig:
 @dataclass
 class DataConfig:
     env: str = "math_3agent"
-    """workflow: a built-in (math_3agent, math_single, math_tool, code, search, react, research, swe, video_qa, toy: one
-    speaker rewarded for digits, what a random model can learn) or your own as `module:Class` or
+    """workflow: a built-in (workflows.BUILTINS: math_3agent, math_single, math_tool, code, search, react, research, swe,
+    video_qa, debate, split_info, split_info_single, reason_code, toy: one speaker paid the share of its reply's
+    non-space characters that are "7", what a random model can learn) or your own as `module:Class` or
     `path/to/file.py:Class` (README "Add a workflow": nothing else in troupe changes)"""
     env_kwargs: dict[str, int | float | bool | str | list] = field(default_factory=dict)
     """keyword arguments for the workflow's class: the settings only it uses, with their defaults in the

@@ -175,8 +175,9 @@ class _Entry:
 
 
 class PrefixCache:
-    """The KV of finished rows, kept for later requests that extend them (issue 36): a researcher's
-    next round, a ReAct step after a tool call, a refiner's second turn under the same adapter.
+    """The KV of finished rows, kept for later requests that extend them, so such a request prefills only its
+    new tokens: a researcher's next round, a ReAct step after a tool call, a refiner's second turn under the
+    same adapter.
 
     An entry is one finished row under one adapter (None = base): its prompt + completion less the
     last sampled token (whose KV was never computed), with their KV at positions 0..n-1 (RoPE counts

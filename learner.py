@@ -14,7 +14,8 @@ the optimizer lives here, on top of the math in ppo.py:
   update           all of it for one training step: what train.py calls
   Critic           GAE's value model: a linear head on the shared base wearing its own adapter
   adapter_divergence  how far the role adapters moved apart (a val metric)
-  check_names      the estimator and loss names against ppo's dicts, before a model loads
+  check_names      the estimator and loss names against ppo's dicts, and algo.estimator_kwargs against the
+                   stateful estimators in use, before a model loads
 
 Distributed: every forward is in lockstep (collectives.lockstep_chunks) and every normaliser a global
 sum, so 2 ranks compute the same update as 1.
@@ -55,6 +56,7 @@ def check_names(cfg: Config):
             (f"roles[{i}].adv_estimator", r.adv_estimator) for i, r in enumerate(cfg.roles) if r.adv_estimator]:
         if name not in ppo.ADVANTAGES:
             raise ConfigError(f"config field {where}: unknown estimator {name!r}; known: {sorted(ppo.ADVANTAGES)}")
+    check_estimator_kwargs(cfg)
     if cfg.algo.policy_loss not in ppo.LOSSES:
         raise ConfigError(f"config field algo.policy_loss: unknown loss {cfg.algo.policy_loss!r}; known: "
                           f"{sorted(ppo.LOSSES)}")
@@ -65,6 +67,27 @@ def check_names(cfg: Config):
         raise ConfigError("config field algo.dynamic_sampling: DAPO's filter drops groups whose advantages are zero "
                           f"by construction, which only happens under estimators that centre per group {ppo.GROUPED}; "
                           f"under {sorted(cfg.estimators)} a flat group still carries signal and nothing would be filtered")
+
+
+def check_estimator_kwargs(cfg: Config):
+    """algo.estimator_kwargs builds each stateful estimator in use (ppo.StatefulEstimator): a key none of them takes,
+    a value its constructor refuses, or settings with no stateful estimator in use is one line naming the field."""
+    kw = dict(cfg.algo.estimator_kwargs)
+    stateful = sorted(e for e in cfg.estimators if isinstance(ppo.ADVANTAGES.get(e), type))
+    if kw and not stateful:
+        raise ConfigError(f"config field algo.estimator_kwargs: {sorted(kw)} set, but no estimator in use takes settings "
+                          f"(in use: {sorted(cfg.estimators)}; with settings: "
+                          f"{sorted(n for n, f in ppo.ADVANTAGES.items() if isinstance(f, type))})")
+    for name in stateful:
+        cls = ppo.ADVANTAGES[name]
+        if unknown := sorted(set(kw) - set(cls.settings())):
+            raise ConfigError(f"config field algo.estimator_kwargs: {name} takes no setting {', '.join(map(repr, unknown))} "
+                              f"(its settings: {', '.join(cls.settings()) or 'none'})")
+        try:
+            cls(**kw)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"config field algo.estimator_kwargs.{e}" if isinstance(e, ValueError) else
+                              f"config field algo.estimator_kwargs: {name}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +362,7 @@ def advantages(cfg: Config, batch: AdapterBatch, kl_tok, values, kl_coef, estima
     gids = [group_key(cfg, s) if not s.dummy else ("dummy", i) for i, s in enumerate(batch.samples)]
     baseline = torch.tensor([float(s.baseline or 0.0) for s in batch.samples])  # ReMax's greedy reward
     fn = state or ppo.ADVANTAGES[estimator or a.adv_estimator]
-    fn = fn() if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
+    fn = fn(**a.estimator_kwargs) if isinstance(fn, type) else fn  # a StatefulEstimator outside a run: a fresh state
     return fn(token_rewards, batch.mask, group_ids=gids, values=values, baseline=baseline, gamma=a.gamma, lam=a.lam,
               norm_by_std=a.norm_by_std, all_sum=all_sum)
 

@@ -34,6 +34,8 @@ would cut a multi-turn row's early tokens off from the final reward.
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -219,28 +221,39 @@ def _adv_gae(token_rewards, mask, values, gamma=1.0, lam=1.0, **_):
 
 class StatefulEstimator:
     """An estimator whose state lives across training steps (a running baseline, a reward normaliser).
-    Put the CLASS in ADVANTAGES: the run builds one instance per adapter that uses it, calls it with
-    the functions' signature (plus all_sum, the sum over ranks, so every rank's state stays equal),
-    and saves and restores state_dict() with every checkpoint, so a resumed run continues exactly.
-    A new one = one subclass here + one dict entry; nothing else is edited."""
+    Put the CLASS in ADVANTAGES: the run builds one instance per adapter that uses it, with the config's
+    algo.estimator_kwargs as its constructor's keyword arguments (its settings: check them there, one
+    ValueError naming the setting), calls it with the functions' signature (plus all_sum, the sum over
+    ranks, so every rank's state stays equal), and saves and restores state_dict() with every checkpoint,
+    so a resumed run continues exactly. The state is every attribute but the settings, which come from
+    the config. A new one = one subclass here + one dict entry; nothing else is edited."""
 
     def __call__(self, token_rewards, mask, **kw):
         raise NotImplementedError
 
+    @classmethod
+    def settings(cls) -> tuple[str, ...]:
+        """The keyword settings its constructor takes (algo.estimator_kwargs' keys)."""
+        return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+
     def state_dict(self) -> dict:
-        return dict(vars(self))
+        return {k: v for k, v in vars(self).items() if k not in self.settings()}
 
     def load_state_dict(self, d: dict):
-        vars(self).update(d)
+        vars(self).update({k: v for k, v in d.items() if k not in self.settings()})  # an older checkpoint's too
 
 
 class EMABaseline(StatefulEstimator):
     """REINFORCE with a running-mean baseline (Williams 1992): advantage = score - b, where b is an
-    exponential moving average (decay 0.9) of the adapter's mean score over earlier steps (the first
-    step uses its own mean). No groups needed: a judge's verdicts or single-chain runs can use it."""
+    exponential moving average of the adapter's mean score over earlier steps (the first step uses its
+    own mean). `decay` (algo.estimator_kwargs, default 0.9): the weight of the old baseline in each
+    update; 0 is the previous step's mean alone. No groups needed: a judge's verdicts or single-chain
+    runs can use it."""
 
     def __init__(self, decay: float = 0.9):
-        self.decay, self.baseline, self.updates = decay, 0.0, 0
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
+            raise ValueError(f"decay: must be a number in [0, 1), got {decay!r}")
+        self.decay, self.baseline, self.updates = float(decay), 0.0, 0
 
     def __call__(self, token_rewards, mask, all_sum=lambda x: x, **_):
         scores = _outcome(token_rewards)  # (B,)

@@ -40,7 +40,8 @@ class Run:
         self.refs: dict[str, str] = {}  # adapter -> the frozen adapter its KL is measured to (algo.kl_ref init)
         # estimators with state (ppo.StatefulEstimator): one instance per adapter, checkpointed
         est = {x: cfg.estimator_of(cfg.role_of_adapter(x)) for x in cfg.adapters}
-        self.estimator_state = {x: ppo.ADVANTAGES[e]() for x, e in est.items() if isinstance(ppo.ADVANTAGES.get(e), type)}
+        self.estimator_state = {x: ppo.ADVANTAGES[e](**cfg.algo.estimator_kwargs) for x, e in est.items()
+                                if isinstance(ppo.ADVANTAGES.get(e), type)}
         a = cfg.algo
         self.kl_ctrl = (ppo.AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon) if a.kl_adaptive
                         else ppo.FixedKLController(a.kl_coef))

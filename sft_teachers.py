@@ -285,7 +285,7 @@ def scripted_teacher(make_env, module, tasks, tok, adapter_of: dict, roles, n_ta
     return out, dict(counts)
 
 
-_PACKAGES = ("agents", "envs", "rewards", "data")  # troupe's leaves: what a teacher's code is made of
+_PACKAGES = ("agents", "envs", "rewards", "runtime", "data")  # troupe's folders: what a teacher's code is made of
 
 
 def _module_file(name: str) -> Path | None:
@@ -313,8 +313,8 @@ def _names(code) -> set[str]:
 
 def teacher_sources(module, loader=None) -> list[Path]:
     """The files whose code writes a workflow's teacher turns and pays them: this file, the workflow's module,
-    the module of its task loader, and the troupe modules (agents/, envs/, rewards/, data/: prompts, parsers,
-    rewards, the sandbox, data) they import, anywhere in their code, and theirs in turn."""
+    the module of its task loader, and the troupe modules (agents/, envs/, rewards/, runtime/, data/: prompts,
+    parsers, rewards, the sandbox and tools, data) they import, anywhere in their code, and theirs in turn."""
     seeds = [getattr(module, "__file__", None)]
     if loader is not None:  # a loader may be a lambda in workflows.py: what it calls
         cv = inspect.getclosurevars(loader) if inspect.isfunction(loader) else None

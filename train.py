@@ -16,8 +16,10 @@ rank, so groups are local), the model is FSDP2-sharded per decoder layer then at
 loss is normalised by the global token count, metrics are reduced, rank 0 logs and writes
 checkpoints. Batch-whitened estimators (reinforce++, gae) whiten per rank.
 
-Deliberately left out: sequence packing, context parallelism, async rollouts, a reward model;
-GAE's value model is a linear head on the shared base wearing its own "critic" adapter.
+Packing: turns of one adapter that extend one another (a conversation's turns) share one row in the update
+(algo.pack_turns, on by default); unrelated sequences are not packed together. Deliberately left out:
+context parallelism, async rollouts, a reward model; GAE's value model is a linear head on the shared base
+wearing its own "critic" adapter.
 """
 from __future__ import annotations
 

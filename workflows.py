@@ -8,6 +8,25 @@ from pathlib import Path
 from config import Config, ConfigError
 
 
+_FILE_MODULES = {}  # resolved path -> the module a `file.py:Class` env was executed into, once per process
+
+
+def _file_module(where: str):
+    """The module of a `path/to/file.py:Class` env, executed on its first lookup only: a run looks its workflow
+    up many times (checks, data, every rollout, eval), and a file executed anew each time would run its
+    top-level code again and hand out a new class each time. A new process reads the file anew."""
+    import importlib.util
+    path = Path(where).resolve()
+    if path not in _FILE_MODULES:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or not path.is_file():
+            raise ConfigError(f"config field data.env: {where} is not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _FILE_MODULES[path] = module
+    return _FILE_MODULES[path]
+
+
 def workflow(cfg: Config):
     """(make_env, env module, load_tasks) of the configured workflow: a built-in from a plain dict,
     or your own `module:Class` / `file.py:Class` (its module may define load_tasks(spec) and
@@ -16,14 +35,9 @@ def workflow(cfg: Config):
     d = cfg.data
     if ":" in d.env:
         import importlib
-        import importlib.util
         where, cls = d.env.rsplit(":", 1)
         if where.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(Path(where).stem, where)
-            if spec is None or not Path(where).is_file():
-                raise ConfigError(f"config field data.env: {where} is not a Python file")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = _file_module(where)
         else:
             module = importlib.import_module(where)
         if not hasattr(module, cls):
@@ -80,7 +94,7 @@ def check_roles(cfg: Config):
     """The workflow's roles and the config's must match, before anything loads; a workflow module's
     check_config(cfg, grouped_estimators) -> (field, why) | None adds its own rules."""
     try:
-        make_env, module, _ = workflow(cfg)  # once: a file.py:Class env's module is executed by workflow()
+        make_env, module, _ = workflow(cfg)
         env = make_env()
     except ConfigError:
         raise

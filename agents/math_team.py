@@ -94,9 +94,8 @@ def blind_messages(problem: str, check: str | None, history: list[tuple[str, str
     """The blind judge's conversation (style evaluator_blind: its own full result; evaluator_digit: the
     sign and last digit only): it writes its check seeing the problem only (check=None: the prompt of that
     first turn), then, with its check said, it is shown what the team said (`history`) and gives the
-    verdict. A judge that reads the solution before checking copies its answer: at step 0 of arm (e), 94%
-    of the evaluator_check judge's own results were the solution's answer (of the first solutions that
-    gave one), 99% at step 24."""
+    verdict. Checking blind keeps the check its own: a judge that reads the solution before checking copies
+    its answer (docs/experiments.md, arm (e))."""
     msgs = build_messages(style, problem, [])
     if check is None:
         return msgs

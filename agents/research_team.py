@@ -9,7 +9,7 @@
 
 Replies are untrusted text: every parser here never raises and runs in linear time (quantifiers
 next to each other on the same characters are possessive, `\\s*+`, so 30k spaces cannot backtrack).
-Tool calls are read by envs/tools.parse_tool_call (ReAct `Action: search[...]` or <tool_call> JSON).
+Tool calls are read by runtime/tools.parse_tool_call (ReAct `Action: search[...]` or <tool_call> JSON).
 """
 from __future__ import annotations
 

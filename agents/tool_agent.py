@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from envs.tools import Tool, tool_prompt
+from runtime.tools import Tool, tool_prompt
 from rewards.math import extract_answer
 
 STYLE = {

@@ -1,4 +1,5 @@
-"""The TorchEngine decode loop as it was before issue 13 §2 (commit 49e7797), kept only so that
+"""The TorchEngine decode loop as it was before it sampled all rows at once (commit
+49e7797), kept only so that
 bench/rollout.py can measure the new loop against it in one run. Not used by the library.
 
 Per decode step it loops over rows in Python: one `exponential_` per row from that row's own

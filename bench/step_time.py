@@ -1,4 +1,5 @@
-"""Training-step time of a workflow before and after the multi-turn savings (issue 36), in one run.
+"""Training-step time of a workflow before and after the multi-turn savings (the prefix cache
+and packed turns), in one run.
 
     python bench/step_time.py --config configs/math_tool.py                # SmolLM2-135M, one step each
     python bench/step_time.py --config configs/tiny_research.py --repeats 3

@@ -1,5 +1,5 @@
 """Arm (e) of the team-versus-one-agent experiment (docs/experiments.md, pre-registered): the per-role
-team of arm (d), configs/smollm2_math_roles.py, with everything issue 35 built for the judge:
+team of arm (d), configs/smollm2_math_roles.py, with everything built to make the judge useful:
 - the judge writes its own check line first (env evaluator_prompt="check": last digit, size, result),
   and starts from an SFT on the math teacher's balanced critiques in exactly that style;
 - hard-negative probes (env probes=True): it also judges the generator's right first solution and a

@@ -121,7 +121,7 @@ if __name__ == "__main__":
 
 @functools.lru_cache(maxsize=4)
 def search_tool(corpus_path: str = "data/search_corpus.jsonl", k: int = 3):
-    """The BM25 search tool (envs.tools.SearchTool) over a corpus file, built once per (path, k); a bad
+    """The BM25 search tool (runtime.tools.SearchTool) over a corpus file, built once per (path, k); a bad
     corpus is a DataError naming file:line and the field."""
-    from envs.tools import SearchTool
+    from runtime.tools import SearchTool
     return SearchTool(load_corpus(corpus_path), k=int(k))

@@ -1,5 +1,6 @@
 """Split-information tasks: a small made-up world of facts per task, divided between two agents so that the
-answer needs both halves (issue 65 §3, the split-information design; envs/split_info.py plays them).
+answer needs both halves (the split-information design of docs/experiments.md; envs/split_info.py plays
+them).
 
 Three kinds, in turn:
     chain    a two-hop lookup. One half: where three people live (or work); the other: what each of those

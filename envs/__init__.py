@@ -36,7 +36,8 @@ The env class (one instance per episode, built with data.env_kwargs as keyword a
 The env module (the file), all optional:
   load_tasks(spec: str) -> list[dict]     the workflow's data loader (default: data.math_data.load_math)
   aggregate(episodes) -> dict             numbers over a batch of episodes that are not means of
-                                          per-episode ones (e.g. a judge's precision); logged like metrics
+                                          per-episode ones (e.g. a judge's precision); logged like metrics.
+                                          The episodes are stand-ins (see "What aggregate receives")
   CONSOLE: tuple[str, ...]                names of metrics (from metrics() or aggregate()) that the
                                           console line prints after the rewards (trainer.console adds more)
   scripted_replies(task) -> list[str]     a perfect player's replies, in turn order: sft.py's scripted
@@ -45,6 +46,18 @@ The env module (the file), all optional:
   check_config(cfg, grouped) -> (field, why) | None   rules across the env's options and the trainer's,
                                           checked before any model loads (workflows.check_roles; grouped:
                                           the estimators that centre per group, ppo.GROUPED)
+
+What aggregate receives: a list (maybe empty) of episode stand-ins, not rollout.Episode objects with their envs.
+  .metrics                                always: the dict env.metrics() returned, {} for an episode whose env
+                                          raised: skip an episode that lacks the keys you read
+  .samples                                maybe absent (compare.py, which replays saved trajectories, passes
+                                          types.SimpleNamespace(metrics=m)). Where present (train.py's and
+                                          eval's logs, gathered across ranks), one per model turn with .role,
+                                          .reward and .completion_ids of the turn's length; the ids themselves,
+                                          prompt_ids, logprobs and text are placeholders (empty or zeros)
+  .env, .task, anything else              maybe absent or None: never read them
+Read the optional parts with getattr(e, "samples", ()), never raise on a missing key, and return {} (or the
+numbers that still mean something) for an empty list.
 
 Conversations: a Prompt whose messages are an earlier turn's messages (of the same episode) + that turn's
 reply verbatim as {"role": "assistant", "content": reply} + new messages continues that turn: the driver

@@ -1,7 +1,7 @@
 """The code team: generator -> test runner (the env, in the sandbox) -> refiner, up to N cycles.
 
     generator  writes the function (HumanEval prompt: signature + docstring)
-    tests      the env runs the task's tests on it in envs/sandbox.py; all pass -> the episode ends,
+    tests      the env runs the task's tests on it in runtime/sandbox.py; all pass -> the episode ends,
                else a summary of the failures (at most 3 asserts) is appended to the history
     refiner    rewrites the function from the failures; tests run again ... until all pass or
                max_refinement_iterations refinements were made

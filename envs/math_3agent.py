@@ -5,23 +5,20 @@
             -> if Incorrect: generator_refinement (sees everything so far) -> evaluator_critique
             ... until the evaluator says Correct or max_refinement_iterations refinements were made.
 
-The env interface (what rollout.run_episodes drives; every workflow implements the same four):
-    reset(task) -> Prompt            task = {"question": str, "answer": str}; the first turn
-    step(reply_text) -> Prompt|None  record the reply; the next turn, or None when the episode ends
-    turn_rewards() -> list[float]  after the end: the reward of each model turn, in order
-    metrics() -> dict              after the end: episode-level counts (aggregate with `aggregate`)
+The env contract it implements is envs/__init__.py's; a task is {"question": str, "answer": str}, and
+metrics() holds episode-level counts that `aggregate` turns into rates over a batch.
 
 Rewards, per turn of each role (the options are constructor arguments, `data.env_kwargs` in a config):
     generator_initial     1 if its answer is correct, else 0 (no \\boxed answer = 0)
     evaluator_critique    evaluator_reward="symmetric" (default): +1 if its verdict matches the truth
                           of the solution it judged, -1 if not (an unparseable verdict is -1 and counts
                           as "Incorrect" for the flow: the team never accepts an unverified solution);
-                          "accuracy": 1 / 0 (the reward before, kept for comparison).
+                          "accuracy": 1 if its verdict matches, else 0.
                           evaluator_mixed_groups_only=True (default) labels each verdict with the truth
                           of what it judged (`turn_labels`): the trainer then leaves out of the update
                           every (task, evaluator) group whose judged solutions were all right or all
                           wrong. There a judge can only learn the problem's difficulty; on a
-                          mostly-correct batch that is "approve", and approving everything paid. In a
+                          mostly-correct batch that is "approve", and approving everything would pay. In a
                           mixed group a group-centred estimator gives an approve-all judge zero net
                           push and rewards only discrimination.
     generator_refinement  refiner_reward="relative" (default): credit against the answer it was given:
@@ -32,44 +29,42 @@ The team reward (metrics()["team_reward"]) is the correctness of the final answe
 
 evaluator_prompt="check" asks the judge to write its own check before the verdict: the last digit and
 the size of the result, then its own result (agents.math_team.check_line; sft.py's math teacher writes
-exactly that line when the train config sets it, so the judge can start from it); "plain" = as before.
+exactly that line when the train config sets it, so the judge can start from it); "plain" (default): the
+critique and the verdict alone.
 evaluator_prompt="blind": the judge writes that check line BEFORE it sees the solution, in a turn of its
 own (the problem only), and gives each verdict in the same conversation after it (agents.math_team.
-blind_messages): a judge shown the solution first copies its answer into its "own" check (arm (e):
-94% of its results were the solution's at step 0, 99% at step 24) and approves it. The check turn is the
-judge's once an episode, before its first verdict; every later verdict (after a refinement, and the
-probes) extends the same check. It is paid for its result against the truth (+-1 / 1-0 as the verdicts,
+blind_messages), so its check cannot copy the solution's answer (a judge shown the solution first does, and
+then approves it: docs/experiments.md, arm (e)). The check turn is the judge's once an episode, before
+its first verdict; every later verdict (after a refinement, and the probes) extends the same check. It is paid for its result against the truth (+-1 / 1-0 as the verdicts,
 unlabelled), counted as eval_checks / eval_check_right (aggregate's evaluator_check_acc); the team sees
 the check line and the verdict together as the judge's critique.
 evaluator_prompt="digit": a blind check that is a cheap necessary condition, not the result: the sign and
 the last digit, worked from the operands' last digits ("Check: 3 + 5 = 8, so the answer ends in 8.",
-agents.math_team.digit_check_line), and a verdict that compares the solution's answer against it. Arm
-(e-blind)'s judge computed its full result blind and was right on 10-12% of val problems, a third of the
-generator's rate, so its faithful comparisons rejected right solutions; one digit is what a 135M judge
-can compute (T1, arXiv 2504.04718). The check turn is paid on its claim (sign and last digit) against
-the truth (digit_check_right; 0 where the truth is not a whole number); a wrong answer that ends in
-the right digit (a +-10 slip) passes it.
+agents.math_team.digit_check_line), and a verdict that compares the solution's answer against it: a
+claim small enough for a small judge to get right, where a wrong full result would reject right solutions
+(T1, arXiv 2504.04718; docs/experiments.md, arms e-blind and e-digit). The check turn is paid on its claim
+(sign and last digit) against the truth (digit_check_right; 0 where the truth is not a whole number); a wrong
+answer that ends in the right digit (a +-10 slip) passes it.
 verdict_from_check=True (with evaluator_prompt="digit"): the judge writes its check and nothing else; each
 verdict is the comparison the check asks for, made by the env (the whole number the solution's answer stands
 for, read as math_reward reads it, has the claimed sign and last digit: Correct, else Incorrect; a check that
 claims no digit: no verdict, so the team refines), and the team sees the check and the verdict in the words
-the teacher taught the judge's verdict turn (agents.math_team.digit_verdict), as it saw the judge's own. In
-arm (e-digit) the judge's own verdicts followed its check in 94% of cases at step 0, 97% at step 12 and 83% at
-step 24 (it rejected 63 of 182 right answers its check cleared):
-the comparison is the part RL eroded, and it is the part that needs no learning. The judge then learns
-only what a judge must: the check (paid on its claim as above); probes are judged the same way and count
-in probe_* but train nothing (no model turn); there probe_* measure the check against the near misses drawn
-(a +-10 miss always passes a right check), not a judge's reading, so they do not compare with a judging arm's.
+the teacher taught the judge's verdict turn (agents.math_team.digit_verdict), as it saw the judge's own.
+The comparison needs no learning, so RL cannot erode it (a judge's own verdicts drifted from its check under
+RL: docs/experiments.md, arm e-digit). The judge then learns only what a judge must: the check (paid on its
+claim as above); probes are judged the same way and count in probe_* but train nothing (no model turn); there
+probe_* measure the check against the near misses drawn (a +-10 miss always passes a right check), not a judge's
+reading, so they do not compare with those of a judge that writes its verdicts.
 A truth that is not a whole number has no digit to claim: the check claims none, no verdict is given and the
 team refines to its limit (the arithmetic data is all whole numbers). Off = the judge writes its verdicts.
 With verdict_from_check the env also plays a perfect team for sft.py's scripted teacher: scripted_replies (the
 right solution, then the check) and scripted_repair (the refiner's lesson: a mistake the check catches, never
-taught, then "The answer must end in d: ..." and the right result); arm (e-refine) started its refiner from it.
+taught, then "The answer must end in d: ..." and the right result).
 
 layout="per_role": each role keeps its own growing chat (agents.math_team.role_messages): the judge's later
 verdicts continue its first one (each new solution arrives as a new message after its own critique), and the
 refiner's later refinements its first, token for token, so they share the prefix cache and train as one packed
-row; "message" (default): each turn one user message holding the whole history, as the published arms ran.
+row; "message" (default): each turn one user message holding the whole history (nothing extends: no packing).
 The blind judge's check-and-verdict conversation is its own in either layout.
 
 probes=True adds hard negatives for the judge (SPC, Master-RM: a judge must catch near misses, not
@@ -144,8 +139,8 @@ class MathTeamEnv:
         check (the env's verdict on it: Incorrect), then the refiner's fix: the sign and last digit the check
         claims, then the right result ("The answer must end in 8: 53 + 75 = 128, so the answer is
         \\boxed{128}."). None when the truth is not a whole number, or the judge writes its own verdicts. A fix
-        a 135M refiner can learn where its mistake is a slip of the last digit or the sign and the check is
-        right: in arm (e-derived) at val step 24, 49 of the 223 caught wrong first answers it refined."""
+        a small refiner can learn where its mistake is a slip of the last digit or the sign and the check is
+        right (how often that is: docs/experiments.md, arms e-refine and g)."""
         q, y = task["question"], str(task["answer"])
         t = whole(y)
         if t is None or not self.derived:

@@ -9,9 +9,8 @@ correctness; the team reward is the final answer's; refine_fixed / refine_broken
 revision_reward="relative" pays the revision like the team's refiner (envs/math_3agent.py
 refiner_reward="relative"): a fix +1, a break -1, keeping a right answer +0.5, staying wrong 0.
 Paid on its correctness (the default), a revision that repeats the first answer earns what the first
-answer earned: arm (a'') revised 66 answers right at step 0 and none by step 12, its revision turned
-into a copy under RL. With "relative", use algo.group_by_turn so that revisions are centred among
-revisions, not among first answers.
+answer earned, so RL can turn the revision into a copy (docs/experiments.md, arm a''). With "relative", use
+algo.group_by_turn so that revisions are centred among revisions, not among first answers.
 """
 from __future__ import annotations
 

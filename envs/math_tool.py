@@ -1,7 +1,7 @@
 """The math-tool team: analyzer -> executor (+ sandboxed run) -> verifier, up to N cycles.
 
     analyzer   plans the computation (sees the problem and everything so far)
-    executor   writes a ```python block; the env runs it in envs/sandbox.py and appends the output
+    executor   writes a ```python block; the env runs it in runtime/sandbox.py and appends the output
     verifier   answers with \\boxed{x} (the episode ends) or says 'Verdict: Incorrect' (a new cycle,
                back to the analyzer, until max_refinement_iterations cycles); a reply with neither
                counts as Incorrect
@@ -37,7 +37,7 @@ from fractions import Fraction
 from agents.math_team import parse_verdict
 from agents.math_tool import LAYOUTS
 from envs import MIN_TIMEOUT, Prompt, judge_counts, judge_rates, need_choice, need_int, need_number
-from envs.tools import calculate, run_code_ok
+from runtime.tools import calculate, run_code_ok
 from rewards.code import extract_code
 from rewards.math import extract_answer, is_equiv, math_reward
 
@@ -189,7 +189,7 @@ _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 class ArithSolution:
     """How a teacher solves one arithmetic question: the computation and its parts in words."""
     expression: str   # the computation, e.g. "16 + 9 * 9" (Python and calculator syntax)
-    value: str        # what it evaluates to (envs.tools.calculate: what the calculator shows)
+    value: str        # what it evaluates to (runtime.tools.calculate: what the calculator shows)
     reason: str       # a short thought before computing: what the question gives, or the computation
     plan: list[str]   # the analyzer's numbered plan, one step a line
     code: str         # Python that computes it and prints it

@@ -7,7 +7,7 @@ its tools and its reward picked by name.
                  Observation; a malformed call comes back as an error observation; a reply with
                  neither ends the episode (its text is read for an answer).
 
-Tools by name (envs/tools.get_tools): calculator, python, search (BM25 over `corpus`), answer.
+Tools by name (runtime/tools.get_tools): calculator, python, search (BM25 over `corpus`), answer.
 Rewards by name (REWARDS below), each (final answer or code, task) -> [0, 1]:
     math    math_reward of the final answer against task["answer"] (the default)
     qa_f1   SQuAD F1 of the final answer against task["answer"];  qa_em: exact match
@@ -42,7 +42,7 @@ from data.multistep_data import run_steps, steps_program
 from data.search_data import search_tool
 from envs import Prompt, need_file, need_int
 from envs.math_tool import solve_arith
-from envs.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
+from runtime.tools import ANSWER, PYTHON, ToolCall, call_tool, get_tools, parse_tool_call, tool_names
 from rewards.code import extract_code, run_tests
 from rewards.math import math_reward
 from rewards.qa import exact_match, f1

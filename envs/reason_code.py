@@ -3,7 +3,7 @@ problem, the reasoner in words, the coder in Python run in the sandbox; the epis
 agree, or after `max_rounds` rounds.
 
     reasoner  its own chat: the problem; its reply ends with \\boxed{answer} (read as math_reward reads it)
-    coder     its own chat: the problem; its reply is one ```python block, run by envs.tools.run_code_ok
+    coder     its own chat: the problem; its reply is one ```python block, run by runtime.tools.run_code_ok
               (`code_timeout` seconds, at least envs.MIN_TIMEOUT); the last line the program prints, when
               it ran cleanly, is its answer (no fenced block, an error or no output: no answer)
 
@@ -29,7 +29,7 @@ import zlib
 from data.math_data import load_math
 from data.multistep_data import run_steps, steps_program
 from envs import MIN_TIMEOUT, Prompt, need_int, need_number
-from envs.tools import run_code_ok
+from runtime.tools import run_code_ok
 from rewards.code import extract_code
 from rewards.math import answer_key, extract_answer, is_equiv
 

@@ -88,7 +88,7 @@ from agents.research_team import (clean_doc_id, next_sub_message, observation_me
 from data.research_data import load_research
 from envs import Prompt, need_choice, need_file
 from data.search_data import search_tool
-from envs.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
+from runtime.tools import MAX_OBS, SearchTool, Tool, ToolCall, parse_tool_call
 from rewards.qa import exact_match, f1, normalize_answer
 
 ROLES = ("planner", "researcher", "writer")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from agents.search_team import LAYOUTS, parse_answer, parse_query
 from data.search_data import search_tool
 from envs import Prompt, need_choice, need_file, need_int
-from envs.tools import SearchTool
+from runtime.tools import SearchTool
 from rewards.qa import exact_match, f1
 
 ROLES = ("query_writer", "answerer")

@@ -1,5 +1,6 @@
-"""Split information: two agents each hold half of a task's facts and the answer needs both halves (issue 65
-§3; data/split_info_data.py makes the tasks). And the one-agent baseline on the same tasks, which sees every fact.
+"""Split information: two agents each hold half of a task's facts and the answer needs both halves (a team design
+from the literature, pre-registered in docs/experiments.md; data/split_info_data.py makes the tasks). And the
+one-agent baseline on the same tasks, which sees every fact.
 
 SplitInfoEnv, roles ("agent_a", "agent_b"):
     round 1      both at once (one engine call): the question and ONLY the agent's own facts; each writes a message

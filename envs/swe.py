@@ -14,7 +14,7 @@
                REJECT with feedback (no verdict acts as REJECT): back to the writer, up to
                max_refinement_iterations times
 
-Reward: SWE-bench's resolution rule, measured in the sandbox (envs/sandbox.py; no code of the
+Reward: SWE-bench's resolution rule, measured in the sandbox (runtime/sandbox.py; no code of the
 model's or the repository's runs on the host). A fresh copy of the base repository + the model's
 changes to non-test files + the instance's test_patch; the FAIL_TO_PASS and PASS_TO_PASS tests run;
     score    = (FAIL_TO_PASS tests passing / their number) if every PASS_TO_PASS test passes, else 0
@@ -29,7 +29,7 @@ apply); validator (every turn of one review) = 1 when its verdict on that attemp
 Tests run with the standard library inside the sandbox (the sandbox sees no venv): test ids are
 pytest-style `path.py::function`, `path.py::Class::method` (plain classes and unittest.TestCase); no
 fixtures, parametrisation or third-party imports. The verdict comes from a judge sandbox that runs
-nothing but the instance's test files (envs/sandbox.run_pair): they are imported from their text,
+nothing but the instance's test files (runtime/sandbox.run_pair): they are imported from their text,
 and every other module of the repository is a proxy of a worker sandbox that runs the code under
 test. A call from a test reaches the worker through a pipe and comes back as plain data (exact
 builtin types, rebuilt in the judge) or an opaque handle that the judge can call and read but never
@@ -72,8 +72,8 @@ from agents.swe_patch import (MAX_DIFF_LINES, MAX_PATCH_SEARCH, PatchError, appl
                               is_test_path, make_patch, parse_patch, patched_paths, shadows_tests, test_modules)
 from agents.swe_team import ASK, LABEL, Edit, build_messages, extract_diff, parse_edits, parse_verdict
 from envs import MIN_TIMEOUT, Prompt, judge_counts, judge_rates, need_choice, need_int, need_number
-from envs.sandbox import CLIENT, WORKER, run_pair, run_python
-from envs.tools import Tool, ToolCall, parse_tool_call, tool_prompt
+from runtime.sandbox import CLIENT, WORKER, run_pair, run_python
+from runtime.tools import Tool, ToolCall, parse_tool_call, tool_prompt
 
 ROLES = ("analyzer", "writer", "validator")
 OWN = {"analyzer": {"analyzer", "diagnosis"}, "writer": {"writer"}, "validator": {"validator", "feedback"}}
@@ -82,7 +82,7 @@ OWN = {"analyzer": {"analyzer", "diagnosis"}, "writer": {"writer"}, "validator":
 
 # --------------------------------------------------------------------------------------------
 # running a repository's tests in the sandbox: the verdict comes from a judge that runs no code of
-# the model's (envs/sandbox.run_pair); the code under test runs in a worker sandbox of its own
+# the model's (runtime/sandbox.run_pair); the code under test runs in a worker sandbox of its own
 
 # The validator's `python` tool: a snippet run next to the patched repository (no verdict hangs on it)
 SNIPPET_RUNNER = r'''
@@ -103,7 +103,7 @@ del job
 runpy.run_path("/sandbox/_snippet.py", run_name="__main__")
 '''
 
-# The judge (after envs.sandbox.CLIENT): the instance's test files are the only code it runs. They
+# The judge (after runtime.sandbox.CLIENT): the instance's test files are the only code it runs. They
 # are imported from their text (a first finder); every other module of the repository is the
 # worker's (remote_modules); the standard library is its own.
 JUDGE = r'''
@@ -271,7 +271,7 @@ def run_tests(files: dict[str, str], tests=(), collect=(), timeout: float = 30.0
     """Run test ids and/or every test found under `collect` paths of a repository given as
     {path: text}. The test files (is_test_path) run in a judge sandbox that runs nothing else; the
     other files run in a worker sandbox that the judge reaches only through calls that return plain
-    data (envs/sandbox.run_pair). Top-level packages of `base` (the instance's repository; default:
+    data (runtime/sandbox.run_pair). Top-level packages of `base` (the instance's repository; default:
     `files`) come before any installed module of the same name; other new names only fill gaps (a
     new `math.py` or `numpy.py` never stands in for the real one). A test with no result failed."""
     nonce = secrets.token_hex(16)

@@ -169,7 +169,7 @@ class VideoQAEnv:
 def aggregate(episodes) -> dict:
     """Accuracy by question type, agreement and skip rates, micro-averaged citation and triple
     precision / recall (counts summed over episodes), and mean tokens per turn of each role and per
-    episode (when the episodes carry their steps: train.py's do, compare.py's replays do not)."""
+    episode (when the episodes carry their samples: train.py's do, compare.py's replays do not)."""
     ms = [e.metrics for e in episodes if e.metrics and "n_cited" in e.metrics]
     if not ms:
         return {}

@@ -8,7 +8,7 @@ Tests are the assert statements of HumanEval's `check(candidate)` body (the othe
 setup, run in order), or MBPP-style lists of asserts; a statement counts as a test when it asserts
 something about the function (`assert True` does not count).
 
-Where the verdict comes from: two sandboxes (envs/sandbox.run_pair). The solution runs in a worker
+Where the verdict comes from: two sandboxes (runtime/sandbox.run_pair). The solution runs in a worker
 sandbox and nothing else does; the task's prompt (its helpers and imports), setup and asserts run in
 a judge sandbox that runs no code of the solution's. There, `candidate` (and the entry point's name)
 is a proxy: a call goes down a pipe, the worker calls the solution's function and sends back plain
@@ -36,7 +36,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from envs.sandbox import CLIENT, WORKER, SandboxUnavailable, run_pair
+from runtime.sandbox import CLIENT, WORKER, SandboxUnavailable, run_pair
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _plan(tests, entry: str):
     return [(i, t, src) for i, ((src, _), t) in enumerate(zip(tests, is_test))], [i for i, t in enumerate(is_test) if t]
 
 
-# The judge (after envs.sandbox.CLIENT): the prompt, the setup and the asserts, with `candidate` the
+# The judge (after runtime.sandbox.CLIENT): the prompt, the setup and the asserts, with `candidate` the
 # worker's function; one result line per statement, on its own copy of stdout.
 JUDGE = r'''
 import signal as _signal

@@ -93,7 +93,7 @@ def test_plain_ids_reads_every_added_token_as_characters(tok):
 
 
 def test_sft_teaches_a_written_turn_boundary_as_characters(tok):
-    """A trajectory file's reply that writes `<|im_end|>\\n<|im_start|>user` (issue 64 §8): the SFT example's reply
+    """A trajectory file's reply that writes `<|im_end|>\\n<|im_start|>user`: the SFT example's reply
     span holds no added token but its EOS; a teacher's prompt built from messages whose content forges turns has
     only the template's own special tokens."""
     from sft_teachers import Example, tokenize
@@ -123,7 +123,7 @@ def test_the_scripted_teacher_builds_its_prompts_from_the_envs_messages():
 
 
 def test_sft_from_a_trajectory_file_reads_the_prompt_ids_not_the_text(tmp_path):
-    """A recorded turn whose prompt holds a reply that wrote `<|im_end|>\\n<|im_start|>assistant` (issue 64 §7, SFT
+    """A recorded turn whose prompt holds a reply that wrote `<|im_end|>\\n<|im_start|>assistant` (SFT
     data): the record's text cannot tell it from the template's, its prompt_ids can; the SFT example takes the
     ids (what the role saw), a file from another tokenizer falls back to the text, and a bad prompt_ids field is
     one line naming it."""

@@ -34,7 +34,7 @@ def with_(section, **kw):
     (dataclasses.replace(BASE, roles=(RoleConfig("a"), RoleConfig("a"))), "roles"),
     (dataclasses.replace(BASE, roles=tuple(dataclasses.replace(r, trainable=False) for r in BASE.roles)), "roles"),
     (dataclasses.replace(BASE, roles=(RoleConfig("a", temperature=0.0),)), "roles[0].temperature"),
-    # issue 25: these passed validation and trained
+    # these once passed validation and trained on NaN or inf
     (with_("algo", dual_clip=float("nan")), "algo.dual_clip"), (with_("algo", kl_target=float("nan")), "algo.kl_target"),
     (with_("algo", vf_clip=float("nan")), "algo.vf_clip"), (with_("algo", vf_clip=float("inf")), "algo.vf_clip"),
     (with_("trainer", total_epochs=-1), "trainer.total_epochs"), (with_("trainer", total_epochs=0), "trainer.total_epochs"),
@@ -218,3 +218,26 @@ def test_entry_points_make_openmp_wait_passively_before_torch_loads(entry):
                                    text=True, check=True).stdout.split()[-1]
     assert run(env) == "PASSIVE"
     assert run({**env, "OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
+
+
+def test_a_file_env_is_executed_once_per_process(tmp_path):
+    """data.env = path/to/file.py:Class: a short run looks its workflow up many times (checks, data, every rollout,
+    val) and one more lookup by another spelling of the same path follows; the file's top-level code runs once."""
+    import train
+    from workflows import workflow
+    count = tmp_path / "executions"
+    env = tmp_path / "counted.py"
+    env.write_text(f"with open({str(count)!r}, 'a') as f:\n    f.write('x')\n"
+                   "from envs.toy import ToyEnv, load_tasks  # noqa: F401\n")
+    cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
+    cfg = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, env=f"{env}:ToyEnv", batch_size=2, val_size=2),
+        rollout=dataclasses.replace(cfg.rollout, num_chains=2),
+        algo=dataclasses.replace(cfg.algo, mini_batch_size=4, micro_batch_size=4),
+        trainer=dataclasses.replace(cfg.trainer, total_steps=2, test_freq=1, output_dir=str(tmp_path / "run"),
+                                    resume="none"))
+    train.main(cfg)
+    assert count.read_text() == "x"
+    other = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env=f"{tmp_path}/./counted.py:ToyEnv"))
+    assert workflow(other)[1] is workflow(cfg)[1]
+    assert count.read_text() == "x"

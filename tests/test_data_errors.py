@@ -1,4 +1,4 @@
-"""Bad data files get a clear error before any expensive work (issue 11 §4, the math/search loaders).
+"""Bad data files get a clear error before any expensive work (the math/search loaders).
 
 Each case writes one bad file and checks that loading it raises DataError whose message names the
 file, the line and (for a bad row) the field: never a bare traceback, never a silent empty set.
@@ -189,7 +189,7 @@ def test_code_task_rows_name_file_line_and_field(tmp_path, row, field):
 
 
 def test_datasets_that_cannot_be_read_name_the_spec(tmp_path):
-    """Before issue 25: ArrowInvalid for a garbage parquet, a raw FileNotFoundError for an empty or
+    """What these once raised: ArrowInvalid for a garbage parquet, a raw FileNotFoundError for an empty or
     broken save_to_disk directory, a ConnectionError for a hub name without network."""
     datasets = pytest.importorskip("datasets")
     from data.math_data import load_math

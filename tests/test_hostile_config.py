@@ -1,4 +1,4 @@
-"""Hostile configs (issue "Hostile inputs, round 3"): names that would write outside the run, numbers
+"""Hostile configs: names that would write outside the run, numbers
 that crash torch or train on NaN, env kwargs each env checks in its constructor, files that are not
 files. Each is one ConfigError naming the field, raised before any model loads."""
 import dataclasses

@@ -1,4 +1,4 @@
-"""Nothing a model writes can crash or stall training (issue 11 §3, issue 25 §2): every reply parser
+"""Nothing a model writes can crash or stall training: every reply parser
 and every workflow's `step`.
 
 Replies are at most ~1024 tokens (4-8 kB); every hostile reply here is >= 32 kB (4x that, and
@@ -13,13 +13,13 @@ prints them). Before the fix,
 "Verdict" + 1000 spaces took 20 s in parse_verdict and "The answer is" + 2000 spaces + "x$ y"
 60 s in extract_answer (both cubic), and parse_query("Query: ") raised IndexError.
 
-Issue 25 found a shape the set missed: a marker, one character, a long blank run, one more
+A later search found a shape the set missed: a marker, one character, a long blank run, one more
 character. "<tool_call>a" + 64k spaces + "b" took 53 s in parse_tool_call (a lazy `.*?` followed by
 `\s*` and an alternative backtracks over every blank), and the research env's step inherited it;
 2000 one-line hunks against a 20k-line file took 12-31 s in envs/swe.apply_patch. So every marker any
 parser looks for (MARKERS) now comes in that shape, with newlines, and repeated; every workflow's
 `step` is fuzzed with the whole set (each step under STEP_BOUND_S CPU seconds) and with 1 MB replies
-of the shapes that were slow (the issue asks ~1 s; the bound is generous, and `python
+of the shapes that were slow (a step should take ~1 s; the bound is generous, and `python
 bench/hostile_parsers.py` prints the measured wall times).
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from envs.math_3agent import MathTeamEnv
 from envs.math_single import MathSingleEnv
 from envs.math_tool import MathToolEnv, plan_expression, plan_right
 from envs.swe import PatchError, SWETeamEnv, apply_edits, apply_patch
-from envs.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
+from runtime.tools import ANSWER, CALCULATOR, PYTHON, ToolCall, calculate, parse_tool_call
 from envs.toy import ToyEnv
 from helpers import bounded
 from rewards import qa
@@ -128,7 +128,7 @@ HOSTILE = {
     "random printable": lambda: _random_text(1, "".join(map(chr, range(32, 127))) + "\n\t"),
 }
 
-# what any parser looks for (agents/, rewards/, envs/tools.py, envs/swe.py): each in the shape that
+# what any parser looks for (agents/, rewards/, runtime/tools.py, envs/swe.py): each in the shape that
 # backtracks (marker + a + blanks + b: the lazy-then-blanks regex), with newlines, and repeated
 MARKERS = ("<tool_call>", "</tool_call>", "```json\n{", "```", '"name":', "Action:", "Action: calculator[",
            "Action: calculator\nAction Input:", "[", "]", "\\boxed{", "####", "The answer is", "Verdict:", "verdict",
@@ -227,7 +227,8 @@ def test_parser_survives_every_hostile_reply(parser, hostile):
 
 
 def test_known_regressions_are_fixed_and_linear():
-    """The three cases of the issue, at 32k and 128k: the old code took days (cubic) or raised."""
+    """The three cases above (parse_verdict, extract_answer, parse_query), at 32k and 128k: the old code took days
+    (cubic) or raised."""
     for n in (N, 4 * N):
         assert timed(parse_verdict, "Verdict" + " " * n, 2.0)[0] is None
         assert timed(parse_verdict, "Verdict" + " " * n + ": Incorrect", 2.0)[0] is False
@@ -282,7 +283,7 @@ def test_short_garbage_never_raises():
 # ---------------------------------------------------------------------------------- envs
 
 
-STEP_BOUND_S = 3.0  # CPU seconds of one env.step on one hostile reply (issue 25: ~1 s; bench/hostile_parsers.py)
+STEP_BOUND_S = 3.0  # CPU seconds of one env.step on one hostile reply (the aim: ~1 s; bench/hostile_parsers.py)
 
 
 def _drive(env, task, replies, max_turns=12, label="step"):
@@ -415,7 +416,7 @@ def test_every_workflow_step_is_fast_on_hostile_replies(name, hostile):
 
 
 MB = 2 ** 20
-# the shapes that were slow before issue 25, at 1 MB (the largest reply the issue asks about)
+# the shapes that were once slow, at 1 MB (far more than any reply a role's token budget allows)
 SLOW_BEFORE = {
     "<tool_call>a + 1 MB of spaces + b": lambda: "<tool_call>a" + " " * MB + "b",
     "<tool_call>a + 1 MB of newlines + b": lambda: "<tool_call>a" + "\n" * MB + "b",

@@ -5,8 +5,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
-    ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "chat", "envs.sandbox"]),
-    ("scoring, parsing, tools", ["rewards", "agents", "envs.tools", "rundir"]),
+    ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "chat"]),
+    ("scoring, parsing, tools", ["rewards", "agents", "runtime", "rundir"]),
     ("workflows and data", ["envs", "data", "workflows", "sft_teachers"]),
     ("engines and the episode driver", ["engines", "vllm_engine", "rollout"]),
     ("the learner", ["learner", "sft_train"]),
@@ -18,7 +18,7 @@ ENTRY_POINTS = LAYERS[-1][1]
 
 def project_modules() -> dict[str, Path]:
     """Every module of the project (tests, bench and configs are not part of the house)."""
-    files = [p for p in ROOT.glob("*.py")] + [p for d in ("envs", "agents", "rewards", "data") for p in (ROOT / d).glob("*.py")]
+    files = [p for p in ROOT.glob("*.py")] + [p for d in ("runtime", "envs", "agents", "rewards", "data") for p in (ROOT / d).glob("*.py")]
     out = {}
     for p in files:
         rel = p.relative_to(ROOT).with_suffix("")
@@ -45,14 +45,11 @@ def imports(path: Path, known: set[str]) -> set[str]:
 
 
 def layer_of(module: str) -> int:
-    """The most specific entry of LAYERS that names the module or a package holding it."""
-    best = None
+    """The layer of the entry of LAYERS that names the module or the folder holding it (a folder is in one layer)."""
     for i, (_, names) in enumerate(LAYERS):
-        for n in names:
-            if (module == n or module.startswith(n + ".")) and (best is None or len(n) > len(best[1])):
-                best = (i, n)
-    assert best is not None, f"{module} is in no layer: add it to LAYERS (and README's Layout)"
-    return best[0]
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return i
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and README's Layout)")
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
@@ -92,6 +89,16 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         if v not in index:
             visit(v)
     return bad + [f"import cycle: {' -> '.join(c)}" for c in cycles]
+
+
+def test_a_folder_is_in_one_layer():
+    """No entry of LAYERS names a module inside a folder another entry names: a module that belongs to another
+    layer than its folder moves to a folder of that layer (the sandbox and the tool runtime left envs/ for
+    runtime/), so a file's folder tells its layer."""
+    names = [n for _, ns in LAYERS for n in ns]
+    assert [(a, b) for a in names for b in names if a.startswith(b + ".")] == []
+    mods = project_modules()
+    assert {m.partition(".")[0] for m in mods} <= set(names)  # every folder and top-level module named as a whole
 
 
 def test_imports_point_down_the_layers():

@@ -64,7 +64,7 @@ def test_pathological_inputs_return_in_bounded_time(resp):
     assert math_reward("\\boxed{2}", "2") == 1.0  # the worker came back after a kill
 
 
-# Answers built to be slow cost the worker's whole deadline and a restart each (6 s; issue 33): they
+# Answers built to be slow cost the worker's whole deadline and a restart each (6 s): they
 # are recognised as too large to be the answer before math-verify sees them (bench/hostile_parsers.py
 # prints their times). Counted, not timed: none reaches the worker, none kills it.
 HUGE = ["10^{10^{10}}", "9^{9^{9^9}}", "(10^9)!", "10^{10^{10^{10}}}!", "9**9**9", "\\binom{10^{9}}{5 \\cdot 10^{8}}",

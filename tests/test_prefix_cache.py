@@ -1,4 +1,4 @@
-"""TorchEngine's prefix cache (issue 36): a request whose prompt extends a finished row's prompt +
+"""TorchEngine's prefix cache: a request whose prompt extends a finished row's prompt +
 completion under the same adapter restores that KV and prefills only the rest. Every test compares
 with an engine that has no cache (prefix_cache_tokens=0): same tokens, logprobs to 1e-5, and counts
 (never times) show that the cache did its work."""

@@ -277,7 +277,7 @@ def test_a_change_to_the_teachers_code_makes_finished_stages_stale(tmp_path, cap
         _, module, loader = workflow(load_config_file(str(path)))
         return {str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else f.name for f in teacher_sources(module, loader)}
     code = sources(ROOT / "configs" / "cpu" / "code.py")
-    assert {"sft_teachers.py", "envs/code_team.py", "envs/sandbox.py", "rewards/code.py", "data/code_data.py"} <= code
+    assert {"sft_teachers.py", "envs/code_team.py", "runtime/sandbox.py", "rewards/code.py", "data/code_data.py"} <= code
     assert "data/swe_data.py" in sources(ROOT / "configs" / "cpu" / "swe.py")  # the loader's module
     env = tmp_path / "my_env.py"
     env.write_text('"""My env."""\nfrom envs.toy import ToyEnv as Env, load_tasks  # noqa: F401\n\n\ndef helper():\n'

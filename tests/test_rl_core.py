@@ -690,6 +690,38 @@ def test_an_estimator_with_state_is_one_class_and_one_dict_entry_and_resumes_exa
     assert [[r[k] for k in keys] for r in straight[2:]] == [[r[k] for k in keys] for r in resumed[2:]]
 
 
+def test_a_stateful_estimators_settings_come_from_the_config_and_a_bad_key_is_one_line(tmp_path):
+    """algo.estimator_kwargs reaches the instance the run builds: batches scoring 1, 0, 0 give EMABaseline's
+    advantages 0, -1, -0.9 at the default decay 0.9 and 0, -1, 0 at decay 0 (the baseline is the last mean). An
+    unknown key, a refused value and settings with no stateful estimator in use are each one line naming the field."""
+    from session import Run
+    mask = torch.ones(2, 3)
+
+    def advantages(argv):
+        cfg = train.cli(["--config", TOY, "--algo.adv-estimator", "ema_baseline", *argv]).validate()
+        learner.check_names(cfg)
+        est = Run(cfg, None, None, "cpu").estimator_state["speaker"]
+        out = []
+        for score in (1.0, 0.0, 0.0):
+            token_rewards = torch.zeros(2, 3)
+            token_rewards[:, -1] = score
+            out.append(round(float(est(token_rewards, mask)[0][0, 0]), 6))
+        return out
+    assert advantages([]) == [0.0, -1.0, -0.9]
+    assert advantages(["--algo.estimator-kwargs", "decay", "0"]) == [0.0, -1.0, 0.0]
+    for argv, want in [(["--algo.adv-estimator", "ema_baseline", "--algo.estimator-kwargs", "decya", "0.5"],
+                        "config field algo.estimator_kwargs: ema_baseline takes no setting 'decya' (its settings: decay)"),
+                       (["--algo.adv-estimator", "ema_baseline", "--algo.estimator-kwargs", "decay", "1.5"],
+                        "config field algo.estimator_kwargs.decay: must be a number in [0, 1), got 1.5"),
+                       (["--algo.estimator-kwargs", "decay", "0.5"], "config field algo.estimator_kwargs: ['decay'] set, "
+                        "but no estimator in use takes settings")]:
+        r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", TOY, "--trainer.output-dir",
+                            str(tmp_path / "run"), *argv], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert r.stderr.strip().splitlines()[-1].startswith(f"error: {want}"), r.stderr[-2000:]  # one line
+        assert not (tmp_path / "run").exists()  # refused before anything ran
+
+
 def test_train_windows_train_exactly_their_roles_and_resume_mid_window_bit_exactly(tmp_path):
     """roles.train_windows: the generator learns at steps 1-2, the judge at 3-4, the refiner always; a run
     stopped after step 3 (inside the judge's window) and resumed equals the straight run."""

@@ -102,7 +102,7 @@ def test_an_explicit_bad_checkpoint_is_a_clear_error(run3):
         load_adapters(load_model("tiny")[0], ck(run3, 2), ["speaker"])
 
 
-# what eval.py, play.py and export.py got before issue 25: a SafetensorError without the file's name, a
+# what eval.py, play.py and export.py once gave on these: a SafetensorError without the file's name, a
 # bare JSONDecodeError, a PytorchStreamReader error; export.py merged a NaN adapter and wrote the model
 ENTRY_CORRUPTIONS = {
     **CORRUPTIONS,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox import run_python
+from runtime.sandbox import run_python
 from rewards.code import run_tests
 
 SECRET = "troupe-secret-4242"
@@ -305,7 +305,7 @@ def test_forgeries_cannot_break_the_code_team_env():
     assert env.turn_rewards() == [0.0, 0.0] and env.metrics()["final_success"] == 0.0
 
 
-# An assert that reads a setup variable ran next to the solution before issue 25, where a solution
+# An assert that reads a setup variable once ran next to the solution, where a solution
 # that patched its harness passed it; now every assert runs in the judge.
 IN_PROCESS = {"entry_point": "add", "tests": "def check(candidate):\n    x = 1\n    assert candidate(x, 2) == 3\n"}
 
@@ -338,19 +338,19 @@ def test_run_tests_never_raises_on_bad_tasks():
 
 
 def test_no_working_bwrap_is_a_clear_error_unless_weak_is_chosen(tmp_path):
-    code = ("import envs.sandbox as s\ntry:\n    s.run_python('print(1)')\nexcept s.SandboxUnavailable as e:\n"
+    code = ("import runtime.sandbox as s\ntry:\n    s.run_python('print(1)')\nexcept s.SandboxUnavailable as e:\n"
             "    print('refused:', e)\n")
     env = {**os.environ, "TROUPE_BWRAP": "/bin/false", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert "refused: the sandbox cannot start" in r.stdout and "user namespaces" in r.stdout, r.stdout + r.stderr
-    weak = subprocess.run([sys.executable, "-c", "import envs.sandbox as s; print(s.run_python('print(6*7)').stdout)"],
+    weak = subprocess.run([sys.executable, "-c", "import runtime.sandbox as s; print(s.run_python('print(6*7)').stdout)"],
                           env={**env, "TROUPE_SANDBOX": "weak"}, capture_output=True, text=True, timeout=60)
     assert weak.stdout.strip() == "42" and "WITHOUT isolation" in weak.stderr  # loudly logged
 
 
 # A test that calls a method on the result (`candidate('ab').upper() == 'AB'`) used to reach the
-# worker's object through its handle: a wrong solution returning an object whose methods lie passed
-# (issue 33). A handle for a value the code under test returned is now opaque to the judge (no
+# worker's object through its handle: a wrong solution returning an object whose methods lie passed.
+# A handle for a value the code under test returned is now opaque to the judge (no
 # attribute reads, no calls), and a subclass of a plain builtin comes back as its builtin data.
 METHOD_TESTS = {"entry_point": "f", "tests": [
     "assert f('ab').upper() == 'AB'", "assert f('abca').count('a') == 2",

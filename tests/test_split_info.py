@@ -1,4 +1,4 @@
-"""The split-information design (issue 65 §3): data/split_info_data.py's tasks, envs/split_info.py's team and its
+"""The split-information design (docs/experiments.md): data/split_info_data.py's tasks, envs/split_info.py's team and its
 one-agent baseline, their configs. The split is real (each agent's first prompt holds its own facts and none of
 the other's), round 1 is handed out at once and round 2 continues each agent's own chat, the teacher scores the
 maximum, rewards and metrics match numbers worked out by hand, and every option changes what it names."""

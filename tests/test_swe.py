@@ -169,7 +169,7 @@ def test_resolution_rule():
     assert hang.score == 0.0
 
 
-# Reward hacks a policy could learn (issue 25): each leaves the bug unfixed; before, each scored 1.0
+# Reward hacks a policy could learn: each leaves the bug unfixed; before, each scored 1.0
 ALWAYS_EQUAL = ("class _Any:\n    def __eq__(self, other):\n        return True\n\n    __hash__ = object.__hash__\n\n\n"
                 + BUGGY.replace("    return a - b", "    return _Any()"))
 COMPILE_SWAP = ("import builtins, re\n_compile = builtins.compile\n\n\n"
@@ -234,7 +234,7 @@ def test_files_the_runner_imports_as_tests_are_refused():
 
 def test_diff_paths_are_cleaned_once_before_every_rule():
     """`+++ b/./tests.py` was applied under its raw path, past the rule on modules named `tests`, and
-    the raw path reached model_patch (issue 33): a diff's paths are cleaned once, then checked."""
+    the raw path reached model_patch: a diff's paths are cleaned once, then checked."""
     for alias in ("./tests.py", ".//tests.py", "tests.py/.", "calc/../tests.py", "tests/./test_ops.py"):
         env = SWETeamEnv()
         env.reset(TASK)
@@ -487,7 +487,7 @@ def test_loader_checks_rows_and_reads_git_checkouts(tmp_path):
 
 def test_loader_refuses_tests_that_could_never_pass(tmp_path):
     """A FAIL_TO_PASS id in a file that is not in the repository (nor added by test_patch), or not a
-    test file, loaded and could never score (issue 25)."""
+    test file, used to load and could never score."""
     good = {k: TASK[k] for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
                                  "FAIL_TO_PASS", "PASS_TO_PASS", "repo_files")}
     f = tmp_path / "x.jsonl"

@@ -19,7 +19,7 @@ from data.code_data import (FAMILIES, SYNTH_SIZES, _universe, canonical_body, lo
                             parse_synthetic, synthetic_code_tasks, synthetic_split_size)
 from data.math_data import DataError
 from envs.code_team import CodeTeamEnv, _mutants, complete_code, reference_solution, scripted_repair, scripted_replies
-from envs.sandbox import run_python
+from runtime.sandbox import run_python
 from helpers import play
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ import pytest
 
 from config import load_config_file
 from envs.swe import SWETeamEnv, _file_edits, apply_edits, load_tasks, parse_edits, parse_verdict, scripted_replies
-from envs.tools import parse_tool_call
+from runtime.tools import parse_tool_call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = load_config_file(os.path.join(ROOT, "configs", "swe_team.py"))

@@ -1,4 +1,4 @@
-"""Single-agent styles pick their tools and reward by name (envs/tools.get_tools, envs/react.REWARDS):
+"""Single-agent styles pick their tools and reward by name (runtime/tools.get_tools, envs/react.REWARDS):
 ReAct + search + qa_f1, a code-acting agent + python + the code reward, unknown names named."""
 import dataclasses
 import json
@@ -10,7 +10,7 @@ import train
 from config import ConfigError, load_config_file
 from envs import react
 from envs.react import REWARDS, ToolAgentEnv
-from envs.tools import TOOL_NAMES, get_tools, tool_names
+from runtime.tools import TOOL_NAMES, get_tools, tool_names
 from workflows import check_roles, load_data, workflow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -137,7 +137,7 @@ def test_html_page_renders_curves_and_filters_episodes_in_chromium(run, tmp_path
     assert img.size == (1100, 900) and len(colors) > 20  # drawn, not blank
 
 
-# ---------------------------------------------------------------------------------- hostile files (issue 25)
+# ---------------------------------------------------------------------------------- hostile files
 
 GOOD = {"split": "val", "step": 1, "task_id": 3, "task": {"question": "2+2?"}, "metrics": {"team_reward": 1.0},
         "turns": [{"role": "solver", "prompt": "p", "reply": "4", "reward": 1.0, "reply_tokens": 1, "finish_reason": "stop"}]}

@@ -1,6 +1,6 @@
-"""Issue-7 workflows: the sandbox under attack, tools and their parsing, multi-turn masking, a
-scripted episode of every branch of each workflow, each under the driver with the tiny model, and
-a few CPU training steps of each."""
+"""The tool-using workflows (math_tool, code, search, react): the sandbox under attack, tools and their parsing,
+multi-turn masking, a scripted episode of every branch of each workflow, each under the driver with the tiny
+model, and a few CPU training steps of each; and every built-in workflow's aggregate on the stand-ins it gets."""
 import dataclasses
 import json
 import math
@@ -15,7 +15,7 @@ from envs.code_team import CodeTeamEnv
 from envs.math_tool import MathToolEnv
 from envs.react import ToolAgentEnv
 from envs.search_team import SearchTeamEnv
-from envs.tools import (
+from runtime.tools import (
     ANSWER,
     CALCULATOR,
     PYTHON,
@@ -219,3 +219,38 @@ def test_workflow_trains_on_cpu_with_tiny_model(name, tmp_path):
     rows = [json.loads(ln) for ln in open(tmp_path / name / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 2]  # two train steps and the final eval
     assert all(isinstance(v, (int, float)) and math.isfinite(v) for r in rows for k, v in r.items() if k != "step")
+
+
+def test_every_aggregate_takes_the_stand_ins_the_contract_promises():
+    """envs/__init__.py's "What aggregate receives": metrics only (compare.py's SimpleNamespace), an env error's {},
+    the trainer's light episodes (no env, placeholder ids, no text), and no episode at all. Every built-in
+    workflow's aggregate takes each without raising and returns numbers; the metrics are real ones, from an
+    episode of each workflow played with one fixed reply."""
+    import glob
+    import types
+
+    from envs import play_replies
+    from rollout import Episode, Sample
+    from workflows import BUILTINS, workflow
+    base = load_config_file(os.path.join(ROOT, "configs", "tiny_toy.py"))
+    modules = {workflow(dataclasses.replace(base, data=dataclasses.replace(base.data, env=n)))[1] for n in BUILTINS}
+    modules = {m for m in modules if hasattr(m, "aggregate")}
+    shipped = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "tiny_*.py"))) + \
+            sorted(glob.glob(os.path.join(ROOT, "configs", "cpu", "*.py"))):
+        cfg = load_config_file(path)
+        shipped.setdefault(workflow(cfg)[1], cfg)
+    assert modules <= set(shipped), f"no tiny or CPU config for {modules - set(shipped)}"
+    for module in modules:
+        make_env, _, load_tasks = workflow(shipped[module])
+        task = load_tasks(shipped[module].data.val_files)[0]
+        metrics = [{}]  # an episode whose env raised
+        for reply in ("The answer is \\boxed{4}.", "Correct"):
+            env = make_env()
+            play_replies(env, task, [reply] * 40)
+            metrics.append(env.metrics())
+        light = [Episode(0, 0, None, [Sample(0, 0, role, 0, [], [0] * 5, [], reward=0.5) for role in env.roles], m)
+                 for m in metrics]
+        for episodes in ([types.SimpleNamespace(metrics=m) for m in metrics], light, []):
+            got = module.aggregate(episodes)
+            assert isinstance(got, dict) and all(isinstance(v, (int, float)) for v in got.values()), module.__name__

@@ -1,7 +1,7 @@
 """Tools for agents: plain functions with a name, a description and a JSON-schema-like spec.
 
     calculator(expression)  safe arithmetic (an AST walk; no eval of arbitrary code)
-    python(code)            runs the code in envs/sandbox.py; returns stdout / stderr, truncated
+    python(code)            runs the code in runtime/sandbox.py; returns stdout / stderr, truncated
     search(query)           BM25 (the `bm25s` package) over a local corpus; top-k passages
     answer(answer)          ends the episode with a final answer (the env handles it)
 
@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable
 
-from envs.sandbox import run_python
+from runtime.sandbox import run_python
 
 MAX_OBS = 2000  # characters of a tool observation shown to the model
 
