@@ -406,6 +406,11 @@ def test_split(name: str) -> tuple[str, str, int | None]:
     return base, test, n
 
 
+def stage_env() -> dict:
+    """The environment of a stage's process: this one's, with the repo first on PYTHONPATH."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+
+
 def tokens_per_task(d: Path) -> float:
     """Generated tokens per task of an eval.py folder's greedy episodes (every role's turns)."""
     recs = trajectories.read(d / "greedy.jsonl")
@@ -440,7 +445,7 @@ def test_eval(out: Path, stage: str, test: str, n: int | None, tiny: bool, maj_k
     cmd += ["--limit", str(2 if tiny else n)] if (tiny or n) else []
     cmd += ["--maj-k", str(maj_k)] if maj_k else []
     print(f"[{time.strftime('%H:%M:%S')}] test eval: {' '.join(cmd[1:])}", flush=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = stage_env()
     with open(out / "test.log", "a") as log:
         rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     if rc:
@@ -507,7 +512,7 @@ def run(a, recipe: Path, cfg, sft: dict, out: Path) -> dict:
                  f"{a.workflow}.py, its tasks, SFT options, --tiny or the teacher's code changed since): give --out a "
                  f"new directory, or delete {out}")
     os.replace(new, conf)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = stage_env()
     ran = False
     for k, stage in enumerate(STAGES):
         m, why = marker(out, stage)
