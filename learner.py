@@ -106,8 +106,9 @@ class AdapterBatch:
         self.mask = torch.zeros(N, L - 1)  # 1 on targets the role generated
         self.sample_logp = torch.zeros(N, L - 1)
         self.scores = torch.tensor([s.reward for s in samples])  # (N,)
-        self.last = torch.zeros(N, dtype=torch.long)  # target column of each row's last token
-        self.first = torch.zeros(N, dtype=torch.long)  # target column of each row's first generated token
+        # host bookkeeping as plain ints, so the update's micro-batch loop reads no tensor back to the host
+        self.last = [0] * N  # target column of each row's last token
+        self.first = [0] * N  # target column of each row's first generated token
         for i, s in enumerate(samples):
             P, C = len(s.prompt_ids), len(s.completion_ids)
             if (s.logprobs and len(s.logprobs) != C) or P == 0:
@@ -121,13 +122,13 @@ class AdapterBatch:
                 self.sample_logp[i, P - 1:P + C - 1] = torch.tensor(s.logprobs)
             self.last[i], self.first[i] = P + C - 2, P - 1
         self.temps = torch.tensor(temps)
-        self.rows_len = self.attn.sum(1)
+        self.rows_len = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]  # real tokens of each row
         self.row_turns = [1] * N  # turns each row holds (Packed: more), what micro-batches count
 
     def micro(self, rows, L: int | None = None):
         """(ids, attn, number of target columns) for a list of row indices, trimmed (or padded) to L,
         by default their own length."""
-        n = int(self.rows_len[rows].max())
+        n = max(self.rows_len[r] for r in rows)
         L = n if L is None else L
         ids, attn = self.ids[rows, :n], self.attn[rows, :n]
         if L > n:
@@ -165,11 +166,11 @@ class Packed:
         b = self.batch = AdapterBatch.__new__(AdapterBatch)
         b.samples, b.norm_len, b.pad_id = [source.samples[t] for t in tails], source.norm_len, source.pad_id
         b.ids, b.attn, b.temps = source.ids[tails], source.attn[tails], source.temps[tails]
-        b.rows_len, b.scores, b.last = source.rows_len[tails], source.scores[tails], source.last[tails]
+        b.rows_len, b.scores, b.last = [source.rows_len[t] for t in tails], source.scores[tails], [source.last[t] for t in tails]
         members = defaultdict(list)  # row -> its turns
         for i in self.turns:
             members[self.row[i]].append(i)
-        b.first = torch.tensor([min(int(source.first[i]) for i in members[j]) for j in range(len(tails))])
+        b.first = [min(source.first[i] for i in members[j]) for j in range(len(tails))]
         b.row_turns = [len(members[j]) for j in range(len(tails))]
         b.mask, b.sample_logp = self.pack(source.mask), self.pack(source.sample_logp)
 
@@ -179,7 +180,7 @@ class Packed:
             return None
         out = t.new_zeros(len(self.batch.samples), t.shape[1])
         for i in self.turns:
-            a, b = int(self.source.first[i]), int(self.source.last[i])
+            a, b = self.source.first[i], self.source.last[i]
             out[self.row[i], a:b + 1] = t[i, a:b + 1]
         return out
 
@@ -188,7 +189,8 @@ class Packed:
         columns of its row, zero elsewhere."""
         cols = torch.arange(t.shape[1])[None, :]
         rows = torch.tensor([self.row[i] for i in range(len(self.source.samples))])
-        return t[rows] * ((cols >= self.source.first[:, None]) & (cols <= self.source.last[:, None]))
+        first, last = torch.tensor(self.source.first)[:, None], torch.tensor(self.source.last)[:, None]
+        return t[rows] * ((cols >= first) & (cols <= last))
 
 
 def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
@@ -197,12 +199,15 @@ def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
     generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
     Returns (logits (b, T - start, V) / temperature, targets (b, T - start), start, T): column j is
     target column start + j of the batch."""
-    L = max(int(batch.rows_len[rows].max()) for batch, rows in pieces)
+    L = max(batch.rows_len[r] for batch, rows in pieces for r in rows)
     parts = [batch.micro(rows, L) for batch, rows in pieces]
-    ids, attn = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    start = min(int(batch.first[rows].min()) for batch, rows in pieces)
+    ids = torch.cat([p[0] for p in parts])
+    start = min(batch.first[r] for batch, rows in pieces for r in rows)
     temps = torch.cat([batch.temps[rows] for batch, rows in pieces]).to(device)
-    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), logits_to_keep=L - start).logits[:, :-1]
+    # no attention mask: rows are right-padded and attention is causal, so no real token sees a pad, and
+    # positions count from 0 as the mask would make them; with a mask, transformers asks the device
+    # whether any row is padded (a host sync in every micro-batch of the update)
+    logits = model(input_ids=ids.to(device), logits_to_keep=L - start).logits[:, :-1]
     return logits.float() / temps[:, None, None], ids[:, start + 1:].to(device), start, L - 1
 
 
@@ -273,7 +278,7 @@ def window(t: torch.Tensor, rows, start: int, T: int) -> torch.Tensor:
 
 def by_length(batch: AdapterBatch, rows) -> list[int]:
     """Rows longest first: consecutive micro-batches then hold rows of similar length (less padding)."""
-    return sorted(rows, key=lambda i: -int(batch.rows_len[i]))
+    return sorted(rows, key=lambda i: -batch.rows_len[i])
 
 
 class Critic:
@@ -293,10 +298,9 @@ class Critic:
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg.algo.critic_lr)
 
     def forward(self, model, batch: AdapterBatch, rows):
-        ids, attn, T = batch.micro(rows)
+        ids, _, T = batch.micro(rows)
         lora.set_adapter(model, "critic")
-        out = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), output_hidden_states=True,
-                    logits_to_keep=1)
+        out = model(input_ids=ids.to(self.device), output_hidden_states=True, logits_to_keep=1)  # right-padded: see forward_logits
         return self.head(out.hidden_states[-1][:, :-1].float()).squeeze(-1), T  # (b, T)
 
     @torch.no_grad()
@@ -322,7 +326,7 @@ class Critic:
                 loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
                                          batch.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
                 backward(a.vf_coef * loss)
-                vf_loss += loss.item()
+                vf_loss = vf_loss + loss.detach()  # on the device: read back once, after the loop
             if world() > 1:  # the head is replicated, not sharded: average its gradients by hand
                 for p in self.head.parameters():
                     torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.AVG)
@@ -333,7 +337,7 @@ class Critic:
         n, sr, sr2, sd, sd2 = all_sum([float(x) for x in (m.sum(), (returns * m).sum(), (returns ** 2 * m).sum(),
                                                            (d * m).sum(), (d ** 2 * m).sum())])
         var_r, var_d = sr2 / max(n, 1) - (sr / max(n, 1)) ** 2, sd2 / max(n, 1) - (sd / max(n, 1)) ** 2
-        out = {"vf_loss": all_sum(vf_loss) / a.ppo_epochs}
+        out = {"vf_loss": all_sum(float(vf_loss)) / a.ppo_epochs}
         if var_r > 1e-12:  # undefined when every return is equal
             out["explained_variance"] = 1 - var_d / var_r
         return out
@@ -392,7 +396,8 @@ class AdapterUpdate:
 @dataclass
 class UpdateStats:
     """One adapter's bookkeeping over a policy update: token-weighted sums (reduced over ranks at the
-    end), the max ratio of each mini-batch, the gradient norm of each optimizer step."""
+    end), the max ratio of each mini-batch, the gradient norm of each optimizer step. The sums and ratio
+    maxima stay tensors on the device until reduce_stats reads them back, once per update."""
     lr: float
     sums: dict = field(default_factory=lambda: defaultdict(float))
     ratio_max: list = field(default_factory=list)
@@ -403,7 +408,8 @@ class UpdateStats:
 def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, on_policy, denom, cfg, kl_coef, ref_logits,
                  device):
     """One adapter's loss on its rows of a micro-batch: the clipped policy term, minus the entropy bonus,
-    plus the KL term when the KL is in the loss. Returns (loss, its token-weighted sums, the max ratio).
+    plus the KL term when the KL is in the loss. Returns (loss, its token-weighted sums, the max ratio), the
+    sums and the ratio as detached device tensors: nothing here waits for the device.
     on_policy: this forward IS the policy that sampled (first mini-batch of the first epoch): ratio 1."""
     a = cfg.algo
     (clip_low, clip_high), agg, norm_len = a.clip, a.agg, part.batch.norm_len
@@ -415,16 +421,16 @@ def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, o
                                                   agg, denom, norm_len)
     entropy = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), mask)  # a metric always
     loss = pg_loss - a.entropy_coef * ppo.agg_loss(entropy, mask, agg, denom, norm_len)
-    n = float(mask.sum())
-    sums = {"pg_loss": pg_loss.item(), "tokens": n, "entropy": float((entropy.detach() * mask).sum()),
+    n = mask.sum()
+    sums = {"pg_loss": pg_loss.detach(), "tokens": n, "entropy": (entropy.detach() * mask).sum(),
             "clipfrac": pg_stats["clipfrac"] * n, "approx_kl": pg_stats["approx_kl"] * n}
     if a.kl_coef > 0 and not a.kl_in_reward:
         kl = (ppo.full_kl(logits, ref_logits) if a.kl_kind == "full"
               else ppo.kl_penalty(logp, window(part.ref_logp, rows, start, T).to(device), a.kl_kind))
         kl_loss = ppo.agg_loss(kl, mask, agg, denom, norm_len)
         loss = loss + kl_coef * kl_loss
-        sums["kl_loss"] = kl_loss.item()
-    return loss, sums, (pg_stats["ratio_max"] if n else 0.0)
+        sums["kl_loss"] = kl_loss.detach()
+    return loss, sums, torch.where(n > 0, pg_stats["ratio_max"], 0.0)
 
 
 def step_or_skip(part: AdapterUpdate, params, nonfinite: bool, stats: UpdateStats, grad_clip: float):
@@ -443,8 +449,9 @@ def step_or_skip(part: AdapterUpdate, params, nonfinite: bool, stats: UpdateStat
 def reduce_stats(stats: UpdateStats, n_steps: int) -> dict:
     """The update's metrics over every rank: token means, the mean loss stepped on, ratio maxima."""
     keys = sorted(stats.sums)
-    tot = dict(zip(keys, all_sum([stats.sums[k] for k in keys])))
-    rmax = np.max(gather_objects(stats.ratio_max), axis=0)  # (epochs x mini-batches,) max over ranks
+    local = torch.stack([torch.as_tensor(stats.sums[k], dtype=torch.float64).cpu() for k in keys]).tolist() if keys else []
+    tot = dict(zip(keys, all_sum(local)))
+    rmax = np.max(gather_objects(torch.stack(stats.ratio_max).tolist()), axis=0)  # (epochs x mini-batches,) max over ranks
     out = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
     out.update({k: tot[k] / n_steps for k in ("pg_loss", "kl_loss") if k in tot})  # mean over mini-batches
     out.update(ratio_max=float(rmax.max()), ratio_max_first=float(rmax[0]), skipped=stats.skipped, lr=stats.lr)
@@ -477,8 +484,9 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
             counts = [p.batch.mask[rows].sum() if a.agg == "token-mean" else (p.batch.mask[rows].sum(1) > 0).sum()
                       for p, rows in mb.items()]
             denom = {p: max(c, 1.0) for p, c in zip(mb, all_sum([float(c) for c in counts]))}  # global
-            rows = sorted(((p, r) for p in mb for r in mb[p]), key=lambda x: -int(x[0].batch.rows_len[x[1]]))
-            nonfinite, mb_ratio_max = dict.fromkeys(mb, False), dict.fromkeys(mb, 0.0)
+            rows = sorted(((p, r) for p in mb for r in mb[p]), key=lambda x: -x[0].batch.rows_len[x[1]])
+            # device tensors, read back once per mini-batch (below): the micro-batch loop never waits for the device
+            nonfinite, mb_ratio_max = dict.fromkeys(mb, False), {p: [] for p in mb}
             for chunk, weight in lockstep_chunks(rows, a.micro_batch_size, dummy=(next(iter(mb)), 0),
                                                  weights=[p.batch.row_turns[r] for p, r in rows]):
                 pieces = [(p, [r for q, r in chunk if q is p]) for p in mb if any(q is p for q, _ in chunk)]
@@ -494,14 +502,16 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
                     part_loss, sums, ratio_max = adapter_loss(p, rs, logits[sl], targets[sl], start, T, weight,
                                                               epoch == 0 and k == 0, denom[p], cfg, kl_coef,
                                                               None if ref_logits is None else ref_logits[sl], device)
-                    nonfinite[p] |= not bool(torch.isfinite(part_loss))
+                    nonfinite[p] = ~torch.isfinite(part_loss.detach()) | nonfinite[p]
                     for key, v in sums.items():
-                        stats[p.adapter].sums[key] += v
-                    mb_ratio_max[p] = max(mb_ratio_max[p], ratio_max)
+                        stats[p.adapter].sums[key] = stats[p.adapter].sums[key] + v
+                    mb_ratio_max[p].append(ratio_max)
                     loss = loss + part_loss
                 backward(loss)
-            for p, flag in zip(mb, all_sum([float(nonfinite[p]) for p in mb])):
-                stats[p.adapter].ratio_max.append(mb_ratio_max[p])
+            flags = torch.stack([torch.as_tensor(nonfinite[p], device=device) for p in mb]).double().tolist()  # one read back
+            for p, flag in zip(mb, all_sum(flags)):
+                stats[p.adapter].ratio_max.append(torch.stack(mb_ratio_max[p]).max() if mb_ratio_max[p]
+                                                  else torch.zeros((), device=device))
                 step_or_skip(p, params[p.adapter], bool(flag), stats[p.adapter], a.grad_clip)
     lora.set_adapter(model, None)
     return {x: reduce_stats(st, a.ppo_epochs * n_mb[x]) for x, st in stats.items()}

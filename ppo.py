@@ -54,8 +54,8 @@ def masked_var(x, mask, unbiased=True):
     mean = masked_mean(x, mask)
     var = masked_mean((x - mean) ** 2, mask)
     n = mask.sum()
-    if unbiased and n > 1:
-        var = var * n / (n - 1)
+    if unbiased:  # Bessel's correction where there are two tokens or more; no host sync to decide it
+        var = var * torch.where(n > 1, n / (n - 1).clamp(min=1), torch.ones_like(n))
     return var
 
 
@@ -430,25 +430,32 @@ def agg_loss(values, mask, mode="token-mean", denom=None, norm_len=None):
     return (per_row * has).sum() / n_rows
 
 
+# The losses' metrics are detached 0-dim tensors, as verl's core_algos returns them: reading one back to the
+# host (.item(), float(), a boolean index) waits for the device, so the learner sums them on the device and
+# reads them once per update, never inside its micro-batch loop.
+
+
 def _ratio_metrics(ratio, log_ratio, mask):
-    m = mask.bool()
-    r = ratio.detach()[m]
-    lr = log_ratio.detach()
+    on = mask > 0
+    r, lr = ratio.detach(), log_ratio.detach()
+    some = on.any()
+    one = torch.ones((), dtype=r.dtype, device=r.device)  # the ratio of no token at all
     return {
-        "approx_kl": masked_mean(-lr, mask).item(),  # k1 estimate of KL(old || new)
-        "approx_kl_k3": masked_mean(torch.expm1(lr) - lr, mask).item(),
-        "ratio_mean": r.mean().item() if r.numel() else 1.0,
-        "ratio_min": r.min().item() if r.numel() else 1.0,
-        "ratio_max": r.max().item() if r.numel() else 1.0,
+        "approx_kl": masked_mean(-lr, mask),  # k1 estimate of KL(old || new)
+        "approx_kl_k3": masked_mean(torch.expm1(lr) - lr, mask),
+        "ratio_mean": torch.where(some, masked_mean(r, on.to(r.dtype)), one),
+        "ratio_min": torch.where(some, torch.where(on, r, torch.inf).amin(), one),
+        "ratio_max": torch.where(some, torch.where(on, r, -torch.inf).amax(), one),
     }
 
 
 def _clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask):
     """Fraction of tokens whose loss the clip changed, overall and by side."""
-    clipped_on = (pg_loss2 > pg_loss1).float()
-    return {"clipfrac": masked_mean(clipped_on, mask).item(),
-            "clipfrac_high": masked_mean(clipped_on * (ratio > 1 + clip_high).float(), mask).item(),
-            "clipfrac_low": masked_mean(clipped_on * (ratio < 1 - clip_low).float(), mask).item()}
+    clipped_on = (pg_loss2 > pg_loss1).float().detach()
+    ratio = ratio.detach()
+    return {"clipfrac": masked_mean(clipped_on, mask),
+            "clipfrac_high": masked_mean(clipped_on * (ratio > 1 + clip_high).float(), mask),
+            "clipfrac_low": masked_mean(clipped_on * (ratio < 1 - clip_low).float(), mask)}
 
 
 def rollout_is_weights(old_logp, sample_logp, mask, cap=2.0):
@@ -480,10 +487,10 @@ def policy_loss(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.2, d
     if dual_clip is not None:
         pg_loss3 = -advantages * dual_clip
         losses = torch.where(advantages < 0, torch.minimum(pg_loss3, clipped), clipped)
-        metrics["clipfrac_dual"] = masked_mean(((clipped > pg_loss3) & (advantages < 0)).float(), mask).item()
+        metrics["clipfrac_dual"] = masked_mean(((clipped > pg_loss3) & (advantages < 0)).float(), mask).detach()
     metrics.update(_clip_metrics(pg_loss1, pg_loss2, ratio, clip_low, clip_high, mask))
     loss = agg_loss(losses, mask, agg, denom, norm_len)
-    metrics["pg_loss"] = loss.item()
+    metrics["pg_loss"] = loss.detach()
     return loss, metrics
 
 
@@ -508,11 +515,11 @@ def gspo_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4, d
     metrics = _ratio_metrics(torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(mask), log_ratio, mask)
     if dual_clip is not None:
         pg_loss3 = -advantages * dual_clip
-        metrics["clipfrac_dual"] = masked_mean(((losses > pg_loss3) & (advantages < 0)).float(), mask).item()
+        metrics["clipfrac_dual"] = masked_mean(((losses > pg_loss3) & (advantages < 0)).float(), mask).detach()
         losses = torch.where(advantages < 0, torch.minimum(pg_loss3, losses), losses)
     metrics.update(_clip_metrics(pg_loss1, pg_loss2, s, clip_low, clip_high, mask))
     loss = agg_loss(losses, mask, agg, denom, norm_len)
-    metrics["pg_loss"] = loss.item()
+    metrics["pg_loss"] = loss.detach()
     return loss, metrics
 
 
@@ -520,14 +527,14 @@ def value_loss(values, old_values, returns, mask, clip=0.2, agg="token-mean", de
     """1/2 max((v - R)^2, (clip(v, v_old +- clip) - R)^2), aggregated; clip=None is unclipped."""
     vf_loss1 = (values - returns).square()
     if clip is None:
-        losses, clipfrac = vf_loss1, 0.0
+        losses, clipfrac = vf_loss1, torch.zeros((), device=values.device)
     else:
         v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
         vf_loss2 = (v_clipped - returns).square()
         losses = torch.maximum(vf_loss1, vf_loss2)
-        clipfrac = masked_mean((vf_loss2 > vf_loss1).float(), mask).item()
+        clipfrac = masked_mean((vf_loss2 > vf_loss1).float(), mask).detach()
     loss = 0.5 * agg_loss(losses, mask, agg, denom)
-    return loss, {"vf_loss": loss.item(), "vf_clipfrac": clipfrac,
+    return loss, {"vf_loss": loss.detach(), "vf_clipfrac": clipfrac,
                   "explained_variance": explained_variance(values.detach(), returns, mask)}
 
 
@@ -566,11 +573,10 @@ def token_logprobs(logits, targets, temperature=1.0, chunk_rows=1024):
 
 
 def explained_variance(values, returns, mask):
-    """1 - Var(R - v) / Var(R) over masked tokens (1 = perfect critic, <= 0 = useless)."""
+    """1 - Var(R - v) / Var(R) over masked tokens (1 = perfect critic, <= 0 = useless; NaN where every
+    return is equal). A 0-dim tensor, like the losses' metrics."""
     var_r = masked_var(returns, mask)
-    if var_r.item() == 0:
-        return float("nan")
-    return (1 - masked_var(returns - values, mask) / var_r).item()
+    return torch.where(var_r == 0, torch.nan, 1 - masked_var(returns - values, mask) / var_r.clamp(min=1e-30))
 
 
 # the policy losses behind one signature:

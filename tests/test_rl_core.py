@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import learner
 import lora
@@ -176,6 +177,81 @@ def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
     assert all(torch.equal(a, b) for a, b in zip(frozen, lora.adapter_parameters(fm, "frozen")))
     assert all(torch.equal(base[k], v) for k, v in fm.named_parameters() if ".lora_" not in k)
 
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts the ops that make the host wait for the device on a GPU: reading a value back (.item(),
+    float(), int(), bool() all dispatch aten._local_scalar_dense) and the ops whose output size depends on
+    the values (nonzero, masked_select, unique, boolean indexing). On CPU the same ops are dispatched, so
+    counting them here says what a GPU would wait for. (A device-to-host copy, .cpu() or .tolist() of a
+    device tensor, is invisible on CPU: the learner reads its tensors back only in reduce_stats and per
+    mini-batch, outside the loop counted here.)"""
+    SYNCS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive", "is_nonzero"}
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.SYNCS or (name == "index" and any(t is not None and t.dtype == torch.bool for t in args[1])):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_host_sync_counter_counts_what_waits_for_the_device():
+    x = torch.arange(6.0)
+    with HostSyncs() as c:
+        x.sum().item(), float(x.max()), bool(x.any()), x[x > 2], x.nonzero()
+        x[[0, 1]] * 2, x.sum() / (x > 2).sum().clamp(min=1)  # index by positions, masked arithmetic: no wait
+    assert c.n == 5
+
+
+@pytest.mark.parametrize("algo", [dict(), dict(kl_coef=0.5, kl_kind="low_var_kl", entropy_coef=0.01),
+                                  dict(kl_coef=0.5, kl_kind="full", loss_agg="seq-mean-token-mean"),
+                                  dict(policy_loss="gspo")])
+def test_no_host_sync_inside_the_update_micro_batch_loop(tiny, algo):
+    """The same fused update over two adapters (one mini-batch of 6 turns each) in 1 micro-batch or in 6:
+    the same number of host syncs, so none happens per micro-batch. Before this, each micro-batch read its
+    loss, its metrics and a finiteness flag back to the host (~12 syncs per adapter per micro-batch)."""
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b", "ref"], rank=4, alpha=8)
+    counts, weights = [], []
+    for micro in (6, 1):
+        mm = __import__("copy").deepcopy(m)
+        parts = []
+        for j, name in enumerate("ab"):
+            rb = role_batch(tok, n=6, seed=j)
+            adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(10 + j)) * rb.mask
+            opt = torch.optim.SGD(lora.adapter_parameters(mm, name), lr=0.1)
+            parts.append(learner.AdapterUpdate(name, rb, adv, rb.sample_logp, rb.sample_logp - 0.1, opt,
+                                               torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+                                               torch.Generator().manual_seed(j), ref="ref"))
+        cfg = Config(algo=AlgoConfig(**{"micro_batch_size": micro, "mini_batch_size": 6, **algo}))
+        with HostSyncs() as c:
+            out = learner.policy_update(mm, parts, cfg, torch.device("cpu"), 0.5)
+        counts.append(c.n)
+        weights.append(torch.cat([p.detach().flatten() for p in lora.adapter_parameters(mm, "a")]))
+        assert set(out) == {"a", "b"} and all(math.isfinite(out[x]["pg_loss"]) for x in out)
+    torch.testing.assert_close(weights[0], weights[1], rtol=1e-4, atol=1e-6)  # the same update, chunked
+    assert counts[0] == counts[1], f"host syncs: {counts[0]} in 1 micro-batch, {counts[1]} in 6"
+
+
+def test_no_host_sync_inside_the_critic_micro_batch_loop(tiny):
+    m, tok = tiny
+    counts = []
+    for micro in (6, 1):
+        mm = __import__("copy").deepcopy(m)
+        cfg = Config(algo=AlgoConfig(adv_estimator="gae", micro_batch_size=micro, mini_batch_size=6))
+        critic = learner.Critic(mm, cfg, torch.device("cpu"))
+        critic.make_optimizer(mm)
+        rb = role_batch(tok, n=6)
+        returns = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(3)) * rb.mask
+        with HostSyncs() as c:
+            out = critic.update(mm, rb, returns, torch.zeros_like(returns))
+        counts.append(c.n)
+        assert math.isfinite(out["vf_loss"]) and out["vf_loss"] > 0
+    assert counts[0] == counts[1], f"host syncs: {counts[0]} in 1 micro-batch, {counts[1]} in 6"
 
 def test_routed_rows_drop_out_only_for_adapters_that_have_dropout(tiny):
     """The fused update routes rows per adapter in training mode: the critic's dropout must not reach
@@ -636,7 +712,6 @@ def test_adapter_divergence_memory_does_not_grow_with_tokens_times_vocabulary(ti
     """The largest tensor over the vocabulary the divergence allocates (views aside), counted by a
     dispatch mode: max(chunk_tokens, rows of a micro-batch) x vocabulary (the forward's last-position
     logits are rows x vocabulary), never rows x tokens x vocabulary as it was, one per adapter."""
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from learner import adapter_divergence
 
@@ -928,7 +1003,7 @@ def test_packing_is_used_only_where_it_is_exact(tiny):
     torch.testing.assert_close(pk.unpack(pk.batch.mask), rb.mask)
     torch.testing.assert_close(pk.unpack(pk.batch.sample_logp), rb.sample_logp)
     assert float(pk.batch.mask.sum()) == float(rb.mask.sum())
-    assert (int(pk.batch.rows_len.sum()), int(rb.rows_len.sum())) == (109, 175)  # tokens the forwards read
+    assert (sum(pk.batch.rows_len), sum(rb.rows_len)) == (109, 175)  # tokens the forwards read
 
 
 def _play(tok, make_env, tasks, replies_of):
@@ -1017,7 +1092,7 @@ def test_prefill_token_bench_counts_what_the_cache_and_packing_save(tiny):
     assert per_role["prompt"] == per_role["prefilled"] == sum(len(s.prompt_ids) for s in steps)  # one cycle: no reuse
     assert per_role["update"] == per_role["update_packed"] == sum(len(s.prompt_ids + s.completion_ids) for s in steps)
     rows = learner.Packed(learner.AdapterBatch(steps, [0.7] * 6, tok.pad_token_id, 64)).batch
-    assert one["update_packed"] == int(rows.rows_len.sum()) == sum(len(eps[e][-1][1] + eps[e][-1][2]) for e in range(2))
+    assert one["update_packed"] == sum(rows.rows_len) == sum(len(eps[e][-1][1] + eps[e][-1][2]) for e in range(2))
     assert one["prefilled"] == sum(len(t[-1][1]) - sum(len(c) for _, _, c in t[:-1]) for t in eps)
 
 
