@@ -379,7 +379,8 @@ class TorchEngine:
         fsdp = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
         for m in fsdp:
             m.unshard()
-        lora.clear_cache(self.model)  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        if fsdp:
+            lora.refresh_routed(self.model, force=True)  # gathered weights: copy them into the routed buffers
         self._check_weights()
         was_training = self.model.training
         self.model.eval()
@@ -667,8 +668,9 @@ class TorchEngine:
         """The static path's decode step for this shape -> (decode(), static _Rows, step, P): the
         caller fills the static tensors, then each decode() samples token `step` of every row and
         advances `step`. With capture (CUDA) decode() replays a CUDA graph captured on first use;
-        it reads the weights and the LoRA routing mask in place (an optimizer step is seen at the
-        next replay) and is captured again when the parameters are new tensors (FSDP gathering, a
+        it reads the weights, the routed LoRA buffers (lora.refresh_routed: refreshed in place before
+        every call, outside the graph) and the routing mask in place, so an optimizer step is seen at
+        the next replay; it is captured again when the parameters are new tensors (FSDP gathering, a
         reloaded model). The last two shapes are kept (each holds its own KV cache)."""
         mods = list(lora.lora_modules(self.model).values())
         mask = mods[0].row_mask if mods else None
@@ -701,11 +703,10 @@ class TorchEngine:
                     for _ in range(2):
                         decode_step()
                 torch.cuda.current_stream().wait_stream(side)
-                lora.clear_cache(self.model)  # the graph concatenates the adapters itself, every replay
+                lora.refresh_routed(self.model)  # the graph reads the routed buffers; nothing to copy inside it
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     decode_step()
-                lora.clear_cache(self.model)  # its concatenation buffers belong to the graph
                 decode = graph.replay
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
@@ -715,6 +716,7 @@ class TorchEngine:
             static_mask.copy_(mask)
             for m in mods:
                 m.row_mask = static_mask
+        lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         return decode, b, step, P
 
     def _find_stop_string(self, stop, toks, start, limit):

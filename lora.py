@@ -17,8 +17,11 @@ mask that holds the adapter's scale on that row's slots and 0 elsewhere:
 Two small matmuls for any mix of adapters, no Python loop over rows, and no gathered
 (B, r, in) copies of the weights. It costs n_adapters x the single-adapter LoRA FLOPs, which
 is small next to the base matmul for the handful of roles a troupe has. Under no_grad the
-concatenated weights are cached and revalidated through the parameters' version counters,
-so an optimizer step is seen at the next forward with no explicit sync.
+concatenated weights live in persistent buffers in the compute dtype, refreshed in place (outside
+any CUDA graph) only when an adapter changed, which the parameters' version counters and storage
+say: an optimizer step is seen at the next forward with no explicit sync, and a routed projection
+is three kernels (x A_cat^T, the mask, and one addmm for y + h B_cat^T), none of them a concatenation
+or a cast replayed on every decode step.
 
 Adapters may have different ranks, alphas and targets (call add_lora once per setting). The
 model wraps the union of every adapter's targets; on a wrapped module outside an adapter's own
@@ -61,7 +64,7 @@ class LoRALinear(nn.Module):
         self.active: str | None = None  # single adapter for every row
         self.row_mask: torch.Tensor | None = None  # (B, 1, R) per-row routing, overrides active
         self.row_dropout = 0.0  # the largest dropout of the adapters routed to (training mode only)
-        self._cat_cache = None  # (key, A_cat, B_cat) for no-grad routed forwards
+        self._routed: dict = {}  # dtype -> [key, A_cat, B_cat]: no-grad routed forwards' persistent buffers
         self.absent: set[str] = set()  # adapters whose targets leave this module out: zeros, frozen
         self.frozen: set[str] = set()  # adapters that never train (freeze_adapter), e.g. a KL reference
 
@@ -84,34 +87,45 @@ class LoRALinear(nn.Module):
         self.dropout_p[name] = dropout
         if absent:
             self.absent.add(name)
-        self._cat_cache = None
+        self._routed = {}  # a new rank: new buffers
 
     def _drop(self, x, p):
         return F.dropout(x, p) if (self.training and p > 0) else x
 
-    def _cat_weights(self):
-        """A_cat (R, in), B_cat (out, R) over all adapters in insertion order."""
+    def routed_weights(self, dtype):
+        """A_cat (R, in), B_cat (out, R) over all adapters in insertion order, in `dtype`. Under autograd:
+        concatenated and cast afresh, so the gradient reaches every adapter's fp32 weights. Under no_grad:
+        persistent buffers, refreshed IN PLACE when an adapter changed (a version counter moved: optimizer
+        step, load_adapter; or its storage is new: FSDP's gather, a reload), so a CUDA graph that reads
+        them sees the update at its next replay and never replays the concatenation or the cast."""
         As, Bs = list(self.lora_A.values()), list(self.lora_B.values())
         if torch.is_grad_enabled():
-            return torch.cat(As, 0), torch.cat(Bs, 1)
-        # Version counters only grow, so their sum changes whenever any adapter is updated in
-        # place (optimizer step, load_adapter); `add` clears the cache when adapters are added.
-        key = sum(p._version for p in As) + sum(p._version for p in Bs)
-        if self._cat_cache is None or self._cat_cache[0] != key:
-            self._cat_cache = (key, torch.cat(As, 0), torch.cat(Bs, 1))
-        return self._cat_cache[1], self._cat_cache[2]
+            return torch.cat(As, 0).to(dtype), torch.cat(Bs, 1).to(dtype)
+        key = tuple((p.data_ptr(), p._version) for p in As + Bs)
+        buf = self._routed.get(dtype)
+        if buf is None or buf[0] != key:
+            A, B = torch.cat(As, 0), torch.cat(Bs, 1)
+            if buf is None or buf[1].shape != A.shape or buf[1].device != A.device:
+                buf = self._routed[dtype] = [key, A.to(dtype), B.to(dtype)]
+            else:
+                buf[0] = key
+                buf[1].copy_(A)
+                buf[2].copy_(B)
+        return buf[1], buf[2]
 
     def forward(self, x):  # x: (B, T, in)
         y = self.base_layer(x)  # (B, T, out)
         # the adapter's matmuls run in the input's dtype (bf16 next to a bf16 base: tensor cores, no fp32
         # matmul with TF32 off) from fp32 master weights, which receive fp32 gradients through the cast
         if self.row_mask is not None:
-            A_cat, B_cat = (w.to(x.dtype) for w in self._cat_weights())
+            A_cat, B_cat = self.routed_weights(x.dtype)
             if self.training and self.row_dropout > 0:
                 x = F.dropout(x, self.row_dropout)
-            h = x @ A_cat.t()  # (B, T, R)
-            h = h * self.row_mask.to(x.dtype)  # (B, T, R): the row's adapter scale on its slots, 0 elsewhere
-            return y + (h @ B_cat.t()).to(y.dtype)  # (B, T, out)
+            mask = self.row_mask if self.row_mask.dtype == x.dtype else self.row_mask.to(x.dtype)
+            h = (x.flatten(0, -2) @ A_cat.t()).view(*x.shape[:-1], -1) * mask  # (B, T, R): the row's scale on its slots
+            if h.dtype != y.dtype:
+                return y + (h @ B_cat.t()).to(y.dtype)
+            return torch.addmm(y.flatten(0, -2), h.flatten(0, -2), B_cat.t()).view(y.shape)  # y + h B_cat^T, one kernel
         if self.active is None:
             return y
         A, B = self.lora_A[self.active].to(x.dtype), self.lora_B[self.active].to(x.dtype)
@@ -227,7 +241,8 @@ def set_row_adapters(model, names_per_row):
         if n is not None:
             j = names.index(n)
             mask[i, 0, offsets[j]: offsets[j] + ranks[j]] = m0.scaling[n]
-    mask = mask.to(device=m0.lora_A[names[0]].device, dtype=m0.lora_A[names[0]].dtype)
+    # in the compute dtype (the base's), so a routed forward casts nothing
+    mask = mask.to(device=m0.lora_A[names[0]].device, dtype=m0.base_layer.weight.dtype)
     p = max([m0.dropout_p[n] for n in set(names_per_row) if n is not None], default=0.0)
     for m in mods:
         m.active, m.row_mask, m.row_dropout = None, mask, p
@@ -239,12 +254,16 @@ def adapter_config(model, name: str) -> dict:
     return dict(model._lora_config[name])
 
 
-def clear_cache(model):
-    """Drop the cached concatenated weights of per-row routing. Needed only when the adapter
-    tensors were replaced by new objects behind our back (FSDP gathering shards); in-place
-    updates are seen through the version counters."""
-    for m in lora_modules(model).values():
-        m._cat_cache = None
+def refresh_routed(model, force: bool = False):
+    """Bring every no-grad routed buffer up to date with its adapters, in place (LoRALinear.routed_weights):
+    what a CUDA graph that reads them needs before a replay, since a replay runs no Python. force: copy
+    even where the key looks unchanged (FSDP's gather may write new values into the same storage)."""
+    with torch.no_grad():
+        for m in lora_modules(model).values():
+            for dtype in list(m._routed):
+                if force:
+                    m._routed[dtype][0] = None
+                m.routed_weights(dtype)
 
 
 def adapter_parameters(model, name: str) -> list[nn.Parameter]:

@@ -84,7 +84,8 @@ class ReferenceEngine:
         fsdp = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
         for m in fsdp:
             m.unshard()
-        lora.clear_cache(self.model)  # gathered weights are new tensors: rebuild the routed-LoRA cache
+        if fsdp:
+            lora.refresh_routed(self.model, force=True)  # gathered weights: copy them into the routed buffers
         try:
             out = []
             for i in range(0, len(requests), self.max_batch_size):
