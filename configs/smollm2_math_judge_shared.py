@@ -15,6 +15,7 @@ config = dataclasses.replace(
     demo,
     roles=tuple(dataclasses.replace(r, balance_labels=True, max_tokens=48) for r in demo.roles),
     rollout=dataclasses.replace(demo.rollout, max_turns=6),
-    data=dataclasses.replace(demo.data, env_kwargs={"probes": True, "evaluator_prompt": "check"}),
-    trainer=dataclasses.replace(demo.trainer, output_dir="runs/smollm2_math_judge_shared"),
+    data=dataclasses.replace(demo.data, env_kwargs={"probes": True, "evaluator_prompt": "check"}, val_size=None),
+    trainer=dataclasses.replace(demo.trainer, total_steps=24, save_freq=12, test_freq=12,  # the experiment's budget, not the demo's
+                                output_dir="runs/smollm2_math_judge_shared"),
 )

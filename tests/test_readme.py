@@ -69,17 +69,22 @@ def test_the_check_catches_a_shared_directory():
     assert run_dir("python train.py --config configs/X.py --trainer.total-steps 10") is None
 
 
-def test_the_demo_and_the_per_role_arm_differ_only_in_adapters():
+def test_the_demo_and_the_per_role_arm_differ_only_in_adapters_and_budget():
     """README: the demo (arm b) runs the three roles on one shared adapter, configs/smollm2_math_roles.py
-    (arm c) on one adapter per role, and nothing else differs but the run directory."""
+    (arm c) on one adapter per role; the demo is cut to 8 steps and 150 val problems, the arm keeps the
+    experiment's 24 steps on all 500 (val at 0, 12, 24), and nothing else differs but the run directory."""
     from config import to_dict
     demo = load_config_file(str(ROOT / "configs" / "smollm2_math_cpu.py"))
     roles = load_config_file(str(ROOT / "configs" / "smollm2_math_roles.py"))
     assert demo.adapters == ["team"]
     assert roles.adapters == sorted(r.name for r in roles.roles) and len(roles.adapters) == 3
+    assert (demo.trainer.total_steps, demo.data.val_size, demo.trainer.test_freq) == (8, 150, 8)
+    assert (roles.trainer.total_steps, roles.data.val_size, roles.trainer.test_freq) == (24, None, 12)
     a, b = to_dict(demo), to_dict(roles)
     for d in (a, b):
-        d["trainer"].pop("output_dir")
+        for k in ("output_dir", "total_steps", "save_freq", "test_freq"):
+            d["trainer"].pop(k)
+        d["data"].pop("val_size")
         for r in d["roles"]:
             r.pop("adapter")
     assert a == b
@@ -175,3 +180,73 @@ def test_the_code_cites_reasons_not_issue_numbers():
     assert cite.search("before issue " + "25 §2") and cite.search("Issue-" + "7 workflows")  # split: not a hit here
     assert [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
             if cite.search(line)] == []
+
+
+# --------------------------------------------------------------------------------------------
+# the README's front: a product page within a word budget, every number it states backed by the page it links
+
+WORD_BUDGET = 1500  # words before "## Add a workflow"
+NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
+
+
+def front(text: str) -> str:
+    """The README up to "## Add a workflow": what a newcomer reads before building anything."""
+    return text.split("\n## Add a workflow", 1)[0]
+
+
+def statements(text: str) -> list[tuple[str, list[str]]]:
+    """(a statement's prose, the links of its section): paragraphs, list items and table rows of `text`,
+    outside code blocks; code spans and link targets are not prose (commands and paths carry numbers of
+    their own)."""
+    out, section_links, units = [], [], []
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for block in re.split(r"\n(?=## )", text):
+        units = [u for para in re.split(r"\n\s*\n", block) for u in re.split(r"\n(?=[-|] )", para) if u.strip()]
+        section_links = links(block)
+        out += [(u, section_links) for u in units]
+    return out
+
+
+def unbacked_numbers(text: str, root: Path) -> list[str]:
+    """Every number in a statement that is not in the docs pages the statement links (or, where it links
+    none, the pages its section links), as 'number: statement'. A statement with numbers and no page to
+    back them is reported too."""
+    bad = []
+    for unit, section_links in statements(text):
+        own = links(unit)
+        prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`\n]*`", "", unit))
+        numbers = set(NUMBER.findall(prose))
+        if not numbers:
+            continue
+        pages_ = {t.partition("#")[0] for t in (own or section_links)}
+        texts = [(root / p).read_text() for p in pages_ if p.startswith("docs/") and p.endswith(".md")]
+        for n in sorted(numbers):
+            if not any(n in t for t in texts):
+                bad.append(f"{n}: {unit.strip()[:100]!r}")
+    return bad
+
+
+def test_the_readme_front_is_within_its_word_budget():
+    text = README.read_text()
+    assert "\n## Add a workflow" in text
+    n = len(front(text).split())
+    assert n <= WORD_BUDGET, f"README.md has {n} words before 'Add a workflow' (budget {WORD_BUDGET}): move detail to docs/"
+
+
+def test_every_number_the_readme_states_appears_in_the_docs_page_it_links():
+    bad = unbacked_numbers(front(README.read_text()), ROOT)
+    assert not bad, "numbers in README.md that the docs page it links does not hold:\n" + "\n".join(bad)
+
+
+def test_the_number_check_catches_a_number_the_page_lacks(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text("val 0.146 -> 0.456 in 24 steps\n")
+    ok = "## R\n\n| arm | 0.146 → 0.456, 24 steps ([x](docs/x.md)) |\n"
+    assert unbacked_numbers(ok, tmp_path) == []
+    assert unbacked_numbers(ok.replace("0.456", "0.465"), tmp_path) == ["0.465: " + repr(ok.split("\n\n")[1].strip().replace("0.456", "0.465")[:100])]
+    # no link of its own: its section's links back it; a section without links backs nothing
+    assert unbacked_numbers("## R\n\n0.146 before. See [x](docs/x.md).\n\nAnd 24 after.\n", tmp_path) == []
+    assert unbacked_numbers("## R\n\nAnd 24 after.\n", tmp_path) == ["24: 'And 24 after.'"]
+    # commands and link targets are not statements of fact
+    assert unbacked_numbers("## R\n\nRun `train.py --steps 99` ([x](docs/x.md#step-77)).\n", tmp_path) == []
+    assert front("a b\n## Add a workflow\nc d e").split() == ["a", "b"]

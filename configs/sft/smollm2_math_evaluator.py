@@ -2,7 +2,7 @@
 (one correct and one incorrect solution per training task, each with the right verdict) for 200
 training tasks: on the 48 the base team was sampled on, its own right and wrong solutions first;
 the other 152 get a short synthetic correct solution and a copy with a perturbed answer. The
-README's research recipe (~40 min on 2 shared cores, one thread each):
+docs/recipes.md's research recipe (~40 min on 2 shared cores, one thread each):
     python eval.py --config configs/smollm2_math_roles.py --base --data data/arith12_train.jsonl --limit 48 \\
         --n-samples 2 --out runs/smollm2_sft/train_samples          # the model's own (wrong) samples
     python sft.py --config configs/sft/smollm2_math_evaluator.py     # -> runs/smollm2_sft/evaluator_critique
