@@ -16,10 +16,17 @@ over the (batch x vocabulary) logits (SAMPLING_BYTES_PER_LOGIT: at a 152k vocabu
 move more bytes than the 0.5B model's weights): roofline tokens/s = batch * bandwidth / bytes per step,
 with the bandwidth measured here (a large device-to-device copy).
 The static step actually reads the whole rounded-up cache (masked), which the percentage pays for.
+Fair roofline (fair_roofline_tps): what no implementation can beat: the weights read once, each row's KV
+cache at its mean context, bf16 logits written and read once (the sampler's own passes are overhead, not
+required traffic), and a compute ceiling (2 x active matmul params + attention FLOPs per row over the bf16
+peak); the step takes the longer of the two.
 Train: one fused policy_update (train.py) over 3 adapters' rows, micro-batches of --train-micro rows;
 MFU = model FLOPs / time / peak, where model FLOPs = 4 x matmul params x tokens (forward 2, backward 2:
 the frozen base has no weight gradients) + the lm_head on the generated columns + causal attention
 (x3 for forward + backward); the peak is bf16 dense, looked up from the device name or --peak-tflops.
+Beside it, prime-rl's LoRA-aware count (prime_rl_flops, its trainer/perf.py): 4 x active matmul params
+(the lm_head included, on every token) + 6 x one adapter's params per token, + 12 x layers x heads x
+head_dim x length^2 per row for attention (no causal discount), padding not counted.
 """
 from __future__ import annotations
 
@@ -115,6 +122,36 @@ def weight_bytes(m) -> int:
             seen.add(p.data_ptr())
             n += p.numel() * p.element_size()
     return n
+
+
+def active_mm_params(c) -> int:
+    """Matmul weights one token passes through in a dense GQA model (prime-rl's get_active_mm_params): q, k,
+    v, o, the MLP's gate, up and down, and the lm_head."""
+    hd = c.hidden_size // c.num_attention_heads
+    attn = c.hidden_size * hd * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
+    return c.num_hidden_layers * (attn + 3 * c.intermediate_size * c.hidden_size) + c.vocab_size * c.hidden_size
+
+
+def prime_rl_flops(c, adapter_params: int, seq_lens) -> float:
+    """prime-rl's LoRA-aware training FLOPs of rows of these lengths: per token 4 x active matmul params
+    (forward 2, the input gradient through the frozen base 2) + 6 x the adapter's params; per row 12 x
+    layers x heads x head_dim x length^2 (attention, forward and backward, no causal discount)."""
+    hd = c.hidden_size // c.num_attention_heads
+    per_token = 4 * active_mm_params(c) + 6 * adapter_params
+    return float(sum(per_token * n + 12 * c.num_hidden_layers * c.num_attention_heads * hd * n * n for n in seq_lens))
+
+
+def fair_roofline_tps(c, B, weight_bytes, ctx, bandwidth, peak_flops, adapter_params=0, dtype_bytes=2) -> float:
+    """Decode tokens/s at the hardware's limit: a step reads the weights once (weight_bytes), each row's KV
+    cache at `ctx` tokens, and writes and reads B x vocabulary logits once in bf16; it does, per row, 2 x the
+    active matmul params (+ its adapter's) + 4 x layers x heads x head_dim x ctx (QK^T and AV) FLOPs. The
+    step takes the longer of bytes / bandwidth and FLOPs / peak (no compute ceiling when the peak is None)."""
+    hd = c.hidden_size // c.num_attention_heads
+    kv = B * c.num_hidden_layers * 2 * c.num_key_value_heads * hd * ctx * dtype_bytes
+    logits = B * c.vocab_size * 2 * dtype_bytes
+    flops = B * (2 * (active_mm_params(c) + adapter_params) + 4 * c.num_hidden_layers * c.num_attention_heads * hd * ctx)
+    t = max((weight_bytes + kv + logits) / bandwidth, flops / peak_flops if peak_flops else 0.0)
+    return B / t
 
 
 def kv_bytes_per_row(m, ctx) -> int:
@@ -213,7 +250,9 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
             T, C = len(s.prompt_ids) + len(s.completion_ids), len(s.completion_ids)
             flops += 4 * body * T + 4 * c.vocab_size * c.hidden_size * C
             flops += 3 * 2 * c.num_hidden_layers * c.num_attention_heads * hd * T * T  # causal QK^T + AV, fwd + bwd
-    return statistics.median(ts), flops
+    one = sum(p.numel() for p in lora.adapter_parameters(m, ADAPTERS[0]))  # each token wears one adapter
+    prime = prime_rl_flops(c, one, [len(s.prompt_ids) + len(s.completion_ids) for p in ps for s in p.batch.samples])
+    return statistics.median(ts), flops, prime
 
 
 def main(argv=None):
@@ -257,36 +296,42 @@ def main(argv=None):
         m = build(mname, dtype, device, adapters=True)
         wb = weight_bytes(m)
         lora_b = sum(p.numel() * p.element_size() for n in ADAPTERS for p in lora.adapter_parameters(m, n))
+        one = sum(p.numel() for p in lora.adapter_parameters(m, ADAPTERS[0]))
         for B in batches:
             for n_ad in (0, 3):
                 tps, dt = decode_bench(m, device, B, n_ad, a.prompt_len, a.new_tokens, a.repeats, capture)
                 step_bytes = ((wb if n_ad else wb - lora_b) + B * kv_bytes_per_row(m, a.prompt_len + a.new_tokens // 2)
                               + B * m.config.vocab_size * SAMPLING_BYTES_PER_LOGIT)
                 roof = B * bw / step_bytes
-                rows.append((mname, B, n_ad, tps, dt * 1e3, roof, 100 * tps / roof))
+                ctx = a.prompt_len + a.new_tokens // 2
+                fair_bytes = wb - lora_b + (lora_b // 2 if n_ad else 0)  # the adapters read once, in bf16
+                fair = fair_roofline_tps(m.config, B, fair_bytes, ctx, bw, peak * 1e12 if peak else None, one if n_ad else 0)
+                rows.append((mname, B, n_ad, tps, dt * 1e3, roof, 100 * tps / roof, fair, 100 * tps / fair))
                 print(f"  {mname} B={B} adapters={n_ad}: {tps:.0f} tok/s", flush=True)
-        t, flops = train_bench(m, device, a.train_rows, a.train_prompt, a.train_reply, a.train_micro, a.repeats)
-        tf = flops / t / 1e12
+        t, flops, prime = train_bench(m, device, a.train_rows, a.train_prompt, a.train_reply, a.train_micro, a.repeats)
+        tf, ptf = flops / t / 1e12, prime / t / 1e12
         mfu = f"{100 * tf / peak:.1f}%" if peak else "n/a"
-        rows.append((mname, "train", t, tf, mfu))
+        pmfu = f"{100 * ptf / peak:.1f}%" if peak else "n/a"
+        rows.append((mname, "train", t, tf, mfu, pmfu))
         print(f"  {mname} fused update: {t:.3f} s", flush=True)
         del m
         if device.type == "cuda":
             torch.cuda.empty_cache()
     print(f"\ndecode (prompt {a.prompt_len}, {a.new_tokens} new tokens, bf16, "
           f"{'CUDA graph' if capture else 'static step, no capture'}):")
-    print("| model | batch | adapters | decode tok/s | ms/step | HBM roofline tok/s | % of roofline |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | batch | adapters | decode tok/s | ms/step | HBM roofline tok/s | % of roofline | fair roofline tok/s "
+          "| % of fair |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r[1] != "train":
-            print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.0f} | {r[4]:.2f} | {r[5]:.0f} | {r[6]:.1f}% |")
+            print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.0f} | {r[4]:.2f} | {r[5]:.0f} | {r[6]:.1f}% | {r[7]:.0f} | {r[8]:.1f}% |")
     print(f"\nfused update, 3 adapters x {a.train_rows} rows (prompt ~{a.train_prompt}, reply ~{a.train_reply}), "
           f"micro-batch {a.train_micro}:")
-    print("| model | step s | model TFLOP/s | MFU |")
-    print("|---|---|---|---|")
+    print("| model | step s | model TFLOP/s | MFU | MFU, prime-rl's LoRA count |")
+    print("|---|---|---|---|---|")
     for r in rows:
         if r[1] == "train":
-            print(f"| {r[0]} | {r[2]:.3f} | {r[3]:.2f} | {r[4]} |")
+            print(f"| {r[0]} | {r[2]:.3f} | {r[3]:.2f} | {r[4]} | {r[5]} |")
     return rows
 
 

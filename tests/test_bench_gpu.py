@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,7 +24,9 @@ def test_gpu_bench_cpu_smoke():
     for line in table[:4]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert float(cells[3]) > 0 and float(cells[5]) > 0 and cells[6].endswith("%")
-    assert float(table[4].strip("|").split("|")[1]) > 0  # the update ran and was timed
+        assert float(cells[7]) > 0 and cells[8].endswith("%")  # the fair roofline beside the bench's own
+    train = [c.strip() for c in table[4].strip("|").split("|")]
+    assert float(train[1]) > 0 and len(train) == 5  # the update ran and was timed; both MFU counts (n/a on CPU)
 
 
 def test_peak_by_card_name_and_the_sampler_in_the_roofline():
@@ -36,6 +40,29 @@ def test_peak_by_card_name_and_the_sampler_in_the_roofline():
     # at batch 256 and a 152k vocabulary the sampler moves more bytes per step than 0.5B bf16 weights
     assert 256 * 151936 * gpu.SAMPLING_BYTES_PER_LOGIT > 2 * 494e6
 
+
+
+def test_fair_roofline_and_prime_rl_flops_by_hand():
+    """The fair roofline and prime-rl's LoRA-aware FLOPs on a model small enough to count by hand: hidden 4,
+    2 heads (head_dim 2), 1 KV head, MLP 8, 1 layer, vocabulary 10."""
+    import importlib.util
+    from types import SimpleNamespace
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "bench" / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    c = SimpleNamespace(hidden_size=4, num_attention_heads=2, num_key_value_heads=1, intermediate_size=8,
+                        num_hidden_layers=1, vocab_size=10)
+    # q 4x4 + k 4x2 + v 4x2 + o 4x4 = 48; gate, up, down 3 x 32 = 96; lm_head 40
+    assert gpu.active_mm_params(c) == 184
+    # one row of 3 tokens, an adapter of 5 params: (4 x 184 + 6 x 5) x 3 + 12 x 1 x 2 x 2 x 3^2
+    assert gpu.prime_rl_flops(c, 5, [3]) == 766 * 3 + 432
+    assert gpu.prime_rl_flops(c, 5, [3, 3]) == 2 * (766 * 3 + 432)
+    # batch 2, 1000 weight bytes, context 3: KV 2 x 1 x 2 x 1 x 2 x 3 x 2 = 48 bytes, logits 2 x 10 x 2 x 2 = 80;
+    # 1128 bytes at 1000 B/s = 1.128 s; 2 x (2 x 184 + 4 x 1 x 2 x 2 x 3) = 832 FLOPs
+    assert gpu.fair_roofline_tps(c, 2, 1000, 3, 1000.0, 1e9) == pytest.approx(2 / 1.128)
+    assert gpu.fair_roofline_tps(c, 2, 1000, 3, 1000.0, None) == pytest.approx(2 / 1.128)
+    assert gpu.fair_roofline_tps(c, 2, 1000, 3, 1000.0, 100.0) == pytest.approx(2 / 8.32)  # compute-bound
+    assert gpu.fair_roofline_tps(c, 2, 1000, 3, 1e12, 100.0, adapter_params=10) == pytest.approx(2 / 8.72)
 
 def test_random_model_writes_a_loadable_model_of_the_shape(tmp_path):
     """bench/random_model.py: config + random weights of a named shape beside a local tokenizer; the
