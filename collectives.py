@@ -80,21 +80,21 @@ def barrier():
         dist.barrier()
 
 
-def lockstep_chunks(rows: list, size: int, dummy=0, weights: list | None = None) -> list[tuple[list, float]]:
+def lockstep_chunks(rows: list, size: int, dummy=0, weights: list | None = None, lengths: list | None = None,
+                    max_tokens: int | None = None) -> list[tuple[list, float]]:
     """Micro-batches of `rows` as (rows, weight); every rank gets as many as the busiest rank, the
     extra ones are ([dummy], weight 0). weights: each row counts that much towards `size` (a packed row
-    counts its turns), a chunk holding at least one row."""
-    if weights is None:
-        chunks = [(rows[i:i + size], 1.0) for i in range(0, len(rows), size)]
-    else:
-        chunks, cur, used = [], [], 0
-        for r, w in zip(rows, weights):
-            if cur and used + w > size:
-                chunks.append((cur, 1.0))
-                cur, used = [], 0
-            cur.append(r)
-            used += w
-        chunks += [(cur, 1.0)] if cur else []
+    counts its turns). max_tokens with lengths (each row's tokens): a chunk also holds at most that many
+    padded tokens, its rows x its longest row. A chunk holds at least one row."""
+    chunks, cur, used, width = [], [], 0, 0
+    for i, r in enumerate(rows):
+        w, n = (1 if weights is None else weights[i]), (0 if lengths is None else lengths[i])
+        if cur and (used + w > size or (max_tokens is not None and (len(cur) + 1) * max(width, n) > max_tokens)):
+            chunks.append((cur, 1.0))
+            cur, used, width = [], 0, 0
+        cur.append(r)
+        used, width = used + w, max(width, n)
+    chunks += [(cur, 1.0)] if cur else []
     n = int(max(gather_objects(len(chunks))))
     return chunks + [([dummy], 0.0)] * (n - len(chunks))
 

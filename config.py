@@ -251,6 +251,10 @@ class AlgoConfig:
     """sequences (turns) per optimizer step, per role"""
     micro_batch_size: int = 8
     """sequences per forward/backward (gradient accumulation inside a mini-batch)"""
+    micro_batch_tokens: int | None = None
+    """also cap each forward/backward at this many padded tokens (rows x the longest row, prompt included:
+    what memory and time scale with), verl's dynamic batch size: short turns go many to a micro-batch, long
+    ones few; a row longer than the cap gets a micro-batch of its own. None: rows only (micro_batch_size)"""
     pack_turns: bool = True
     """turns of one adapter that extend one another (a later turn's prompt starts with an earlier turn's
     prompt + reply: a tool agent's next step, a researcher's next round, another role on a shared adapter
@@ -326,6 +330,8 @@ class AlgoConfig:
 
 
     def check(self):
+        if self.micro_batch_tokens is not None:
+            _at_least("algo", [("micro_batch_tokens", self.micro_batch_tokens, 1)])
         _at_least("algo", [("mini_batch_size", self.mini_batch_size, 1), ("micro_batch_size", self.micro_batch_size, 1),
                            ("ppo_epochs", self.ppo_epochs, 1), ("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, 0),
                            ("warmup_steps", self.warmup_steps, 0)])

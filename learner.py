@@ -217,7 +217,8 @@ def score(model, batch: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False
     full_kl_to_ref: instead, the exact KL(adapter || ref) over the vocabulary per token (ref None = the base)."""
     out = torch.zeros_like(batch.sample_logp)
     order = by_length(batch, range(len(batch.samples)))
-    for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[batch.row_turns[i] for i in order]):
+    for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[batch.row_turns[i] for i in order],
+                                   lengths=[batch.rows_len[i] for i in order], max_tokens=cfg.algo.micro_batch_tokens):
         lora.set_adapter(model, adapter)
         logits, tgt, start, T = forward_logits(model, [(batch, rows)], device)
         if full_kl_to_ref:
@@ -297,6 +298,12 @@ class Critic:
         self.params = lora.adapter_parameters(model, "critic") + list(self.head.parameters())
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg.algo.critic_lr)
 
+    def chunks(self, batch: AdapterBatch):
+        """The critic's micro-batches: rows longest first, at most micro_batch_size (and micro_batch_tokens)."""
+        order = by_length(batch, range(len(batch.samples)))
+        return lockstep_chunks(order, self.cfg.algo.micro_batch_size, lengths=[batch.rows_len[i] for i in order],
+                               max_tokens=self.cfg.algo.micro_batch_tokens)
+
     def forward(self, model, batch: AdapterBatch, rows):
         ids, _, T = batch.micro(rows)
         lora.set_adapter(model, "critic")
@@ -307,7 +314,7 @@ class Critic:
     def values(self, model, batch: AdapterBatch):
         model.eval()
         values = torch.zeros_like(batch.mask)
-        for rows, w in lockstep_chunks(by_length(batch, range(len(batch.samples))), self.cfg.algo.micro_batch_size):
+        for rows, w in self.chunks(batch):
             v, T = self.forward(model, batch, rows)
             if w:
                 values[rows, :T] = v.cpu()
@@ -321,7 +328,7 @@ class Critic:
         vf_loss = 0.0  # each chunk's share of the global token-mean loss, summed
         for _ in range(a.ppo_epochs):
             denom = max(all_sum(float(batch.mask.sum())), 1.0)
-            for rows, w in lockstep_chunks(by_length(batch, range(len(batch.samples))), a.micro_batch_size):
+            for rows, w in self.chunks(batch):
                 v, T = self.forward(model, batch, rows)
                 loss, _ = ppo.value_loss(v, old_values[rows, :T].to(self.device), returns[rows, :T].to(self.device),
                                          batch.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
@@ -488,7 +495,8 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
             # device tensors, read back once per mini-batch (below): the micro-batch loop never waits for the device
             nonfinite, mb_ratio_max = dict.fromkeys(mb, False), {p: [] for p in mb}
             for chunk, weight in lockstep_chunks(rows, a.micro_batch_size, dummy=(next(iter(mb)), 0),
-                                                 weights=[p.batch.row_turns[r] for p, r in rows]):
+                                                 weights=[p.batch.row_turns[r] for p, r in rows],
+                                                 lengths=[p.batch.rows_len[r] for p, r in rows], max_tokens=a.micro_batch_tokens):
                 pieces = [(p, [r for q, r in chunk if q is p]) for p in mb if any(q is p for q, _ in chunk)]
                 if len(parts) > 1:
                     lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])

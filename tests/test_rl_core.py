@@ -17,7 +17,7 @@ import learner
 import lora
 import ppo
 import train
-from config import AlgoConfig, Config, load_config_file
+from config import AlgoConfig, Config, ConfigError, load_config_file
 from envs import Prompt, toy
 from rollout import (
     RoleSpec,
@@ -178,6 +178,47 @@ def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
     assert all(torch.equal(base[k], v) for k, v in fm.named_parameters() if ".lora_" not in k)
 
 
+
+
+def test_micro_batches_by_token_budget():
+    """algo.micro_batch_tokens: a micro-batch holds at most that many padded tokens (rows x its longest row),
+    short rows many to a micro-batch, long ones few, a row over the budget alone; the update is the one
+    micro-batches of rows give (the loss normalisers are global)."""
+    from collectives import lockstep_chunks
+    lengths = [10, 9, 5, 5, 2, 2]
+    chunks = [c for c, _ in lockstep_chunks(list("abcdef"), 8, lengths=lengths, max_tokens=18)]
+    assert chunks == [["a"], ["b", "c"], ["d", "e", "f"]]  # 10 | 2 x 9 = 18 | 3 x 5 = 15 (a 4th row: 20)
+    assert [c for c, _ in lockstep_chunks(list("abcdef"), 2, lengths=lengths, max_tokens=18)] == [["a"], ["b", "c"], ["d", "e"], ["f"]]
+    assert [c for c, _ in lockstep_chunks(list("abcdef"), 8, lengths=lengths, max_tokens=5)] == [[x] for x in "abcd"] + [["e", "f"]]
+    assert [c for c, _ in lockstep_chunks(list("abcdef"), 8, lengths=lengths)] == [list("abcdef")]  # no budget: rows only
+    with pytest.raises(ConfigError, match="algo.micro_batch_tokens"):
+        Config(algo=AlgoConfig(micro_batch_tokens=0)).validate()
+
+
+def test_update_with_a_token_budget_equals_the_update_by_rows(tiny):
+    m, tok = tiny
+    lora.add_lora(m, ["r"], rank=4, alpha=8)
+    rb = role_batch(tok, n=9)
+    adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(0)) * rb.mask
+    widths, weights = [], []
+    hook = m.register_forward_hook(lambda mod, args, kw, out: widths[-1].append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    for budget in (None, 40):
+        widths.append([])
+        mm = m  # the hook sits on m: reset its adapter instead of copying it
+        with torch.no_grad():
+            for i, p in enumerate(lora.adapter_parameters(mm, "r")):
+                p.copy_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
+        opt = torch.optim.SGD(lora.adapter_parameters(mm, "r"), lr=1.0)
+        cfg = Config(algo=AlgoConfig(micro_batch_size=9, mini_batch_size=9, micro_batch_tokens=budget, grad_clip=1e9))
+        learner.policy_update(mm, [learner.AdapterUpdate("r", rb, adv, rb.sample_logp, None, opt,
+                                                         torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+                                                         torch.Generator().manual_seed(0))], cfg, torch.device("cpu"), 0.0)
+        weights.append(torch.cat([p.detach().flatten() for p in lora.adapter_parameters(mm, "r")]))
+    hook.remove()
+    assert widths[0] == [(9, max(rb.rows_len))]  # rows only: one forward of all nine
+    assert len(widths[1]) > 1 and all(b * t <= 40 or b == 1 for b, t in widths[1]), widths[1]
+    assert sum(b for b, _ in widths[1]) == 9
+    torch.testing.assert_close(weights[0], weights[1], rtol=1e-5, atol=1e-6)
 
 class HostSyncs(TorchDispatchMode):
     """Counts the ops that make the host wait for the device on a GPU: reading a value back (.item(),
