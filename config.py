@@ -35,7 +35,7 @@ MAX_SEED = 2**31 - 1
 """seeds are at most this: numpy refuses a seed past 2**32 - 1, and seed + epoch, seed + 12345 (eval.py's
 sampling) must stay below that (4294967296 trained an SFT for minutes, then every eval died)"""
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-RESERVED_NAMES = ("critic",)  # GAE's value model wears an adapter of this name (learner.Critic)
+RESERVED_NAMES = ("critic",)  # GAE's value model wears an adapter of this name (critic.Critic)
 
 
 def check_name(name, where: str):

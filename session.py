@@ -21,7 +21,8 @@ import ppo
 import trajectories
 from collectives import gather_objects, rank
 from config import Config, ConfigError
-from learner import Critic, AdapterBatch, adapter_divergence
+from critic import Critic
+from learner import AdapterBatch, adapter_divergence
 from model import load_model
 from rollout import Episode, RoleSpec, SamplingParams, Sample, TorchEngine, run_episodes
 from rundir import load_adapters, load_checkpoint

@@ -18,6 +18,7 @@ import lora
 import ppo
 import train
 from config import AlgoConfig, Config, ConfigError, load_config_file
+from critic import Critic
 from envs import Prompt, toy
 from rollout import (
     RoleSpec,
@@ -284,7 +285,7 @@ def test_no_host_sync_inside_the_critic_micro_batch_loop(tiny):
     for micro in (6, 1):
         mm = __import__("copy").deepcopy(m)
         cfg = Config(algo=AlgoConfig(adv_estimator="gae", micro_batch_size=micro, mini_batch_size=6))
-        critic = learner.Critic(mm, cfg, torch.device("cpu"))
+        critic = Critic(mm, cfg, torch.device("cpu"))
         critic.make_optimizer(mm)
         rb = role_batch(tok, n=6)
         returns = torch.rand(rb.mask.shape, generator=torch.Generator().manual_seed(3)) * rb.mask
