@@ -379,7 +379,7 @@ def step_or_skip(part: AdapterUpdate, params, nonfinite: bool, stats: UpdateStat
 def reduce_stats(stats: UpdateStats, n_steps: int) -> dict:
     """The update's metrics over every rank: token means, the mean loss stepped on, ratio maxima."""
     keys = sorted(stats.sums)
-    local = torch.stack([torch.as_tensor(stats.sums[k], dtype=torch.float64).cpu() for k in keys]).tolist() if keys else []
+    local = torch.stack([stats.sums[k].double() for k in keys]).tolist() if keys else []  # device tensors: one read
     tot = dict(zip(keys, all_sum(local)))
     rmax = np.max(gather_objects(torch.stack(stats.ratio_max).tolist()), axis=0)  # (epochs x mini-batches,) max over ranks
     out = {k: tot[k] / max(tot["tokens"], 1.0) for k in ("entropy", "clipfrac", "approx_kl")}
@@ -435,7 +435,7 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
                                                               None if ref_logits is None else ref_logits[sl], device)
                     nonfinite[p] = ~torch.isfinite(part_loss.detach()) | nonfinite[p]
                     for key, v in sums.items():
-                        stats[p.adapter].sums[key] = stats[p.adapter].sums[key] + v
+                        stats[p.adapter].sums[key] = stats[p.adapter].sums[key] + v  # not +=: v may share the loss's storage
                     mb_ratio_max[p].append(ratio_max)
                     loss = loss + part_loss
                 backward(loss)
