@@ -200,8 +200,8 @@ class AlgoConfig:
     group_by_turn: bool = False
     """group samples by (task, role, turn) instead of (task, role): each turn is centred among the same turn
     of its task's other chains. This is AT-GRPO's agent- and turn-wise grouping (arXiv 2510.11062,
-    PettingLLMs), one name for both; its tree-style resampling (several candidates per turn from one state, the
-    best going on) is not built. The turn is the env's Prompt.key where it sets one (research: the sub-question
+    PettingLLMs), one name for both; its tree-style sampling (several candidates per turn from one state, the
+    best going on) is rollout.tree_sampling. The turn is the env's Prompt.key where it sets one (research: the sub-question
     and round), else the role's turn count in the episode (its k-th turn); a merged turn keeps its first turn's"""
     norm_adv_by_role: bool = False
     """per-role advantage normalisation (Dr.MAS, arXiv 2602.08847; PAG's RoleAdvNorm): after the estimator,
@@ -401,6 +401,14 @@ class RolloutConfig:
     merge_turns: bool = False
     """train a role's consecutive turns of one episode as one sequence when each prompt extends the
     last (tool agents); observations and other roles' tokens are masked out"""
+    tree_sampling: bool = False
+    """AT-GRPO's tree-style sampling (arXiv 2510.11062), training rollouts only: a task's num_chains chains
+    share one state; at every turn (or set of turns handed out at once) each chain samples a candidate from
+    the same prompt, the env pays it right after its step, every candidate trains in its (task, role, turn)
+    group, and the best one's state goes on in every chain (rollout.run_episodes). Needs algo.group_by_turn,
+    num_chains >= 2 and an env whose turn_rewards() holds after any step (`rewards_so_far = True`: the
+    reason_code team, the toy); not with merge_turns, remax or data.reward=calculator. Train metrics are then
+    the chosen path's (best of num_chains at every node), not a chain's: compare val, which never uses it"""
     prefix_cache_tokens: int = 65536
     """TorchEngine (eager path): keep the KV of finished turns, at most this many tokens (LRU), so a turn
     whose prompt extends an earlier turn's prompt + reply under the same adapter prefills only the new
@@ -639,6 +647,18 @@ class Config:
                  f"under the truncated, renormalised distribution and the trainer's under the full one, so {use} would "
                  "weight every token by the kept mass (TRL #6789): set algo.rollout_is off and "
                  "algo.recompute_old_logprobs auto, or rollout.top_p 1 and rollout.top_k 0")
+        if ro.tree_sampling:
+            for broken, why in (
+                    (not al.group_by_turn, "needs algo.group_by_turn true: a node's candidates share one prompt, and "
+                     "only a (task, role, turn) group holds exactly them"),
+                    (ro.num_chains < 2, f"needs rollout.num_chains >= 2 (a node's candidates), got {ro.num_chains}"),
+                    (ro.merge_turns, "needs rollout.merge_turns false: after the first node a chain's turns continue "
+                     "the best candidate's conversation, not its own, and each turn is paid at its node"),
+                    ("remax" in self.estimators, "and remax's greedy twins both fork episodes: use a grouped estimator"),
+                    (self.data.reward == "calculator", "needs data.reward=env: the calculator rescores whole "
+                     "trajectories, and a tree chain is not one")):
+                if broken:
+                    _bad("rollout.tree_sampling", why)
         if self.rollout.merge_turns and any(self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
             _bad("rollout.merge_turns", "remax's baseline is per turn (the greedy reply to that turn's prompt), but a "
                  "merged sequence keeps only its last turn's reward and baseline: the earlier turns' tokens would be "

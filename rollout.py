@@ -76,11 +76,13 @@ class Episode:
     error: str | None = None  # the env raised: the episode ended there and earns 0
     task: dict | None = None
     fork_of: tuple[int, int, int] | None = None  # ReMax baseline fork: (episode id, first turn, turns) it replays greedily
+    scored: bool = False  # tree sampling: each turn's reward was read at its node, not from turn_rewards() at the end
 
 
 def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec], num_chains: int = 1,
                  max_turns: int = 8, max_model_len: int | None = None, progress: bool = False,
-                 seed_ids: list[int] | None = None, baseline_roles: dict[str, RoleSpec] | None = None):
+                 seed_ids: list[int] | None = None, baseline_roles: dict[str, RoleSpec] | None = None,
+                 tree: bool = False):
     """Roll out len(tasks) x num_chains episodes; returns (samples, episodes).
 
     Each round: every live episode's pending turns (one Prompt, or the several independent ones an env
@@ -103,9 +105,21 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     same engine calls as the sampled episodes. A set handed out at once gets one twin, greedy for every member:
     a member's baseline then also has the others' greedy replies, not their sampled ones (unbiased, noisier
     where one member's reward depends on another's; one twin per member would cost a call per member).
+
+    tree (AT-GRPO's tree-style sampling, arXiv 2510.11062; rollout.tree_sampling): a task's num_chains chains
+    share one state. At every node (a turn, or a set handed out at once) each chain samples its own candidate
+    from the same prompt ids and steps its own env; the candidate's reward is read right then (the env's
+    turn_rewards(), which an env with `rewards_so_far = True` gives after any step: the last entries are the
+    node's turns). The best chain (the highest sum over the node's turns; the first on a tie) goes on: every
+    other chain takes a fork of its env, its pending prompts and its history, so the next node's candidates
+    again share one prompt. Each chain keeps its own candidates as its samples (`info["tree_best"]` marks
+    the ones that went on) and the episode's metrics are the chosen path's. A chain whose env raised on its
+    candidate earns 0 for it and goes on from the best one's state.
     """
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
-    driver = _Driver(tokenizer, roles, baseline_roles, max_turns, max_model_len)
+    if tree and baseline_roles is not None:
+        raise ValueError("tree sampling and ReMax's greedy twins both fork episodes: use one of them")
+    driver = _Driver(tokenizer, roles, baseline_roles, max_turns, max_model_len, num_chains if tree else 0)
     for t, task in enumerate(tasks):
         for c in range(num_chains):
             driver.start(make_env(), t, task, seed_ids[t] * num_chains + c)
@@ -132,9 +146,10 @@ class _Driver:
     its index), the prompts each live episode waits on, its seed stream and its turns so far."""
 
     def __init__(self, tokenizer, roles: dict[str, RoleSpec], baseline_roles: dict[str, RoleSpec] | None,
-                 max_turns: int, max_model_len: int | None):
+                 max_turns: int, max_model_len: int | None, tree: int = 0):
         self.tokenizer, self.roles, self.baseline_roles = tokenizer, roles, baseline_roles
         self.max_turns, self.max_model_len = max_turns, max_model_len
+        self.tree = tree  # tree sampling: the chains of a task (consecutive episodes, this many) share one state
         self.episodes: list[Episode] = []
         self.pending = {}  # episode id -> (its prompts, whether the env handed them as a list)
         self.seed_of, self.said = {}, {}  # said: episode -> its turns so far, for continuations
@@ -155,7 +170,10 @@ class _Driver:
 
     def start(self, env, task_id: int, task: dict, seed: int):
         """A new episode of `task` in `env`, sampling from stream `seed`: reset, its first prompt(s) pending."""
-        ep = Episode(len(self.episodes), task_id, env, task=task)
+        ep = Episode(len(self.episodes), task_id, env, task=task, scored=bool(self.tree))
+        if self.tree and not getattr(env, "rewards_so_far", False):
+            raise ValueError(f"tree sampling reads each turn's reward at its node: {type(env).__name__} must set "
+                             "rewards_so_far = True (its turn_rewards() valid after any step)")
         self.seed_of[ep.episode_id], self.said[ep.episode_id] = seed, []
         self.episodes.append(ep)
         self.hand(ep, lambda: ep.env.reset(task))
@@ -220,6 +238,48 @@ class _Driver:
         for eid, texts in replies.items():
             many = self.pending[eid][1]
             self.hand(self.episodes[eid], lambda: self.episodes[eid].env.step(texts if many else texts[0]))
+        if self.tree:
+            for first in sorted({eid - eid % self.tree for eid in replies}):
+                self.node([e for e in range(first, first + self.tree) if e in replies], replies)
+
+    def node(self, members: list[int], replies: dict):
+        """Tree sampling: one node of a task's tree. Each member's candidate (its last len(replies) turns) is
+        paid what its own env's turn_rewards() says now; the best member goes on, the others take its state."""
+        score = {}
+        for eid in members:
+            ep, k = self.episodes[eid], len(replies[eid])
+            try:
+                if ep.error:
+                    raise RuntimeError(ep.error)
+                rewards = [float(r) for r in ep.env.turn_rewards()]
+                if len(rewards) != len(ep.samples):
+                    raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
+                                     f"{len(ep.samples)} turns (episode {eid})")
+                labels = list(ep.env.turn_labels()) if hasattr(ep.env, "turn_labels") else []
+            except Exception as e:  # the candidate earns 0; the chain goes on from the best one's state
+                for st in ep.samples[-k:]:
+                    st.reward, st.info["env_error"] = 0.0, f"{type(e).__name__}: {e}"[:500]
+                continue
+            for i, st in enumerate(ep.samples[-k:], len(ep.samples) - k):
+                st.reward = rewards[i]
+                if i < len(labels) and labels[i] is not None:
+                    st.label = labels[i]
+            score[eid] = sum(rewards[-k:])
+        if not score:  # every candidate's env raised: the chains end with their errors
+            return
+        best = max(score, key=lambda e: (score[e], -e))
+        for eid in members:
+            for st in self.episodes[eid].samples[-len(replies[eid]):]:
+                st.info["tree_best"] = eid == best
+            if eid == best:
+                continue
+            ep, src = self.episodes[eid], self.episodes[best]
+            ep.env = src.env.fork() if hasattr(src.env, "fork") else copy.deepcopy(src.env)
+            ep.error, self.said[eid] = None, list(self.said[best])
+            if best in self.pending:
+                self.pending[eid] = self.pending[best]
+            else:
+                self.pending.pop(eid, None)
 
     def finish(self, n_main: int) -> tuple[list[Sample], list[Episode]]:
         """Every episode's rewards (_finish), each twin's as its original's baselines; -> (samples, episodes)
@@ -283,12 +343,13 @@ def _finish(ep: Episode):
     An env that raises here (or raised before) gives reward 0 on every turn and sets Episode.error."""
     rewards = []
     try:
-        rewards = [] if ep.error else [float(r) for r in ep.env.turn_rewards()]
+        rewards = [] if ep.error else [st.reward for st in ep.samples] if ep.scored else \
+            [float(r) for r in ep.env.turn_rewards()]
         if not ep.error and len(rewards) != len(ep.samples):
             raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
                              f"{len(ep.samples)} turns (episode {ep.episode_id})")
         ep.metrics = {} if ep.error else dict(ep.env.metrics())
-        labels = ep.env.turn_labels() if not ep.error and hasattr(ep.env, "turn_labels") else []
+        labels = ep.env.turn_labels() if not ep.error and not ep.scored and hasattr(ep.env, "turn_labels") else []
         for st, lab in zip(ep.samples, labels):
             if lab is not None:
                 st.label = lab  # the trainer leaves out groups whose labels all agree

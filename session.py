@@ -193,12 +193,13 @@ def role_specs(cfg: Config, step_seed: int | None, greedy=False) -> dict[str, Ro
         seed=step_seed)) for ro in cfg.roles}
 
 
-def episodes(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress=False, baseline_roles=None):
+def episodes(engine, tok, cfg, tasks, task_ids, roles, num_chains, progress=False, baseline_roles=None, tree=False):
     """run_episodes on this rank's tasks, with global task ids (groups and seeds do not depend on
-    how tasks were split over ranks)."""
+    how tasks were split over ranks); tree: rollout.tree_sampling's shared-state chains (training only)."""
     samples, episodes = run_episodes(engine, tok, workflow(cfg)[0], tasks, roles, num_chains=num_chains,
                                    max_turns=cfg.rollout.max_turns, max_model_len=cfg.rollout.max_model_len,
-                                   progress=progress and rank() == 0, seed_ids=task_ids, baseline_roles=baseline_roles)
+                                   progress=progress and rank() == 0, seed_ids=task_ids, baseline_roles=baseline_roles,
+                                   tree=tree)
     for e in episodes:
         e.task_id = task_ids[e.task_id]
         for s in e.samples:

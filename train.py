@@ -82,7 +82,8 @@ def collect(run, train_tasks, step_seed):
             run.cursor += 1
         mine = ids[rank()::world()]
         s, e = session.episodes(run.engine, run.tok, cfg, [train_tasks[i] for _, i in mine], [g for g, _ in mine],
-                                role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline)
+                                role_specs(cfg, step_seed), cfg.rollout.num_chains, cfg.rollout.progress, baseline,
+                                tree=cfg.rollout.tree_sampling)
         if cfg.data.reward == "calculator":  # the weighted components replace the env's reward (kept in Sample.env_reward)
             rescore_episodes(RewardCalculator.from_config(cfg), e)
         learner.mix_team_reward(cfg, e)  # roles[i].team_reward_weight (the role's own reward kept for the logs)

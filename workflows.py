@@ -106,6 +106,10 @@ def check_roles(cfg: Config):
     if env_roles and env_roles != mine:
         raise ConfigError(f"config field roles: workflow {cfg.data.env!r} has roles {sorted(env_roles)}, the config "
                          f"names {sorted(mine)} (missing {sorted(env_roles - mine)}, unknown {sorted(mine - env_roles)})")
+    if cfg.rollout.tree_sampling and not getattr(env, "rewards_so_far", False):
+        raise ConfigError(f"config field rollout.tree_sampling: workflow {cfg.data.env!r} does not pay a turn before "
+                          "its episode ends (its env does not set rewards_so_far = True), and tree sampling pays each "
+                          "candidate at its node")
     if hasattr(module, "check_config"):  # the workflow's own rules across its options and the trainer's
         import ppo
         if bad := module.check_config(cfg, ppo.GROUPED):

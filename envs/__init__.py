@@ -29,7 +29,10 @@ The env class (one instance per episode, built with data.env_kwargs as keyword a
   final_answer() -> str | None            optional (default: eval.py's --maj-k refuses the workflow). The
                                           episode's answer, for majority voting
   fork() -> env                           optional (default: copy.deepcopy). A copy at the current turn,
-                                          for ReMax's greedy baseline episode
+                                          for ReMax's greedy baseline episode and tree sampling's chosen state
+  rewards_so_far: bool                    optional (default False). True when turn_rewards() may be called
+                                          after any step and gives the rewards of the turns so far (a turn's
+                                          reward does not wait for later turns): rollout.tree_sampling needs it
   scripted_replies(task) -> list[str]     optional: as the module's function below, for THIS env's kwargs
                                           (its corpus, budgets, style); sft.py prefers it
 

@@ -23,6 +23,7 @@ ROLES = ("solver",)
 
 class MathSingleEnv:
     roles = ROLES
+    rewards_so_far = True  # each turn is paid at its step (rollout.tree_sampling)
 
     def __init__(self, self_refine: bool = False, revision_reward: str = "correctness"):
         self.self_refine = need_bool("self_refine", self_refine)

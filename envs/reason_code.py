@@ -67,6 +67,7 @@ def _shown(answer: str | None) -> str:
 
 class ReasonCodeEnv:
     roles = ROLES
+    rewards_so_far = True  # each turn is paid at its step (rollout.tree_sampling)
 
     def __init__(self, max_rounds: int = 4, agree_bonus: float = 0.0, code_timeout: float = 5.0):
         self.max_rounds = need_int("max_rounds", max_rounds, 1, 16)

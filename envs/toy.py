@@ -28,6 +28,7 @@ def target_fraction(text: str) -> float:
 
 class ToyEnv:
     roles = ROLES
+    rewards_so_far = True  # each turn is paid at its step (rollout.tree_sampling)
 
     def reset(self, task: dict) -> Prompt:
         self.reward = None

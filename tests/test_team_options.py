@@ -13,6 +13,7 @@ import learner
 import ppo
 import train
 from config import Config, ConfigError, RoleConfig, load_config_file
+from envs import Prompt
 from rollout import Episode, Sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,3 +153,137 @@ def test_judge_rates_by_hand_and_in_every_judge_like_workflow():
                                                                                 "answer": "7"}))[2]
     assert m["verifier_tp"] == 1.0
     assert tool_aggregate([Episode(0, 0, env, [], m)])["verifier_tpr"] == 1.0
+
+
+# ------------------------------------------------------------------------- tree sampling (AT-GRPO)
+
+
+class TreeEnv:
+    """The asker's turn, then a set of two (the asker goes on in its own chat, the answerer starts one), then done.
+    Each turn is paid the length of its reply as soon as it is said."""
+    roles = ("asker", "answerer")
+    rewards_so_far = True
+    fail_next = 0  # a test makes this many steps raise
+
+    def reset(self, task):
+        self.said = []
+        self.chat = [{"role": "user", "content": "count"}]
+        return Prompt("asker", list(self.chat))
+
+    def step(self, reply):
+        if TreeEnv.fail_next:
+            TreeEnv.fail_next -= 1
+            raise RuntimeError("a broken candidate")
+        replies = reply if isinstance(reply, list) else [reply]
+        self.said += replies
+        if len(self.said) == 3:
+            return None
+        self.chat += [{"role": "assistant", "content": replies[0]}, {"role": "user", "content": "more"}]
+        return [Prompt("asker", list(self.chat)), Prompt("answerer", [{"role": "user", "content": "answer " + replies[0]}])]
+
+    def turn_rewards(self):
+        return [float(len(r)) for r in self.said]
+
+    def metrics(self):
+        return {"path_length": float(sum(len(r) for r in self.said))}
+
+
+def _tree_run(tiny, tree, chains=3):
+    from rollout import RoleSpec, SamplingParams, TorchEngine, run_episodes
+    m, tok = tiny
+    sp = SamplingParams(max_new_tokens=6, stop_token_ids=[], seed=0)
+    return run_episodes(TorchEngine(m, tok), tok, TreeEnv, tasks=[{}], roles={r: RoleSpec(None, sp) for r in TreeEnv.roles},
+                        num_chains=chains, max_turns=3, tree=tree)
+
+
+def test_tree_sampling_by_hand(tiny):
+    """Three chains of one task. Node 1: the three askers' candidates share one prompt, each is paid its reply's
+    length, the longest (the first on a tie) is tree_best. Node 2: every chain's two prompts are the same ids, the
+    asker's continuing the node-1 best's sampled ids token for token; the best member is the largest sum over the
+    set; every chain ends on the chosen path (its metrics the best texts' lengths). Without tree the node-2
+    prompts differ between chains."""
+    _, eps = _tree_run(tiny, tree=True)
+    n1 = [e.samples[0] for e in eps]
+    assert len({tuple(s.prompt_ids) for s in n1}) == 1
+    assert [s.reward for s in n1] == [float(len(s.text)) for s in n1]
+    want1 = max(range(3), key=lambda c: (len(n1[c].text), -c))
+    assert [s.info["tree_best"] for s in n1] == [c == want1 for c in range(3)]
+    n2 = [e.samples[1:] for e in eps]
+    for pos in range(2):
+        assert len({tuple(ss[pos].prompt_ids) for ss in n2}) == 1
+    best1 = n1[want1]
+    assert n2[0][0].prompt_ids[:len(best1.prompt_ids) + len(best1.completion_ids)] == best1.prompt_ids + best1.completion_ids
+    sums = [len(a.text) + len(b.text) for a, b in n2]
+    want2 = max(range(3), key=lambda c: (sums[c], -c))
+    assert [[s.info["tree_best"] for s in ss] for ss in n2] == [[c == want2] * 2 for c in range(3)]
+    assert all(s.reward == float(len(s.text)) for ss in n2 for s in ss)
+    assert [e.metrics for e in eps] == [{"path_length": float(len(best1.text) + sums[want2])}] * 3
+    assert all(e.scored and e.error is None for e in eps)
+    _, plain = _tree_run(tiny, tree=False)
+    assert len({tuple(e.samples[1].prompt_ids) for e in plain}) > 1 and not plain[0].scored
+
+
+def test_tree_sampling_a_broken_candidate_earns_zero_and_its_chain_goes_on(tiny):
+    """The first step of node 1 (chain 0's) raises: that candidate earns 0 with the error noted, is not the best,
+    and chain 0 goes on from the best one's state to the end. An env without rewards_so_far is refused."""
+    TreeEnv.fail_next = 1
+    try:
+        _, eps = _tree_run(tiny, tree=True)
+    finally:
+        TreeEnv.fail_next = 0
+    s = eps[0].samples[0]
+    assert s.reward == 0.0 and "a broken candidate" in s.info["env_error"] and s.info["tree_best"] is False
+    assert eps[0].error is None and len(eps[0].samples) == 3 and eps[0].metrics == eps[1].metrics
+
+    class Unpaid(TreeEnv):
+        rewards_so_far = False
+    from rollout import RoleSpec, SamplingParams, TorchEngine, run_episodes
+    m, tok = tiny
+    with pytest.raises(ValueError, match="rewards_so_far"):
+        run_episodes(TorchEngine(m, tok), tok, Unpaid, [{}], {r: RoleSpec(None, SamplingParams(max_new_tokens=2))
+                                                               for r in TreeEnv.roles}, num_chains=2, tree=True)
+
+
+def test_tree_sampling_config_rules(tmp_path):
+    """Each rule is one line naming rollout.tree_sampling: group_by_turn off, one chain, merge_turns, remax, the
+    calculator, a workflow that pays only at the end (split_info)."""
+    from workflows import check_roles
+    cfg = _toy_two_roles(tmp_path, group_by_turn=True)
+    ok = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, tree_sampling=True))
+    ok.validate()
+    check_roles(ok)
+    R = dataclasses.replace
+    for bad, why in ((R(ok, algo=R(ok.algo, group_by_turn=False)), "algo.group_by_turn"),
+                     (R(ok, rollout=R(ok.rollout, num_chains=1)), "num_chains >= 2"),
+                     (R(ok, rollout=R(ok.rollout, merge_turns=True)), "merge_turns"),
+                     (R(ok, algo=R(ok.algo, adv_estimator="remax")), "remax"),
+                     (R(ok, data=R(ok.data, reward="calculator")), "data.reward=env")):
+        with pytest.raises(ConfigError, match=r"^config field rollout\.tree_sampling: .*" + why):
+            bad.validate()
+    split = load_config_file(str(ROOT / "configs" / "tiny_split_info.py"))
+    split = R(split, algo=R(split.algo, group_by_turn=True), rollout=R(split.rollout, tree_sampling=True,
+                                                                         num_chains=max(2, split.rollout.num_chains)))
+    with pytest.raises(ConfigError, match=r"rollout\.tree_sampling: .*rewards_so_far"):
+        check_roles(split.validate())
+
+
+def test_tree_sampling_reaches_training(tmp_path):
+    """train.py with rollout.tree_sampling: in the step's trajectory file every chain of a task shows the echo the
+    same prompt, one speaker candidate is tree_best, the best paid (the first on a tie), and each speaker turn is
+    paid its own reply's 7s."""
+    cfg = _toy_two_roles(tmp_path, group_by_turn=True)
+    train.main(dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, tree_sampling=True)))
+    recs = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "train_step_000001.jsonl").read_text().splitlines()]
+    by_task = {}
+    for r in recs:
+        by_task.setdefault(r["task_id"], []).append(r)
+    assert by_task and all(len(rs) == cfg.rollout.num_chains for rs in by_task.values())
+    for rs in by_task.values():
+        echo = {tuple(r["turns"][1]["prompt_ids"]) for r in rs}
+        best = [r["turns"][0] for r in rs if r["turns"][0]["tree_best"]]
+        paid = [r["turns"][0]["reward"] for r in sorted(rs, key=lambda r: r["episode_id"])]
+        assert len(echo) == 1 and [r["turns"][0]["tree_best"] for r in sorted(rs, key=lambda r: r["episode_id"])] == \
+            [i == paid.index(max(paid)) for i in range(len(paid))]
+        for r in rs:
+            t = r["turns"][0]["reply"]
+            assert r["turns"][0]["reward"] == pytest.approx(10.0 * t.count("7") / max(len(t), 1))
