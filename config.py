@@ -407,7 +407,8 @@ class RolloutConfig:
     the same prompt, the env pays it right after its step, every candidate trains in its (task, role, turn)
     group, and the best one's state goes on in every chain (rollout.run_episodes). Needs algo.group_by_turn,
     num_chains >= 2 and an env whose turn_rewards() holds after any step (`rewards_so_far = True`: the
-    reason_code team, the toy); not with merge_turns, remax or data.reward=calculator. Train metrics are then
+    reason_code team, math_single, the toy); not with merge_turns, remax, roles.team_reward_weight or
+    data.reward=calculator. Train metrics are then
     the chosen path's (best of num_chains at every node), not a chain's: compare val, which never uses it"""
     prefix_cache_tokens: int = 65536
     """TorchEngine (eager path): keep the KV of finished turns, at most this many tokens (LRU), so a turn
@@ -654,7 +655,11 @@ class Config:
                     (ro.num_chains < 2, f"needs rollout.num_chains >= 2 (a node's candidates), got {ro.num_chains}"),
                     (ro.merge_turns, "needs rollout.merge_turns false: after the first node a chain's turns continue "
                      "the best candidate's conversation, not its own, and each turn is paid at its node"),
-                    ("remax" in self.estimators, "and remax's greedy twins both fork episodes: use a grouped estimator"),
+                    ("remax" in self.estimators, "cannot run with remax, whose greedy twins fork episodes too: use a "
+                     "grouped estimator"),
+                    (any(r.team_reward_weight for r in self.roles if r.trainable), "cannot run with "
+                     "roles.team_reward_weight: the team reward is the episode's, and every chain of a task ends on "
+                     "the same chosen path, so it is one number for every candidate of a node (no signal)"),
                     (self.data.reward == "calculator", "needs data.reward=env: the calculator rescores whole "
                      "trajectories, and a tree chain is not one")):
                 if broken:

@@ -122,7 +122,10 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     driver = _Driver(tokenizer, roles, baseline_roles, max_turns, max_model_len, num_chains if tree else 0)
     for t, task in enumerate(tasks):
         for c in range(num_chains):
-            driver.start(make_env(), t, task, seed_ids[t] * num_chains + c)
+            if tree and c:  # one state: every chain of the task starts as a fork of its first
+                driver.start(None, t, task, seed_ids[t] * num_chains + c, like=len(driver.episodes) - c)
+            else:
+                driver.start(make_env(), t, task, seed_ids[t] * num_chains + c)
     n_main = len(driver.episodes)
     bar = None
     if progress and "progress" in inspect.signature(engine.generate).parameters:
@@ -150,6 +153,7 @@ class _Driver:
         self.tokenizer, self.roles, self.baseline_roles = tokenizer, roles, baseline_roles
         self.max_turns, self.max_model_len = max_turns, max_model_len
         self.tree = tree  # tree sampling: the chains of a task (consecutive episodes, this many) share one state
+        self.candidate_errors: dict[int, int] = {}  # tree sampling: episode -> its candidates whose env raised
         self.episodes: list[Episode] = []
         self.pending = {}  # episode id -> (its prompts, whether the env handed them as a list)
         self.seed_of, self.said = {}, {}  # said: episode -> its turns so far, for continuations
@@ -168,15 +172,19 @@ class _Driver:
         else:
             self.pending[ep.episode_id] = (nxt if isinstance(nxt, list) else [nxt], isinstance(nxt, list))
 
-    def start(self, env, task_id: int, task: dict, seed: int):
-        """A new episode of `task` in `env`, sampling from stream `seed`: reset, its first prompt(s) pending."""
+    def start(self, env, task_id: int, task: dict, seed: int, like: int | None = None):
+        """A new episode of `task` in `env`, sampling from stream `seed`: reset, its first prompt(s) pending; or,
+        with `like` (tree sampling), no env of its own yet: it starts from that episode's state."""
         ep = Episode(len(self.episodes), task_id, env, task=task, scored=bool(self.tree))
-        if self.tree and not getattr(env, "rewards_so_far", False):
+        if self.tree and like is None and not getattr(env, "rewards_so_far", False):
             raise ValueError(f"tree sampling reads each turn's reward at its node: {type(env).__name__} must set "
                              "rewards_so_far = True (its turn_rewards() valid after any step)")
         self.seed_of[ep.episode_id], self.said[ep.episode_id] = seed, []
         self.episodes.append(ep)
-        self.hand(ep, lambda: ep.env.reset(task))
+        if like is None:
+            self.hand(ep, lambda: ep.env.reset(task))
+        else:
+            self.take_state(ep.episode_id, like)
 
     def requests(self) -> tuple[list[tuple[int, Prompt]], list[Request]]:
         """This round's requests, one per pending prompt of every live episode (and of its ReMax twin), and
@@ -244,54 +252,72 @@ class _Driver:
 
     def node(self, members: list[int], replies: dict):
         """Tree sampling: one node of a task's tree. Each member's candidate (its last len(replies) turns) is
-        paid what its own env's turn_rewards() says now; the best member goes on, the others take its state."""
-        score = {}
+        paid what its own env's turn_rewards() says now; the best member goes on, the others take its state.
+        A candidate whose env raised (on its step, or on its rewards) earns 0, noted in its info and counted in
+        its chain's `candidate_errors`; when every candidate did, the task's chains end with that error."""
+        score, failed = {}, {}
         for eid in members:
             ep, k = self.episodes[eid], len(replies[eid])
             try:
                 if ep.error:
-                    raise RuntimeError(ep.error)
+                    raise _Raised(ep.error)
                 rewards = [float(r) for r in ep.env.turn_rewards()]
                 if len(rewards) != len(ep.samples):
                     raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
                                      f"{len(ep.samples)} turns (episode {eid})")
                 labels = list(ep.env.turn_labels()) if hasattr(ep.env, "turn_labels") else []
-            except Exception as e:  # the candidate earns 0; the chain goes on from the best one's state
+            except Exception as e:
+                failed[eid] = str(e) if isinstance(e, _Raised) else f"{type(e).__name__}: {e}"[:500]
                 for st in ep.samples[-k:]:
-                    st.reward, st.info["env_error"] = 0.0, f"{type(e).__name__}: {e}"[:500]
+                    st.reward, st.info["env_error"] = 0.0, failed[eid]
+                self.candidate_errors[eid] = self.candidate_errors.get(eid, 0) + 1
                 continue
             for i, st in enumerate(ep.samples[-k:], len(ep.samples) - k):
                 st.reward = rewards[i]
                 if i < len(labels) and labels[i] is not None:
                     st.label = labels[i]
             score[eid] = sum(rewards[-k:])
-        if not score:  # every candidate's env raised: the chains end with their errors
+        if not score:  # no candidate to go on from: every chain of the task ends here, with its error
+            for eid in members:
+                ep = self.episodes[eid]
+                ep.error = failed[eid]
+                self.pending.pop(eid, None)
             return
         best = max(score, key=lambda e: (score[e], -e))
         for eid in members:
             for st in self.episodes[eid].samples[-len(replies[eid]):]:
                 st.info["tree_best"] = eid == best
-            if eid == best:
-                continue
-            ep, src = self.episodes[eid], self.episodes[best]
-            ep.env = src.env.fork() if hasattr(src.env, "fork") else copy.deepcopy(src.env)
-            ep.error, self.said[eid] = None, list(self.said[best])
-            if best in self.pending:
-                self.pending[eid] = self.pending[best]
-            else:
-                self.pending.pop(eid, None)
+            if eid != best:
+                self.take_state(eid, best)
+
+    def take_state(self, eid: int, src_id: int):
+        """Tree sampling: episode eid goes on from episode src_id's state: a fork of its env, its pending prompts
+        and its turns so far (for token-exact continuations), or its error; its own samples stay."""
+        ep, src = self.episodes[eid], self.episodes[src_id]
+        ep.env = src.env.fork() if hasattr(src.env, "fork") else copy.deepcopy(src.env)
+        ep.error, self.said[eid] = src.error, list(self.said[src_id])
+        if src_id in self.pending:
+            self.pending[eid] = self.pending[src_id]
+        else:
+            self.pending.pop(eid, None)
 
     def finish(self, n_main: int) -> tuple[list[Sample], list[Episode]]:
         """Every episode's rewards (_finish), each twin's as its original's baselines; -> (samples, episodes)
         of the first n_main (the sampled episodes)."""
         for ep in self.episodes:
             _finish(ep)
+            if ep.scored:  # tree sampling: this chain's candidates whose env raised (they earned 0)
+                ep.metrics["candidate_errors"] = float(self.candidate_errors.get(ep.episode_id, 0))
             if ep.fork_of is not None:  # report the greedy replies' rewards to the turns they replay
                 eid, k, n = ep.fork_of
                 for i in range(k, k + n):
                     self.episodes[eid].samples[i].baseline = ep.samples[i].reward
         main = self.episodes[:n_main]
         return [s for ep in main for s in ep.samples], main
+
+
+class _Raised(Exception):
+    """An env error already recorded on its episode (its text kept as it is)."""
 
 
 class _Progress:
@@ -355,8 +381,9 @@ def _finish(ep: Episode):
                 st.label = lab  # the trainer leaves out groups whose labels all agree
     except Exception as e:
         ep.error = f"{type(e).__name__}: {e}"[:500]
-    if ep.error:
-        rewards, ep.metrics = [0.0] * len(ep.samples), {"env_error": 1.0}
+    if ep.error:  # tree sampling: the turns paid at a node that chose a best keep their pay
+        rewards = [st.reward if ep.scored and "tree_best" in st.info else 0.0 for st in ep.samples]
+        ep.metrics = {"env_error": 1.0}
     for st, r in zip(ep.samples, rewards):
         st.reward = r
 

@@ -13,7 +13,8 @@ One JSON object per episode:
 `advantage` is the mean over the turn's trained tokens (a turn rollout.merge_turns joined with others:
 the merged sequence's; null when the turn was not trained, e.g. filtered by dynamic sampling, or in
 eval); `baseline` is ReMax's greedy reward for the turn; `tree_best` (rollout.tree_sampling only) whether the
-turn's candidate was the one whose state went on in every chain of its task. `prompt_ids` are the ids the role saw (the text
+turn's candidate was the one whose state went on in every chain of its task, and `env_error` what its env raised
+(the candidate then earned 0). `prompt_ids` are the ids the role saw (the text
 cannot tell a template's `<|im_end|>` from one a model wrote as characters; SFT reads the ids).
 Files are written whole (temp file + rename): a reader never sees half a file. `read` opens regular
 files only, up to MAX_FILE_BYTES (a FIFO named x.jsonl would hang it, a link to /dev/zero fill the
@@ -48,7 +49,7 @@ def episode_record(ep, tok, split: str, step: int) -> dict:
                    "finish_reason": s.finish_reason, "reward": s.reward, "advantage": s.advantage,
                    "baseline": s.baseline,
                    **{k: getattr(s, k) for k in ("env_reward", "reward_components") if getattr(s, k) is not None},
-                   **{k: s.info[k] for k in ("tree_best",) if k in s.info}}
+                   **{k: s.info[k] for k in ("tree_best", "env_error") if k in s.info}}
                   for s in ep.samples],
     }
 

@@ -164,10 +164,12 @@ class TreeEnv:
     roles = ("asker", "answerer")
     rewards_so_far = True
     fail_next = 0  # a test makes this many steps raise
+    resets = 0
 
     def reset(self, task):
+        TreeEnv.resets += 1
         self.said = []
-        self.chat = [{"role": "user", "content": "count"}]
+        self.chat = [{"role": "user", "content": f"count from {TreeEnv.resets}"}]  # each reset its own prompt
         return Prompt("asker", list(self.chat))
 
     def step(self, reply):
@@ -188,21 +190,24 @@ class TreeEnv:
         return {"path_length": float(sum(len(r) for r in self.said))}
 
 
-def _tree_run(tiny, tree, chains=3):
+def _tree_run(tiny, tree, chains=3, env=TreeEnv):
     from rollout import RoleSpec, SamplingParams, TorchEngine, run_episodes
     m, tok = tiny
     sp = SamplingParams(max_new_tokens=6, stop_token_ids=[], seed=0)
-    return run_episodes(TorchEngine(m, tok), tok, TreeEnv, tasks=[{}], roles={r: RoleSpec(None, sp) for r in TreeEnv.roles},
+    return run_episodes(TorchEngine(m, tok), tok, env, tasks=[{}], roles={r: RoleSpec(None, sp) for r in TreeEnv.roles},
                         num_chains=chains, max_turns=3, tree=tree)
 
 
 def test_tree_sampling_by_hand(tiny):
-    """Three chains of one task. Node 1: the three askers' candidates share one prompt, each is paid its reply's
+    """Three chains of one task, reset once (the env's prompt names its reset). Node 1: the three askers'
+    candidates share one prompt, each is paid its reply's
     length, the longest (the first on a tie) is tree_best. Node 2: every chain's two prompts are the same ids, the
     asker's continuing the node-1 best's sampled ids token for token; the best member is the largest sum over the
     set; every chain ends on the chosen path (its metrics the best texts' lengths). Without tree the node-2
     prompts differ between chains."""
+    before = TreeEnv.resets
     _, eps = _tree_run(tiny, tree=True)
+    assert TreeEnv.resets == before + 1
     n1 = [e.samples[0] for e in eps]
     assert len({tuple(s.prompt_ids) for s in n1}) == 1
     assert [s.reward for s in n1] == [float(len(s.text)) for s in n1]
@@ -217,10 +222,11 @@ def test_tree_sampling_by_hand(tiny):
     want2 = max(range(3), key=lambda c: (sums[c], -c))
     assert [[s.info["tree_best"] for s in ss] for ss in n2] == [[c == want2] * 2 for c in range(3)]
     assert all(s.reward == float(len(s.text)) for ss in n2 for s in ss)
-    assert [e.metrics for e in eps] == [{"path_length": float(len(best1.text) + sums[want2])}] * 3
+    assert [e.metrics for e in eps] == [{"path_length": float(len(best1.text) + sums[want2]), "candidate_errors": 0.0}] * 3
     assert all(e.scored and e.error is None for e in eps)
     _, plain = _tree_run(tiny, tree=False)
-    assert len({tuple(e.samples[1].prompt_ids) for e in plain}) > 1 and not plain[0].scored
+    assert len({tuple(e.samples[0].prompt_ids) for e in plain}) == 3 and not plain[0].scored  # three resets
+    assert len({tuple(e.samples[1].prompt_ids) for e in plain}) > 1
 
 
 def test_tree_sampling_a_broken_candidate_earns_zero_and_its_chain_goes_on(tiny):
@@ -232,8 +238,9 @@ def test_tree_sampling_a_broken_candidate_earns_zero_and_its_chain_goes_on(tiny)
     finally:
         TreeEnv.fail_next = 0
     s = eps[0].samples[0]
-    assert s.reward == 0.0 and "a broken candidate" in s.info["env_error"] and s.info["tree_best"] is False
-    assert eps[0].error is None and len(eps[0].samples) == 3 and eps[0].metrics == eps[1].metrics
+    assert s.reward == 0.0 and s.info["env_error"] == "RuntimeError: a broken candidate" and s.info["tree_best"] is False
+    assert eps[0].error is None and len(eps[0].samples) == 3
+    assert eps[0].metrics == {**eps[1].metrics, "candidate_errors": 1.0} and eps[1].metrics["candidate_errors"] == 0.0
 
     class Unpaid(TreeEnv):
         rewards_so_far = False
@@ -244,9 +251,27 @@ def test_tree_sampling_a_broken_candidate_earns_zero_and_its_chain_goes_on(tiny)
                                                                for r in TreeEnv.roles}, num_chains=2, tree=True)
 
 
+class UnpaidLast(TreeEnv):
+    def turn_rewards(self):
+        if len(self.said) == 3:
+            raise ValueError("no pay for the last set")
+        return super().turn_rewards()
+
+
+def test_tree_sampling_when_every_candidate_fails_the_chains_end_and_keep_earlier_pay(tiny):
+    """Node 2's rewards raise in every chain: the chains end there with the error (none goes on alone), the node-2
+    turns earn 0, and node 1's candidates keep the pay that chose the best."""
+    _, eps = _tree_run(tiny, tree=True, env=UnpaidLast)
+    assert all(e.error == "ValueError: no pay for the last set" for e in eps)
+    assert [e.samples[0].reward for e in eps] == [float(len(e.samples[0].text)) for e in eps]
+    assert sum(e.samples[0].info["tree_best"] for e in eps) == 1
+    assert all(s.reward == 0.0 and "tree_best" not in s.info for e in eps for s in e.samples[1:])
+    assert all(e.metrics == {"env_error": 1.0, "candidate_errors": 1.0} for e in eps)
+
+
 def test_tree_sampling_config_rules(tmp_path):
-    """Each rule is one line naming rollout.tree_sampling: group_by_turn off, one chain, merge_turns, remax, the
-    calculator, a workflow that pays only at the end (split_info)."""
+    """Each rule is one line naming rollout.tree_sampling: group_by_turn off, one chain, merge_turns, remax, a team
+    reward mix, the calculator, a workflow that pays only at the end (split_info)."""
     from workflows import check_roles
     cfg = _toy_two_roles(tmp_path, group_by_turn=True)
     ok = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, tree_sampling=True))
@@ -257,6 +282,7 @@ def test_tree_sampling_config_rules(tmp_path):
                      (R(ok, rollout=R(ok.rollout, num_chains=1)), "num_chains >= 2"),
                      (R(ok, rollout=R(ok.rollout, merge_turns=True)), "merge_turns"),
                      (R(ok, algo=R(ok.algo, adv_estimator="remax")), "remax"),
+                     (R(ok, roles=(ok.roles[0], R(ok.roles[1], team_reward_weight=0.5))), "team_reward_weight"),
                      (R(ok, data=R(ok.data, reward="calculator")), "data.reward=env")):
         with pytest.raises(ConfigError, match=r"^config field rollout\.tree_sampling: .*" + why):
             bad.validate()
