@@ -107,14 +107,15 @@ def run_episodes(engine, tokenizer, make_env, tasks, roles: dict[str, RoleSpec],
     where one member's reward depends on another's; one twin per member would cost a call per member).
 
     tree (AT-GRPO's tree-style sampling, arXiv 2510.11062; rollout.tree_sampling): a task's num_chains chains
-    share one state. At every node (a turn, or a set handed out at once) each chain samples its own candidate
+    share one state (one reset; the other chains start as forks of it). At every node (a turn, or a set handed out at once) each chain samples its own candidate
     from the same prompt ids and steps its own env; the candidate's reward is read right then (the env's
     turn_rewards(), which an env with `rewards_so_far = True` gives after any step: the last entries are the
     node's turns). The best chain (the highest sum over the node's turns; the first on a tie) goes on: every
     other chain takes a fork of its env, its pending prompts and its history, so the next node's candidates
     again share one prompt. Each chain keeps its own candidates as its samples (`info["tree_best"]` marks
     the ones that went on) and the episode's metrics are the chosen path's. A chain whose env raised on its
-    candidate earns 0 for it and goes on from the best one's state.
+    candidate earns 0 for it and goes on from the best one's state; when every chain's did, they all end there
+    (the turns paid at earlier nodes keep their pay).
     """
     seed_ids = list(range(len(tasks))) if seed_ids is None else seed_ids
     if tree and baseline_roles is not None:
