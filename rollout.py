@@ -262,10 +262,7 @@ class _Driver:
             try:
                 if ep.error:
                     raise _Raised(ep.error)
-                rewards = [float(r) for r in ep.env.turn_rewards()]
-                if len(rewards) != len(ep.samples):
-                    raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
-                                     f"{len(ep.samples)} turns (episode {eid})")
+                rewards = _turn_rewards(ep)
                 labels = list(ep.env.turn_labels()) if hasattr(ep.env, "turn_labels") else []
             except Exception as e:
                 failed[eid] = str(e) if isinstance(e, _Raised) else f"{type(e).__name__}: {e}"[:500]
@@ -365,16 +362,21 @@ def prompt_ids(tokenizer, messages: list[dict], earlier: list[tuple], taken=()) 
     return chat.chat_ids(tokenizer, messages), None
 
 
+def _turn_rewards(ep: Episode) -> list[float]:
+    """The env's turn_rewards(), one float per turn played so far (a ValueError naming the env otherwise)."""
+    rewards = [float(r) for r in ep.env.turn_rewards()]
+    if len(rewards) != len(ep.samples):
+        raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
+                         f"{len(ep.samples)} turns (episode {ep.episode_id})")
+    return rewards
+
+
 def _finish(ep: Episode):
     """After its last turn: each turn's reward, the episode's metrics and the turns' labels from the env.
     An env that raises here (or raised before) gives reward 0 on every turn and sets Episode.error."""
     rewards = []
     try:
-        rewards = [] if ep.error else [st.reward for st in ep.samples] if ep.scored else \
-            [float(r) for r in ep.env.turn_rewards()]
-        if not ep.error and len(rewards) != len(ep.samples):
-            raise ValueError(f"{type(ep.env).__name__}.turn_rewards() gave {len(rewards)} rewards for "
-                             f"{len(ep.samples)} turns (episode {ep.episode_id})")
+        rewards = [] if ep.error else [st.reward for st in ep.samples] if ep.scored else _turn_rewards(ep)
         ep.metrics = {} if ep.error else dict(ep.env.metrics())
         labels = ep.env.turn_labels() if not ep.error and not ep.scored and hasattr(ep.env, "turn_labels") else []
         for st, lab in zip(ep.samples, labels):
