@@ -1,7 +1,8 @@
 """troupe's configuration: nested dataclasses, a docstring under every field (tyro shows them in
 `python train.py --help`). A config file under configs/ builds one `Config` named `config`;
 `train.py --config configs/X.py --algo.adv-estimator rloo` applies CLI overrides on top.
-Derived values are properties, not fields. `Config.validate()` names the bad field.
+Derived values are properties, not fields. `Config.validate()` names the bad field: each section checks its
+own fields here, and what spans sections (options that cannot run together) is in config_rules.py.
 
 Kept apart from train.py so that config files can import it without importing the trainer.
 """
@@ -16,38 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-
-class ConfigError(ValueError):
-    """A bad config value; the message names the field."""
-
-
-# Bounds a value must stay within, named once: past them a run only produces
-# NaN, a crash deep in torch, or a file outside the run directory.
-MAX_LR = 1.0
-"""no AdamW learning rate above this (LoRA RL and SFT use ~1e-6..1e-2; 1e30 only makes NaN adapters)"""
-MIN_TEMPERATURE = 0.01
-"""sampling temperatures below this overflow the scaled logits (1e-300: inf, then NaN probabilities);
-evaluation is greedy already"""
-MAX_THREADS = 1024
-"""trainer.threads above this is a typo (torch.set_num_threads(99999) ends in SIGSEGV); session.py
-also caps any request at the machine's cores"""
-MAX_SEED = 2**31 - 1
-"""seeds are at most this: numpy refuses a seed past 2**32 - 1, and seed + epoch, seed + 12345 (eval.py's
-sampling) must stay below that (4294967296 trained an SFT for minutes, then every eval died)"""
-NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-RESERVED_NAMES = ("critic",)  # GAE's value model wears an adapter of this name (critic.Critic)
-
-
-def check_name(name, where: str):
-    """Adapter and role names become directory names (<out>/<adapter>/, checkpoints' adapters/<name>/):
-    1-64 of A-Z a-z 0-9 _ -, so '../x' or '/tmp/x' cannot write outside the run; 'critic' is reserved.
-    `where` starts the error line ("config field roles[0].name", "sft option roles")."""
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise ConfigError(f"{where}: {str(name)[:80]!r} is not a usable name: 1-64 letters, digits, '_' or '-' "
-                          "(it names a directory)")
-    if name in RESERVED_NAMES:
-        raise ConfigError(f"{where}: {name!r} is reserved (GAE's value model wears the 'critic' adapter): pick "
-                          "another name")
+from config_rules import (MAX_LR, MAX_SEED, MAX_THREADS, MIN_TEMPERATURE, ConfigError, at_least, bad, check_across,
+                          check_name, check_roles, finite, no_nan)
 
 
 @dataclass
@@ -117,40 +88,40 @@ class RoleConfig:
         where = f"roles[{i}]"
         check_name(self.name, f"config field {where}.name")
         if self.max_tokens < 1:
-            _bad(f"{where}.max_tokens", f"must be >= 1, got {self.max_tokens}")
+            bad(f"{where}.max_tokens", f"must be >= 1, got {self.max_tokens}")
         if not (MIN_TEMPERATURE <= self.temperature and math.isfinite(self.temperature)):
-            _bad(f"{where}.temperature", f"must be a finite number >= {MIN_TEMPERATURE}, got {self.temperature}")
+            bad(f"{where}.temperature", f"must be a finite number >= {MIN_TEMPERATURE}, got {self.temperature}")
         if self.lr is not None and not (0 < self.lr <= MAX_LR):
-            _bad(f"{where}.lr", f"must be in (0, {MAX_LR}] (or None: algo.lr), got {self.lr}")
+            bad(f"{where}.lr", f"must be in (0, {MAX_LR}] (or None: algo.lr), got {self.lr}")
         if self.rank is not None and self.rank < 1:
-            _bad(f"{where}.rank", f"must be >= 1 (or None: lora.rank), got {self.rank}")
+            bad(f"{where}.rank", f"must be >= 1 (or None: lora.rank), got {self.rank}")
         if self.alpha is not None and not (math.isfinite(self.alpha) and self.alpha > 0):
-            _bad(f"{where}.alpha", f"must be a finite number > 0 (or None: lora.alpha), got {self.alpha}")
+            bad(f"{where}.alpha", f"must be a finite number > 0 (or None: lora.alpha), got {self.alpha}")
         if self.targets is not None and not self.targets:
-            _bad(f"{where}.targets", "must name at least one module (or None: lora.targets)")
+            bad(f"{where}.targets", "must name at least one module (or None: lora.targets)")
         for t in self.targets or ():  # the model's own names are checked once it loads (session.build)
             if not isinstance(t, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t):
-                _bad(f"{where}.targets", f"{str(t)[:80]!r} is not a module name")
+                bad(f"{where}.targets", f"{str(t)[:80]!r} is not a module name")
         if self.frozen_steps < 0:
-            _bad(f"{where}.frozen_steps", f"must be >= 0, got {self.frozen_steps}")
+            bad(f"{where}.frozen_steps", f"must be >= 0, got {self.frozen_steps}")
         if not (isinstance(self.team_reward_weight, (int, float)) and 0 <= self.team_reward_weight <= 1):
-            _bad(f"{where}.team_reward_weight", f"must be in [0, 1], got {self.team_reward_weight}")
+            bad(f"{where}.team_reward_weight", f"must be in [0, 1], got {self.team_reward_weight}")
         for w in self.train_windows or ():
             if not (len(w) == 2 and all(isinstance(x, int) for x in w) and 1 <= w[0] <= w[1]):
-                _bad(f"{where}.train_windows", f"each window is (first step, last step) with 1 <= first <= last, got {w}")
+                bad(f"{where}.train_windows", f"each window is (first step, last step) with 1 <= first <= last, got {w}")
         if self.init_from is None:
             return
         d = Path(self.init_from)
         if not (d / "adapter_config.json").is_file() or not (d / "adapter_model.safetensors").is_file():
-            _bad(f"{where}.init_from", f"{d} is not a PEFT adapter directory (adapter_config.json + "
+            bad(f"{where}.init_from", f"{d} is not a PEFT adapter directory (adapter_config.json + "
                  "adapter_model.safetensors)")
         try:
             conf = json.loads((d / "adapter_config.json").read_text())
             t = conf["target_modules"]
         except (ValueError, KeyError, TypeError) as e:
-            _bad(f"{where}.init_from", f"{d / 'adapter_config.json'} is unreadable: {e}")
+            bad(f"{where}.init_from", f"{d / 'adapter_config.json'} is unreadable: {e}")
         if set([t] if isinstance(t, str) else t) != set(targets):
-            _bad(f"{where}.init_from", f"{d} adapts {sorted(t)}, the role's targets are {sorted(targets)} "
+            bad(f"{where}.init_from", f"{d} adapts {sorted(t)}, the role's targets are {sorted(targets)} "
                  f"({where}.targets, else lora.targets): set them to the adapter's")
         base = conf.get("base_model_name_or_path")
         same = lambda x, y: str(x).rstrip("/").rsplit("/", 1)[-1].lower() == str(y).rstrip("/").rsplit("/", 1)[-1].lower()  # noqa: E731
@@ -176,10 +147,10 @@ class LoRAConfig:
 
 
     def check(self):
-        _at_least("lora", [("rank", self.rank, 1)])
-        _finite("lora", [("alpha", self.alpha)], positive=True)
+        at_least("lora", [("rank", self.rank, 1)])
+        finite("lora", [("alpha", self.alpha)], positive=True)
         if not 0 <= self.dropout < 1:
-            _bad("lora.dropout", f"must be in [0, 1), got {self.dropout}")
+            bad("lora.dropout", f"must be in [0, 1), got {self.dropout}")
 
 @dataclass
 class AlgoConfig:
@@ -331,43 +302,43 @@ class AlgoConfig:
 
     def check(self):
         if self.micro_batch_tokens is not None:
-            _at_least("algo", [("micro_batch_tokens", self.micro_batch_tokens, 1)])
-        _at_least("algo", [("mini_batch_size", self.mini_batch_size, 1), ("micro_batch_size", self.micro_batch_size, 1),
+            at_least("algo", [("micro_batch_tokens", self.micro_batch_tokens, 1)])
+        at_least("algo", [("mini_batch_size", self.mini_batch_size, 1), ("micro_batch_size", self.micro_batch_size, 1),
                            ("ppo_epochs", self.ppo_epochs, 1), ("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, 0),
                            ("warmup_steps", self.warmup_steps, 0)])
         for name, v in [("lr", self.lr), ("critic_lr", self.critic_lr)]:
             if v > MAX_LR:
-                _bad(f"algo.{name}", f"must be <= {MAX_LR}, got {v}")
-        _finite("algo", [("lr", self.lr), ("critic_lr", self.critic_lr), ("grad_clip", self.grad_clip)], positive=True)
-        _finite("algo", [("kl_coef", self.kl_coef), ("entropy_coef", self.entropy_coef), ("vf_coef", self.vf_coef),
+                bad(f"algo.{name}", f"must be <= {MAX_LR}, got {v}")
+        finite("algo", [("lr", self.lr), ("critic_lr", self.critic_lr), ("grad_clip", self.grad_clip)], positive=True)
+        finite("algo", [("kl_coef", self.kl_coef), ("entropy_coef", self.entropy_coef), ("vf_coef", self.vf_coef),
                          ("weight_decay", self.weight_decay)], positive=False)
         for name, v in [("gamma", self.gamma), ("lam", self.lam)]:
             if not 0 <= v <= 1:
-                _bad(f"algo.{name}", f"must be in [0, 1], got {v}")
+                bad(f"algo.{name}", f"must be in [0, 1], got {v}")
         lo, hi = self.clip
         if not (0 < lo < 1 and hi > 0):
-            _bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
+            bad("algo.clip_low/clip_high", f"need 0 < clip_low < 1 and clip_high > 0, got {lo}, {hi}")
         if self.rollout_is == "on" and self.recompute_old_logprobs == "never":
-            _bad("algo.rollout_is", "weights the loss by exp(old - sampled logprobs), which is 1 when the old logprobs "
+            bad("algo.rollout_is", "weights the loss by exp(old - sampled logprobs), which is 1 when the old logprobs "
                  "ARE the sampled ones: set algo.recompute_old_logprobs to auto or always")
         if not (math.isfinite(self.rollout_is_cap) and self.rollout_is_cap >= 1):
-            _bad("algo.rollout_is_cap", f"must be a finite number >= 1, got {self.rollout_is_cap}")
+            bad("algo.rollout_is_cap", f"must be a finite number >= 1, got {self.rollout_is_cap}")
         if self.dual_clip is not None and not (math.isfinite(self.dual_clip) and self.dual_clip > 1):
-            _bad("algo.dual_clip", f"must be a finite number > 1 (or None), got {self.dual_clip}")
+            bad("algo.dual_clip", f"must be a finite number > 1 (or None), got {self.dual_clip}")
         if self.vf_clip is not None and not (math.isfinite(self.vf_clip) and self.vf_clip > 0):
-            _bad("algo.vf_clip", f"must be a finite number > 0 (or None), got {self.vf_clip}")
+            bad("algo.vf_clip", f"must be a finite number > 0 (or None), got {self.vf_clip}")
         if not math.isfinite(self.kl_target) or (self.kl_adaptive and self.kl_target <= 0):
-            _bad("algo.kl_target", f"must be a finite number (> 0 for the adaptive controller), got {self.kl_target}")
+            bad("algo.kl_target", f"must be a finite number (> 0 for the adaptive controller), got {self.kl_target}")
         if self.kl_kind != "full" and self.kl_kind.rstrip("+") not in ("kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"):
-            _bad("algo.kl_kind", f"unknown kind {self.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
+            bad("algo.kl_kind", f"unknown kind {self.kl_kind!r}: kl, abs, mse, low_var_kl (k1/k2/k3, optionally +) or full")
         if self.kl_adaptive and self.kl_horizon <= 0:
-            _bad("algo.kl_horizon", f"the adaptive KL controller needs it > 0, got {self.kl_horizon}")
+            bad("algo.kl_horizon", f"the adaptive KL controller needs it > 0, got {self.kl_horizon}")
         if self.kl_ref not in ("base", "init"):
-            _bad("algo.kl_ref", f"unknown reference {self.kl_ref!r}: base (adapters off) or init (each adapter's start)")
+            bad("algo.kl_ref", f"unknown reference {self.kl_ref!r}: base (adapters off) or init (each adapter's start)")
         if self.kl_ref == "init" and self.kl_coef == 0:
-            _bad("algo.kl_ref", "'init' sets the KL's reference, but algo.kl_coef is 0 (no KL): set algo.kl_coef > 0")
+            bad("algo.kl_ref", "'init' sets the KL's reference, but algo.kl_coef is 0 (no KL): set algo.kl_coef > 0")
         if self.kl_adaptive and not (self.kl_in_reward and self.kl_coef > 0):
-            _bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
+            bad("algo.kl_adaptive", "the adaptive controller moves the coefficient of the KL in the reward (as verl's "
                  "does): set algo.kl_in_reward and algo.kl_coef > 0 (its starting value); a KL in the loss keeps a "
                  "fixed kl_coef")
 
@@ -419,19 +390,19 @@ class RolloutConfig:
 
 
     def check(self):
-        _at_least("rollout", [("num_chains", self.num_chains, 1), ("max_turns", self.max_turns, 1),
+        at_least("rollout", [("num_chains", self.num_chains, 1), ("max_turns", self.max_turns, 1),
                               ("max_batch_size", self.max_batch_size, 1), ("max_model_len", self.max_model_len, 2),
                               ("prefix_cache_tokens", self.prefix_cache_tokens, 0)])
         if not 0 < self.top_p <= 1:
-            _bad("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+            bad("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            _bad("rollout.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
+            bad("rollout.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            _bad("rollout.vllm_gpu_memory_utilization", f"must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
+            bad("rollout.vllm_gpu_memory_utilization", f"must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
         if self.compile:
             import torch
             if self.engine != "torch" or not torch.cuda.is_available():
-                _bad("rollout.compile", "captures TorchEngine's decode step in CUDA graphs: it needs rollout.engine="
+                bad("rollout.compile", "captures TorchEngine's decode step in CUDA graphs: it needs rollout.engine="
                      f"torch and a CUDA device (engine {self.engine!r}, CUDA available: {torch.cuda.is_available()})")
 
 @dataclass
@@ -472,16 +443,16 @@ class DataConfig:
 
 
     def check(self):
-        _at_least("data", [("batch_size", self.batch_size, 1), ("max_refinement_iterations", self.max_refinement_iterations, 0)])
+        at_least("data", [("batch_size", self.batch_size, 1), ("max_refinement_iterations", self.max_refinement_iterations, 0)])
         if self.val_size is not None and self.val_size < 1:
-            _bad("data.val_size", f"must be >= 1 or None, got {self.val_size}")
+            bad("data.val_size", f"must be >= 1 or None, got {self.val_size}")
         for name, path in [("data.train_files", self.train_files), ("data.val_files", self.val_files)]:
             path = path.partition("@")[0]  # QUESTIONS@CAPTIONS (video), TASKS@REPOS (swe): their loaders check the rest
             looks_local = path.endswith((".jsonl", ".json", ".parquet")) or path.startswith((".", "/"))
             if Path(path).is_dir():
-                _bad(name, f"{path} is a directory, not a data file")
+                bad(name, f"{path} is a directory, not a data file")
             if looks_local and not Path(path).is_file():
-                _bad(name, f"{path} does not exist")
+                bad(name, f"{path} does not exist")
 
 @dataclass
 class TrainerConfig:
@@ -535,29 +506,29 @@ class TrainerConfig:
 
 
     def check(self):
-        _at_least("trainer", [("total_steps", self.total_steps, 1), ("keep_checkpoints", self.keep_checkpoints, 1),
+        at_least("trainer", [("total_steps", self.total_steps, 1), ("keep_checkpoints", self.keep_checkpoints, 1),
                               ("save_freq", self.save_freq, 0), ("test_freq", self.test_freq, 0),
                               ("max_empty_steps", self.max_empty_steps, 1), ("threads", self.threads, 0),
                               ("adapter_kl_turns", self.adapter_kl_turns, 0)])
         if not 0 <= self.seed <= MAX_SEED:
-            _bad("trainer.seed", f"must be in [0, {MAX_SEED}], got {self.seed}")
+            bad("trainer.seed", f"must be in [0, {MAX_SEED}], got {self.seed}")
         if self.threads > MAX_THREADS:
-            _bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {self.threads}")
+            bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {self.threads}")
         if not 0 <= self.trajectory_sample <= 1:
-            _bad("trainer.trajectory_sample", f"must be in [0, 1], got {self.trajectory_sample}")
+            bad("trainer.trajectory_sample", f"must be in [0, 1], got {self.trajectory_sample}")
         if self.total_epochs is not None and self.total_epochs < 1:
-            _bad("trainer.total_epochs", f"must be >= 1 (or None: total_steps), got {self.total_epochs}")
+            bad("trainer.total_epochs", f"must be >= 1 (or None: total_steps), got {self.total_epochs}")
         if self.logger and not set(self.logger) <= {"console", "wandb", "tensorboard"}:
-            _bad("trainer.logger", f"use any of console, wandb, tensorboard, got {self.logger}")
+            bad("trainer.logger", f"use any of console, wandb, tensorboard, got {self.logger}")
         out = Path(self.output_dir)
         for p in [out] + [out / x for x in ("tensorboard", "wandb") if x in self.logger]:
             if p.exists() and not p.is_dir():  # each is made a directory later: a file there is a traceback
-                _bad("trainer.output_dir", f"{p} exists and is not a directory")
+                bad("trainer.output_dir", f"{p} exists and is not a directory")
         if self.resume not in ("auto", "none") and not (Path(self.resume) / "trainer_state.pt").is_file():
-            _bad("trainer.resume", f"{self.resume} is not a checkpoint directory (no trainer_state.pt); "
+            bad("trainer.resume", f"{self.resume} is not a checkpoint directory (no trainer_state.pt); "
                  "use auto, none, or a runs/X/checkpoints/step_N directory")
         if self.eval_only and self.resume == "none":
-            _bad("trainer.eval_only", "needs a checkpoint: set trainer.resume to auto or a checkpoint path")
+            bad("trainer.eval_only", "needs a checkpoint: set trainer.resume to auto or a checkpoint path")
 
 @dataclass
 class Config:
@@ -615,108 +586,14 @@ class Config:
         return sorted({self.adapter_of(r) for r in self.roles if r.trainable})
 
     def validate(self) -> "Config":
-        """Check every field before anything expensive happens; errors name the field. Each section
-        checks its own fields (its `check`); what spans sections is checked here."""
-        try:
-            for name, v in _floats(self, ""):
-                if math.isnan(v):
-                    _bad(name, "is NaN")
-        except RecursionError:  # a 20k-deep list in env_kwargs or reward_weights
-            _bad("data.env_kwargs", "a value is nested too deep (lists or dicts inside each other)")
-        self._check_roles()
+        """Check every field before anything expensive happens; errors name the field: no NaN anywhere, each
+        role's and each section's own fields (their `check`), then the rules across sections (config_rules)."""
+        no_nan(self)
+        check_roles(self)
         for section in (self.lora, self.algo, self.rollout, self.data, self.trainer):
             section.check()
-        if not self.trainable_adapters:
-            _bad("roles", "every role has trainable=False: nothing would train")
-        if self.mode != "rl":
-            if self.sft_config is None:
-                _bad("sft_config", f"mode={self.mode!r} needs an sft.py config file (`config = SFTConfig(...)`, e.g. "
-                     "configs/sft/tiny_math.py): what SFT learns from")
-            if not Path(self.sft_config).is_file():
-                _bad("sft_config", f"{self.sft_config} is not a file")
-        if any(r.team_reward_weight and self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
-            _bad("roles.team_reward_weight", "remax's greedy baseline is the twin turn's own reward, unmixed: use "
-                 "another estimator for a role that mixes in the team reward")
-        if self.data.reward == "calculator" and "remax" in self.estimators:
-            _bad("data.reward", "remax's greedy baseline episode is scored by the env, not the calculator: "
-                 "use data.reward=env with remax")
-        ro, al = self.rollout, self.algo
-        if (ro.top_p < 1 or ro.top_k > 0) and (al.rollout_is_on(ro.engine) or al.recompute_old_logprobs == "never"):
-            use = ("the rollout IS weight (algo.rollout_is, on by default with vLLM)" if al.rollout_is_on(ro.engine)
-                   else "the old-policy ratio (algo.recompute_old_logprobs never)")
-            _bad("rollout.top_p" if ro.top_p < 1 else "rollout.top_k", "truncated sampling: the engine's logprobs are "
-                 f"under the truncated, renormalised distribution and the trainer's under the full one, so {use} would "
-                 "weight every token by the kept mass (TRL #6789): set algo.rollout_is off and "
-                 "algo.recompute_old_logprobs auto, or rollout.top_p 1 and rollout.top_k 0")
-        if ro.tree_sampling:
-            for broken, why in (
-                    (not al.group_by_turn, "needs algo.group_by_turn true: a node's candidates share one prompt, and "
-                     "only a (task, role, turn) group holds exactly them"),
-                    (ro.num_chains < 2, f"needs rollout.num_chains >= 2 (a node's candidates), got {ro.num_chains}"),
-                    (ro.merge_turns, "needs rollout.merge_turns false: after the first node a chain's turns continue "
-                     "the best candidate's conversation, not its own, and each turn is paid at its node"),
-                    ("remax" in self.estimators, "cannot run with remax, whose greedy twins fork episodes too: use a "
-                     "grouped estimator"),
-                    (any(r.team_reward_weight for r in self.roles if r.trainable), "cannot run with "
-                     "roles.team_reward_weight: the team reward is the episode's, and every chain of a task ends on "
-                     "the same chosen path, so it is one number for every candidate of a node (no signal)"),
-                    (self.data.reward == "calculator", "needs data.reward=env: the calculator rescores whole "
-                     "trajectories, and a tree chain is not one")):
-                if broken:
-                    _bad("rollout.tree_sampling", why)
-        if self.rollout.merge_turns and any(self.estimator_of(r) == "remax" for r in self.roles if r.trainable):
-            _bad("rollout.merge_turns", "remax's baseline is per turn (the greedy reply to that turn's prompt), but a "
-                 "merged sequence keeps only its last turn's reward and baseline: the earlier turns' tokens would be "
-                 "judged against the later turn's greedy baseline. Use remax without merge_turns, or another estimator")
+        check_across(self)
         return self
-
-    def _check_roles(self):
-        """Each role's own fields (RoleConfig.check), then what roles sharing an adapter must agree on."""
-        if not self.roles:
-            _bad("roles", "at least one role is needed")
-        if len({r.name for r in self.roles}) != len(self.roles):
-            _bad("roles", "role names must be unique")
-        for i, r in enumerate(self.roles):
-            check_name(self.adapter_of(r), f"config field roles[{i}].{'name' if r.adapter is None else 'adapter'}")
-            r.check(i, self.lora_of(r)[2], self.model.spec)
-            same = [o for o in self.roles if self.adapter_of(o) == self.adapter_of(r)]
-            for f in ("trainable", "init_from", "frozen_steps", "train_windows", "balance_labels"):
-                if any(getattr(o, f) != getattr(r, f) for o in same):
-                    _bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
-            for f, get in (("lr", self.lr_of), ("rank/alpha/targets", self.lora_of), ("adv_estimator", self.estimator_of)):
-                if any(repr(get(o)) != repr(get(r)) for o in same):  # repr: nan equals nan here
-                    _bad(f"roles[{i}].{f}", f"roles sharing adapter {self.adapter_of(r)!r} disagree on {f}")
-
-
-def _bad(name, msg):
-    raise ConfigError(f"config field {name}: {msg}")
-
-
-def _floats(obj, name):
-    """(field path, value) of every float in a config, nested lists and dicts included."""
-    if dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            yield from _floats(getattr(obj, f.name), f"{name}.{f.name}" if name else f.name)
-    elif isinstance(obj, (list, tuple)):
-        for k, x in enumerate(obj):
-            yield from _floats(x, f"{name}[{k}]")
-    elif isinstance(obj, dict):
-        for k, x in obj.items():
-            yield from _floats(x, f"{name}.{k}")
-    elif isinstance(obj, float):
-        yield name, obj
-
-
-def _at_least(section: str, pairs):
-    for name, v, lo in pairs:
-        if v < lo:
-            _bad(f"{section}.{name}", f"must be >= {lo}, got {v}")
-
-
-def _finite(section: str, pairs, positive: bool):
-    for name, v in pairs:
-        if not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
-            _bad(f"{section}.{name}", f"must be a finite number {'>' if positive else '>='} 0, got {v}")
 
 
 def pop_config_arg(argv: list[str]) -> tuple[str | None, list[str]]:

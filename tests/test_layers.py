@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
-    ("leaves", ["lora", "ppo", "model", "trajectories", "config", "collectives", "chat"]),
+    ("leaves", ["lora", "ppo", "model", "trajectories", "config", "config_rules", "collectives", "chat"]),
     ("scoring, parsing, tools", ["rewards", "agents", "runtime", "rundir"]),
     ("workflows and data", ["envs", "data", "workflows", "sft_teachers"]),
     ("engines and the episode driver", ["engines", "vllm_engine", "rollout"]),
