@@ -15,7 +15,9 @@ coder's own output to the coder), so each role's next turn extends its last one 
 Rewards per turn: 1 if its own answer is right, else 0, plus `agree_bonus` (default 0) on both turns of the
 round in which they agree. The team reward is the agreed answer's correctness, or, with no agreement, the
 reasoner's last answer's. Metrics: team_reward, agreed, rounds, reasoner_correct and coder_correct (their last
-round's answers), code_ran (the share of the coder's programs that ran cleanly).
+round's answers), reasoner_alone and coder_alone (their round-1 answers: a round-1 prompt is the problem alone, so
+each is that role's score as a one-turn agent on the same tasks), code_ran (the share of the coder's programs that
+ran cleanly).
 
 `scripted_replies(task)` is a perfect team (both right in round 1); `scripted_repair(task)` a lesson for the
 second round: the reasoner slips in round 1 (a step skipped or a wrong last value; sft.py never teaches that
@@ -122,10 +124,15 @@ class ReasonCodeEnv:
         return list(self.rewards)
 
     def metrics(self) -> dict:
+        """reasoner_alone and coder_alone: each role's round-1 answer, right or not. A round-1 prompt is the
+        problem alone, so that is what the role scores as a one-turn agent on the same task, with the same adapter
+        and sampling: the team's own members as baselines, measured on its episodes at no extra cost."""
         mine, theirs = self.said[-1] if self.said else (None, None)
+        first = self.said[0] if self.said else (None, None)
         return {"team_reward": float(_right(mine, self.answer)), "agreed": float(self.agreed),
                 "rounds": float(len(self.said)), "reasoner_correct": float(_right(mine, self.answer)),
                 "coder_correct": float(_right(theirs, self.answer)),
+                "reasoner_alone": float(_right(first[0], self.answer)), "coder_alone": float(_right(first[1], self.answer)),
                 "code_ran": sum(self.ran) / max(1, len(self.ran))}
 
     def scripted_repair(self, task: dict) -> list[str] | None:

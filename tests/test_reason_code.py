@@ -70,7 +70,7 @@ def test_rewards_of_a_disagreement_then_an_agreement_computed_by_hand():
         roles, rewards, m, _ = play(ReasonCodeEnv(agree_bonus=bonus), TASK, replies)
         assert rewards == [0.0, 1.0, 1.0 + bonus, 1.0 + bonus]
         assert m == {"team_reward": 1.0, "agreed": 1.0, "rounds": 2.0, "reasoner_correct": 1.0, "coder_correct": 1.0,
-                     "code_ran": 1.0}
+                     "reasoner_alone": 0.0, "coder_alone": 1.0, "code_ran": 1.0}
     # agreeing on a wrong answer: the bonus, and the team is wrong
     _, rewards, m, _ = play(ReasonCodeEnv(agree_bonus=0.25), TASK, [boxed(12), code("print(12)")])
     assert rewards == [0.25, 0.25] and (m["team_reward"], m["agreed"]) == (0.0, 1.0)
@@ -85,6 +85,9 @@ def test_max_rounds_ends_a_disagreement_and_the_team_takes_the_reasoners_answer(
     env = ReasonCodeEnv(max_rounds=2)
     _, _, m, _ = play(env, TASK, [boxed(7), code("print(11)")] * 2)
     assert (m["team_reward"], m["coder_correct"], m["reasoner_correct"]) == (0.0, 1.0, 0.0) and env.final_answer() == "7"
+    # the round-1 answers, not the last round's: the reasoner right only in round 1, the coder only in round 2
+    _, _, m, _ = play(ReasonCodeEnv(max_rounds=2), TASK, [boxed(11), code("print(7)"), boxed(7), code("print(11)")])
+    assert (m["reasoner_alone"], m["coder_alone"], m["reasoner_correct"], m["coder_correct"]) == (1.0, 0.0, 0.0, 1.0)
     eps = [type("E", (), {"metrics": mm, "samples": []}) for mm in (m, {"env_error": 1.0},
            {"agreed": 1.0, "rounds": 1.0, "team_reward": 1.0}, {"agreed": 1.0, "rounds": 2.0, "team_reward": 0.0})]
     assert aggregate(eps) == {"first_round_agreed": 1 / 3, "agree_precision": 0.5}
