@@ -21,6 +21,10 @@ An arm may also be an eval.py output directory (results.json + greedy.jsonl, or 
 An arm RUN@N is that run at its eval of step N whatever --step: `compare.py runs/X@0 runs/X` pairs a run's
 end with its own start (recipes.py: RL against the SFT it started from); an eval.py folder holds one step,
 so EVAL@N names it or is one line.
+--alone: the first arm's own members run alone, each one more arm, where the first arm is an eval.py folder whose
+env logs `<role>_alone` per episode (envs/reason_code.py: a role's round-1 answer, whose prompt is the task alone,
+so its score as a one-turn agent with the same adapter): a team that beats every other arm may still lose to one
+of its members.
 Paired statistics, for the first arm against every other on the tasks both answered (matched by the
 whole task record: question, answer, and for video tasks the video, its clips and the choices; a task
 a val set holds twice pairs its first copy with the other arm's first copy, and so on). Arms whose task
@@ -185,6 +189,35 @@ def summarise_eval(d: Path) -> dict:
     return {"run": f"{d} ({label})", "roles": None, "step": step if isinstance(step, int) else None, "n": n, "team": p,
             "team_sd": binomial_sd(p, n), "wall": 0.0, "aggregate": {}, "per_task": per_task,
             "counts": {}, "curve": [], "generations": gens, "tokens": toks}
+
+
+def alone_arms(first: dict, d: Path) -> list[dict]:
+    """--alone: one arm per `<role>_alone` metric in the eval folder d's greedy episodes (the first arm's), scored
+    per task by it, so it pairs with the team on the same episodes."""
+    if not (d / "results.json").is_file() or os.path.lexists(d / "majority.jsonl"):
+        fail(f"--alone: {d} is not an eval.py folder of greedy episodes (its members are read from greedy.jsonl)")
+    try:
+        recs = trajectories.read(d / "greedy.jsonl")
+    except trajectories.TrajectoryError as e:
+        fail(str(e))
+    names = sorted({k for r in recs for k in (r.get("metrics") or {}) if isinstance(k, str) and k.endswith("_alone")})
+    if not names:
+        print(f"note: --alone: {d / 'greedy.jsonl'} logs no <role>_alone metric (its env does not say what a member "
+              "scores alone)")
+    out = []
+    for m in names:
+        pairs = []
+        for k, r in enumerate(recs):
+            v = (r.get("metrics") or {}).get(m)
+            if not finite(v):
+                fail(f"{d / 'greedy.jsonl'}: record {k + 1}: field 'metrics.{m}' must be a finite number, got {str(v)[:60]!r}")
+            pairs.append((r.get("task") or {}, float(v)))
+        per_task = keyed(pairs)
+        p = sum(per_task.values()) / len(per_task)
+        out.append({**first, "run": f"{d} ({m.removesuffix('_alone')} alone)", "alone": m.removesuffix("_alone"),
+                    "n": len(per_task), "team": p, "team_sd": binomial_sd(p, len(per_task)), "per_task": per_task,
+                    "tokens": None, "generations": None})
+    return out
 
 
 def binomial_sd(p: float, n: int) -> float:
@@ -429,6 +462,8 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", help="train.py run directories (RUN@N: that run's eval at step N) or eval.py "
                     "output directories")
     ap.add_argument("--step", type=int, default=None, help="the eval step to tabulate (default: each run's last)")
+    ap.add_argument("--alone", action="store_true", help="add the first arm's members run alone (an eval.py folder "
+                    "whose env logs <role>_alone), each paired with it")
     ap.add_argument("--plot", default=None, help="write the validation curves to this PNG")
     ap.add_argument("--json", default=None, help="also write the rows (curves included) to this JSON file")
     ap.add_argument("--judge-plot", default=None, help="write each run's judge curves (balanced accuracy and FPR "
@@ -442,6 +477,8 @@ def main(argv=None):
         rows.append(summarise(d, a.step) if step is None else {**summarise(d, step), "run": r})
         if step is not None and rows[-1]["step"] != step:  # an eval.py folder holds one step (--step N: each run's)
             fail(f"{d} is eval.py's output of step {rows[-1]['step']}, not step {step}")
+    if a.alone:
+        rows += alone_arms(rows[0], arm(a.runs[0])[0])
     for r in rows[1:]:  # the first arm against each other (in --json; the printed table below)
         r["paired"] = paired(rows[0]["per_task"], r["per_task"])
     print(table(rows))

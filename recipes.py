@@ -31,7 +31,8 @@ baseline's is its own default, runs/recipes/<baseline>, or with --out DIR, DIR/b
 team and the baseline (i) are evaluated greedy on the test split at the SFT start and at RL's end (eval.py ->
 <out>/test/<stage>/), then (ii): (i)'s majority vote over N sampled episodes, N = max(1, round(the team's tokens
 per task / (i)'s)) on those greedy test evals of the same stage; then compare.py pairs the team with (i) and (ii)
-on the same tasks, each arm with its generated tokens per task -> <out>/baselines.json and a table per stage.
+on the same tasks, and with each of its members alone where its env logs them (compare.py --alone: reason_code's
+first-turn answers), each arm with its generated tokens per task -> <out>/baselines.json and a table per stage.
 An eval is made again when its results.json is missing or older than its recipe's rl.done.
 <out>/recipe_config.py is the train config every stage reads (the recipe's, --tiny's overrides applied); a run
 refused as another recipe leaves it as it was. One recipe at a time in a directory (rundir.DirLock: a second
@@ -283,11 +284,11 @@ def stale(out: Path, fp: str, code: dict, legacy: str | None = None) -> list[str
     return old
 
 
-def compare_rows(out: Path, arms: list[str], name: str) -> list[dict]:
+def compare_rows(out: Path, arms: list[str], name: str, flags: tuple[str, ...] = ()) -> list[dict]:
     """compare.py's rows for these arms (each with `paired`: the first arm against it), via its --json."""
     path = out / f"compare_{name}.json"
     with open(out / "compare.log", "a") as log:
-        rc = subprocess.run([sys.executable, "compare.py", *arms, "--json", str(path)], cwd=ROOT, stdout=log,
+        rc = subprocess.run([sys.executable, "compare.py", *arms, *flags, "--json", str(path)], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT).returncode
     if rc:
         sys.exit(f"recipes.py: compare.py {' '.join(arms)} failed (exit {rc}); its output: {out / 'compare.log'}")
@@ -467,10 +468,11 @@ def baselines(a) -> dict:
         t_tok, b_tok = tokens_per_task(t_dir), tokens_per_task(b_dir)
         k = max(1, round(t_tok / b_tok)) if b_tok > 0 else 1
         m_dir = test_eval(bout, stage, test, n, a.tiny, maj_k=k)
-        rows = compare_rows(tout, [str(t_dir), str(b_dir), str(m_dir)], f"test_{stage}")
+        rows = compare_rows(tout, [str(t_dir), str(b_dir), str(m_dir)], f"test_{stage}", ("--alone",))
+        names = ["team", "single", f"single maj@{k}"] + [f"{r['alone']} alone (its first turn)" for r in rows[3:]]
         arms = [{"arm": arm, "dir": r["run"], "n": r["n"], "score": r["team"], "tokens_per_task": r.get("tokens"),
                  **({"vs_team": r["paired"]} if "paired" in r else {})}
-                for arm, r in zip(("team", "single", f"single maj@{k}"), rows)]
+                for arm, r in zip(names, rows)]
         report["stages"][stage] = {"maj_k": k, "team_tokens": t_tok, "single_tokens": b_tok, "arms": arms}
     trajectories.write_text(tout / "baselines.json", json.dumps(report, indent=1) + "\n")
     print(baselines_table(report))

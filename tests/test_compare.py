@@ -300,3 +300,39 @@ def test_an_eval_folder_at_another_step_and_a_step_past_int_digits_are_one_line(
         r = subprocess.run([sys.executable, "compare.py", arm], cwd=ROOT, capture_output=True, text=True, timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1 and "not a step" in lines[0] and len(lines[0]) < 400, r.stderr[-500:]
+
+
+def test_alone_adds_the_first_arms_members_paired_on_the_same_episodes(tmp_path, capsys):
+    """--alone on an eval folder of real reason_code episodes (the env's own metrics; scripted replies, one round):
+    the coder prints 11 (right) every time, the reasoner says 10 twice and 11 once, and the team's answer is the
+    reasoner's. So the team scores 1/3, the coder alone 3/3 (team - coder alone = -2/3, b / c = 0 / 2), the
+    reasoner alone 1/3; an arm that is not a greedy eval folder, or a non-finite member score, is one line."""
+    from helpers import play
+
+    from envs.reason_code import ReasonCodeEnv
+    recs = []
+    for i, said in enumerate((10, 10, 11)):
+        task = {"question": f"Task {i}: what is 3 * 4 - 1?", "answer": "11"}
+        replies = [f"So \\boxed{{{said}}}", "```python\nprint(3 * 4 - 1)\n```"]
+        roles, rewards, m, _ = play(ReasonCodeEnv(max_rounds=1), task, replies)
+        recs.append({"split": "eval_greedy", "step": 0, "task_id": i, "episode_id": i, "task": task, "truncated": False,
+                     "error": None, "metrics": m, "turns": [{"turn": j, "role": r, "reply": x, "reward": w, "reply_tokens": 5}
+                                                           for j, (r, x, w) in enumerate(zip(roles, replies, rewards))]})
+    ev = tmp_path / "team_eval"
+    ev.mkdir()
+    (ev / "results.json").write_text(json.dumps({"step": 0}))
+    trajectories.write(ev / "greedy.jsonl", recs)
+    rows = compare.main([str(ev), "--alone"])
+    out = capsys.readouterr().out
+    assert [(r["run"], r["team"]) for r in rows] == [(f"{ev} (greedy)", pytest.approx(1 / 3)), (f"{ev} (coder alone)", 1.0),
+                                                     (f"{ev} (reasoner alone)", pytest.approx(1 / 3))]
+    assert (rows[1]["paired"]["diff"], rows[1]["paired"]["b"], rows[1]["paired"]["c"]) == (pytest.approx(2 / 3), 0, 2)
+    assert rows[2]["paired"]["diff"] == 0 and f"{ev} (coder alone) | 3 | 0.333 | 1.000 | +0.667 |" in out
+    assert len(compare.main([str(ev)])) == 1  # off: no member arm
+    recs[1]["metrics"]["coder_alone"] = float("nan")
+    trajectories.write(ev / "greedy.jsonl", recs)
+    with pytest.raises(SystemExit, match=r"record 2: field 'metrics.coder_alone' must be a finite number"):
+        compare.main([str(ev), "--alone"])
+    (ev / "majority.jsonl").write_text(json.dumps({"task": recs[0]["task"], "correct": 1.0}) + "\n")
+    with pytest.raises(SystemExit, match="--alone: .* is not an eval.py folder of greedy episodes"):
+        compare.main([str(ev), "--alone"])
