@@ -374,3 +374,22 @@ def test_gspo_dual_clip_caps_negative_advantage_sequences():
     capped, m = ppo.gspo_loss(logp, old, adv, mask, 0.2, 0.2, dual_clip=3.0)
     free, _ = ppo.gspo_loss(logp, old, adv, mask, 0.2, 0.2, dual_clip=None)
     assert capped.item() == pytest.approx(3.0) and free.item() > 19 and m["clipfrac_dual"] == 1.0
+
+
+def test_grouping_by_turn_only_rescales_grpo_when_a_chains_turns_share_one_reward():
+    """docs/training.md's claim on algo.group_by_turn: where every turn of a role in a chain earns the same reward
+    (split_info's defaults: message and answer both paid the team's correctness), (task, role) groups of 4 chains x 2
+    turns give each turn the (task, role, turn) advantage times sqrt(7/6) (unbiased std over 8 duplicated values vs
+    over 4), one constant for every non-flat group, which Adam's update does not see. With rewards that differ
+    between a chain's turns they differ beyond a scale: messages all paid 1 are a flat group by turn (advantage 0),
+    but above the role's mean by role."""
+    same = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])  # 2 tasks, chain c's turns 2c, 2c+1
+    task = [i // 8 for i in range(16)]
+    by_role = [(t,) for t in task]
+    by_turn = [(t, i % 2) for i, t in enumerate(task)]
+    mask = torch.ones(16, 1)
+    off, on = (ppo.grpo_advantages(same, g, mask, eps=0.0)[:, 0] for g in (by_role, by_turn))
+    assert torch.allclose(off, on * math.sqrt(7 / 6)) and on.abs().min() > 0
+    differ = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0] * 2)  # every message right, one answer right
+    off, on = (ppo.grpo_advantages(differ, g, mask)[:, 0] for g in (by_role, by_turn))
+    assert (on[0::2] == 0).all() and (off[0::2] > 0).all()
