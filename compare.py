@@ -156,6 +156,14 @@ def paired(x: dict, y: dict) -> dict:
             "se": sd / math.sqrt(n) if n > 1 else float("nan"), "b": b, "c": c, "p": mcnemar_exact(b, c)}
 
 
+def greedy_records(d: Path) -> list[dict]:
+    """An eval.py folder's greedy episodes, or one line naming the bad record."""
+    try:
+        return trajectories.read(d / "greedy.jsonl")
+    except trajectories.TrajectoryError as e:
+        fail(str(e))
+
+
 def summarise_eval(d: Path) -> dict:
     """An eval.py output directory as an arm: majority.jsonl (maj@k) if there, else greedy.jsonl."""
     res = read_json(d / "results.json", "eval.py's results")
@@ -175,10 +183,7 @@ def summarise_eval(d: Path) -> dict:
             res.get("tokens_per_task")
         gens, toks = (gens if finite(gens) else None), (toks if finite(toks) else None)
     else:
-        try:
-            recs = trajectories.read(d / "greedy.jsonl")
-        except trajectories.TrajectoryError as e:
-            fail(str(e))
+        recs = greedy_records(d)
         per_task = keyed((r.get("task") or {}, float((r.get("metrics") or {}).get("team_reward") or 0.0)) for r in recs)
         label, gens = "greedy", None
         toks = sum(t.get("reply_tokens") or 0 for r in recs for t in r["turns"]) / max(len(recs), 1)
@@ -196,10 +201,7 @@ def alone_arms(first: dict, d: Path) -> list[dict]:
     per task by it, so it pairs with the team on the same episodes."""
     if not (d / "results.json").is_file() or os.path.lexists(d / "majority.jsonl"):
         fail(f"--alone: {d} is not an eval.py folder of greedy episodes (its members are read from greedy.jsonl)")
-    try:
-        recs = trajectories.read(d / "greedy.jsonl")
-    except trajectories.TrajectoryError as e:
-        fail(str(e))
+    recs = greedy_records(d)
     names = sorted({k for r in recs for k in (r.get("metrics") or {}) if isinstance(k, str) and k.endswith("_alone")})
     if not names:
         print(f"note: --alone: {d / 'greedy.jsonl'} logs no <role>_alone metric (its env does not say what a member "
