@@ -365,6 +365,10 @@ class RolloutConfig:
     compile: bool = False
     """TorchEngine on CUDA: static-shape decode steps captured in CUDA graphs and replayed (gpt-fast
     style; docs/benchmarks.md "GPU path"). An error on CPU, where there is nothing to capture"""
+    fuse: bool = False
+    """with rollout.compile: the captured decode step is first compiled by torch.compile (inductor fuses the
+    norms, RoPE, residual adds, activation, masking and sampling between the matmuls; one compilation per
+    batch shape, ~a minute each on a GPU), same tokens and logprobs as without. docs/benchmarks.md "GPU path" """
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     progress: bool = True
@@ -404,6 +408,8 @@ class RolloutConfig:
             if self.engine != "torch" or not torch.cuda.is_available():
                 bad("rollout.compile", "captures TorchEngine's decode step in CUDA graphs: it needs rollout.engine="
                      f"torch and a CUDA device (engine {self.engine!r}, CUDA available: {torch.cuda.is_available()})")
+        if self.fuse and not self.compile:
+            bad("rollout.fuse", "compiles the captured decode step: it needs rollout.compile")
 
 @dataclass
 class DataConfig:

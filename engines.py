@@ -301,6 +301,9 @@ class TorchEngine:
       sampling + stop-id checks, all on device) is captured once per shape in a CUDA graph and
       replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
+      fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
+      fuses the elementwise work between the matmuls), one compilation per shape, then captures it:
+      the same tokens and logprobs (tested on a bf16 base), fewer kernels a step.
     sync_every: the host looks at the batch (finished rows, stop strings, compaction) every this
     many decode steps; a row that finished in between runs on until then and its extra tokens are
     dropped, so results do not depend on it. None = 8 on CUDA (each sync stalls the GPU), 1 on CPU
@@ -318,7 +321,8 @@ class TorchEngine:
     """
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
-                 sync_every: int | None = None, prefix_cache_tokens: int = 65536, *, _capture: bool = True):
+                 sync_every: int | None = None, prefix_cache_tokens: int = 65536, fuse: bool = False, *,
+                 _capture: bool = True):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -326,6 +330,8 @@ class TorchEngine:
         if compile and _capture and dev.type != "cuda":
             raise ValueError(f"TorchEngine(compile=True) captures the decode step in a CUDA graph and needs the "
                              f"model on a CUDA device; it is on {dev}. Use compile=False on CPU.")
+        if fuse and not compile:
+            raise ValueError("TorchEngine(fuse=True) compiles the static decode step: it needs compile=True")
         if sync_every is None:
             sync_every = 8 if dev.type == "cuda" else 1
         if sync_every < 1:
@@ -335,6 +341,13 @@ class TorchEngine:
         self.model, self.tok = model, tokenizer
         self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
         self._capture = _capture
+        # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
+        # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
+        # not a silent eager fallback), then captured in the CUDA graph like the plain step
+        # that rounds where the eager bf16 ops round (emulate_precision_casts): the same tokens as the plain step
+        self._step_fn = (torch.compile(self._step_body, fullgraph=True, dynamic=False,
+                                       options={"emulate_precision_casts": True}) if fuse else self._step_body)
+        self.fuse = fuse
         self._compact_div = 8  # compact when >= 1/this of the batch has finished
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
         self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
@@ -688,13 +701,14 @@ class TorchEngine:
             static_mask = mask.clone() if mask is not None else None
 
             def decode_step():
-                col = P + step - 1  # the cache column of the token sampled last
-                logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
-                self._sample_into(b, logits, step, filtered)
-                step.add_(1)
+                self._step_fn(b, step, P, filtered)
 
             for m in mods:
                 m.row_mask = static_mask
+            if static_mask is not None:  # the routed buffers exist before the step reads them (compiled or not)
+                with torch.no_grad():
+                    for m in mods:
+                        m.routed_weights(self.model.model.embed_tokens.weight.dtype)
             decode = decode_step
             if self._capture:
                 side = torch.cuda.Stream()
@@ -718,6 +732,14 @@ class TorchEngine:
                 m.row_mask = static_mask
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         return decode, b, step, P
+
+    def _step_body(self, b: _Rows, step, P, filtered: bool):
+        """One static decode step: the forward of every row's last token at its cache column, then token `step`
+        sampled into b; advances `step`. Device ops only (captured in the CUDA graph; compiled when fuse)."""
+        col = P + step - 1  # the cache column of the token sampled last
+        logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
+        self._sample_into(b, logits, step, filtered)
+        step.add_(1)
 
     def _find_stop_string(self, stop, toks, start, limit):
         """The first position j in [start, limit) whose token completes one of the stop strings ->

@@ -118,7 +118,11 @@ class LoRALinear(nn.Module):
         # the adapter's matmuls run in the input's dtype (bf16 next to a bf16 base: tensor cores, no fp32
         # matmul with TF32 off) from fp32 master weights, which receive fp32 gradients through the cast
         if self.row_mask is not None:
-            A_cat, B_cat = self.routed_weights(x.dtype)
+            if torch.compiler.is_compiling() and not torch.is_grad_enabled():
+                buf = self._routed[x.dtype]  # a compiled decode step: kept fresh outside it (refresh_routed)
+                A_cat, B_cat = buf[1], buf[2]
+            else:
+                A_cat, B_cat = self.routed_weights(x.dtype)
             if self.training and self.row_dropout > 0:
                 x = F.dropout(x, self.row_dropout)
             mask = self.row_mask if self.row_mask.dtype == x.dtype else self.row_mask.to(x.dtype)

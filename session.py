@@ -176,7 +176,8 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
                                 seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
     else:
         run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed,
-                                 compile=cfg.rollout.compile, prefix_cache_tokens=cfg.rollout.prefix_cache_tokens)
+                                 compile=cfg.rollout.compile, fuse=cfg.rollout.fuse,
+                                 prefix_cache_tokens=cfg.rollout.prefix_cache_tokens)
     if ckpt is not None:
         load_checkpoint(run, ckpt)
     return run, out

@@ -195,3 +195,17 @@ def test_config_field_reaches_the_engine(tmp_path):
     bad = tiny_cfg(tmp_path, rollout=dict(prefix_cache_tokens=-1))
     with pytest.raises(ConfigError, match=r"rollout\.prefix_cache_tokens"):
         bad.validate()
+
+
+def test_rollout_fuse_reaches_the_engine_and_needs_compile(tmp_path, monkeypatch):
+    """rollout.fuse reaches TorchEngine(fuse=True) beside compile=True (built here with the capture test hook
+    off, since this machine may have no CUDA); without rollout.compile it is a config error naming the field."""
+    import functools
+
+    monkeypatch.setattr(session, "TorchEngine", functools.partial(TorchEngine, _capture=False))
+    run, _ = session.build(tiny_cfg(tmp_path, rollout=dict(compile=True, fuse=True)), None)
+    assert run.engine.compile and run.engine.fuse and run.engine._step_fn is not run.engine._step_body
+    run, _ = session.build(tiny_cfg(tmp_path / "off", rollout=dict(compile=True)), None)
+    assert not run.engine.fuse and run.engine._step_fn == run.engine._step_body
+    with pytest.raises(ConfigError, match=r"config field rollout\.fuse: .*needs rollout\.compile"):
+        tiny_cfg(tmp_path, rollout=dict(fuse=True)).validate()

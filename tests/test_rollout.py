@@ -368,6 +368,38 @@ def test_static_path_equals_eager_path(setup):
 
 
 
+def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
+    """fuse=True compiles the static decode step (forward + sampling) with torch.compile, fullgraph: inductor's
+    C++ kernels on CPU here, triton's on CUDA, where the CUDA graph then captures them. Same tokens as the plain
+    static step on a bf16 base (greedy and seeded sampling, top-k/top-p, mixed adapters, ragged rows, stop ids
+    and strings) and the same logprobs: inductor's fused kernels round where eager bf16 ops do
+    (emulate_precision_casts; without it they keep fp32 inside a kernel and sampled tokens drift); the routed LoRA buffers are read in place, so an update made after the
+    step was compiled is seen without a recompile; and the step really was compiled: one graph per shape, no
+    graph break (fullgraph would raise) and never the eager body."""
+    from torch._dynamo.utils import counters
+
+    m, tok, prompts = setup
+    m = m.to(torch.bfloat16)  # a bf16 base as on a GPU, fp32 adapters: the rounding of each op is kept
+    for name in "ab":
+        for p in lora.adapter_parameters(m, name):
+            p.data = p.data.float()
+    reqs = _hard_requests(m, tok, prompts)
+    plain = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4)
+    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False, sync_every=4)
+    torch._dynamo.reset()
+    counters.clear()
+    out = fused.generate(reqs)
+    again = fused.generate(reqs)  # the same shapes: the compiled step again, no recompile
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters)
+    _assert_same(out, plain.generate(reqs), atol=1e-6)
+    _assert_same(again, out, atol=1e-6)
+    _randomize(m, "a", 7)  # an in-place update: routed buffers refreshed outside the compiled step
+    _assert_same(fused.generate(reqs), plain.generate(reqs), atol=1e-6)
+    assert counters["stats"]["unique_graphs"] == 1
+    with pytest.raises(ValueError, match="compile=True"):
+        TorchEngine(m, tok, fuse=True)
+
+
 def test_a_routed_projection_is_three_ops_in_the_static_decode_step(tiny):
     """compile=True's step (run eagerly on CPU through the test hook; on CUDA the same ops are captured in
     the graph) on a bf16 base, three adapters mixed per row: the LoRA of a projection adds at most 3 ops to
