@@ -343,10 +343,18 @@ class TorchEngine:
         self._capture = _capture
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
-        # not a silent eager fallback), then captured in the CUDA graph like the plain step
-        # that rounds where the eager bf16 ops round (emulate_precision_casts): the same tokens as the plain step
-        self._step_fn = (torch.compile(self._step_body, fullgraph=True, dynamic=False,
-                                       options={"emulate_precision_casts": True}) if fuse else self._step_body)
+        # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
+        # that rounds where the eager bf16 ops round (emulate_precision_casts): the same tokens as the plain step.
+        # The first batch shape compiles with static sizes; a second recompiles with the batch and cache sizes
+        # symbolic (torch.compile's automatic dynamic shapes), which every later shape reuses
+        self._step_fn = self._step_body
+        if fuse:
+            compiled = torch.compile(self._step_body, fullgraph=True, options={"emulate_precision_casts": True})
+
+            def _step_fn(*args):  # batch size 1, sampling filters, routing on/off each specialise: above dynamo's 8
+                with torch._dynamo.config.patch(recompile_limit=64):
+                    return compiled(*args)
+            self._step_fn = _step_fn
         self.fuse = fuse
         self._compact_div = 8  # compact when >= 1/this of the batch has finished
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
