@@ -1,0 +1,393 @@
+#!/usr/bin/env bash
+# gpu_next.sh: the figures that decide the next GPU work, side by side, in ONE run (<= 9.5 min on one H200).
+#   F. (rollout.fuse) the static decode step compiled by torch.compile before capture, beside the plain graph:
+#      batch 1 / 256 x adapters 0 / 3, compile time, tokens and logprobs equal to the plain graph's (seeded).
+# Based on bench/gpu_check.sh; uses only flags that exist in config.py (train.py) and bench/gpu.py, and the
+# project's own Python API (TorchEngine, learner.policy_update, bench/gpu.py's build/train_bench helpers).
+#
+#   A. decode tok/s, Qwen2.5-1.5B shape, bf16, prompt 128, 64 new tokens: batch 1 / 64 / 256 x adapters 0 / 1 / 3
+#      (3 = mixed per row) x eager loop (compile=False) vs static step in a CUDA graph (compile=True); ms/step,
+#      peak memory, % of the bench's roofline (52 B/logit, measured copy bandwidth) AND of an ideal roofline
+#      (4 B/logit, bf16 adapters, 4.8 TB/s, max with 989 TFLOP/s compute).
+#   P. kernel profile of one decode step (graph replays and the same static step run eagerly): kernels/step,
+#      summed kernel time/step vs wall ms/step (the launch-bound share), top kernels, the attention kernel's name.
+#   B. the fused 3-adapter update (bench/gpu.py's train_bench): micro-batch 8 (published: 3.44 s, 6.9% MFU) vs 32,
+#      and 8 with gradient checkpointing (what configs/math_3agent.py turns on); MFU + peak memory; plus a profile
+#      of a 3-micro-batch update: kernel-time sum vs wall (host-bound or not), launches and device->host syncs.
+#   C. train.py, 0.5B shape, SMALL args of gpu_check.sh, ONE step each, no eval (published: compile roll 2.2-2.7 s;
+#      torchrun/FSDP eager roll 26.7 s): (1) python + --rollout.compile; (2) torchrun nproc 1 (FSDP2) + --rollout.compile;
+#      (3) python + --rollout.compile --rollout.fuse. TorchEngine.generate unshards every FSDP module once per call, so
+#      (1) vs (2) is what is left of FSDP once decode runs in graphs. SMOKE=1 (CPU) runs python, eager decode, only.
+#
+#   from the repo root on a GPU machine: bash bench/gpu_next.sh, with .gpu_wheels
+#   beside it (below) and a limit of ~570 s
+#   bash gpu_next.sh [tokenizer dir]     run from the repo root (or REPO=<repo>); results go to $OUT (a folder that
+#                                        comes back) else runs/gpu_next. Without a tokenizer dir, the `tiny`
+#                                        preset's tokenizer is built on the spot (model.py; parts A/B/P need none).
+# A GPU machine without network may lack tyro and math-verify (train.py stops at `import tyro`): as bench/gpu_check.sh's
+# header says, on a machine with network run
+#   pip download --no-deps -d .gpu_wheels tyro==1.0.17 math-verify==0.9.0 docstring_parser typeguard \
+#       latex2sympy2_extended antlr4-python3-runtime==4.13.2
+# put .gpu_wheels in the repo (git-ignored: echo /.gpu_wheels/ >> .git/info/exclude) and take it along
+# to the GPU machine; this script installs them with `pip install --no-deps --target` and PYTHONPATH. Without them part C is
+# skipped (A, B, P still run).
+# Knobs: TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
+# HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
+# SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
+# the script itself; part C runs only the eager forms there: rollout.compile is a config error without CUDA).
+set -u
+T0=$SECONDS
+TOTAL=${TOTAL:-470}
+STEP_LIMIT=${STEP_LIMIT:-150}
+SHAPE=${SHAPE:-qwen2.5-0.5b}
+cd "${REPO:-$PWD}" || exit 1
+[ -f train.py ] && [ -f bench/gpu.py ] || { echo "run from the troupe repo root (or set REPO)"; exit 1; }
+OUT=${OUT:-runs/gpu_next}
+mkdir -p "$OUT"
+WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
+SUMMARY="$OUT/summary.md"
+: >"$SUMMARY"
+
+# --- environment and carried wheels -------------------------------------------------------------------------
+{
+  echo "# gpu_next $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  python - <<'EOF'
+import torch, transformers
+print("torch", torch.__version__, "| transformers", transformers.__version__, "| cuda", torch.version.cuda, "|",
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")
+EOF
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv,noheader 2>/dev/null
+} 2>&1 | tee "$OUT/env.txt"
+WHEELS=${WHEELS:-.gpu_wheels}
+if ! python -c "import tyro, math_verify" 2>/dev/null; then
+  if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    python -m pip install -q --no-deps --no-index --target "$WORK/deps" "$WHEELS"/*.whl 2>&1 | tail -2 | tee -a "$OUT/env.txt"
+    export PYTHONPATH="$WORK/deps${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+fi
+HAVE_TRAIN=1
+python -c "import tyro, math_verify" 2>/dev/null || { HAVE_TRAIN=0; echo "no tyro/math-verify (carry $WHEELS): part C skipped" | tee -a "$OUT/env.txt"; }
+
+# --- parts A, P, B: one Python process ----------------------------------------------------------------------
+cat >"$WORK/harness.py" <<'EOF'
+import json, os, statistics, sys, time, traceback, importlib.util
+ROOT = os.getcwd()
+sys.path[:] = [ROOT] + [x for x in sys.path if os.path.abspath(x or ".") != os.path.join(ROOT, "bench")]
+spec = importlib.util.spec_from_file_location("gpubench", os.path.join(ROOT, "bench", "gpu.py"))
+G = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(G)
+import torch
+import learner, lora
+from rollout import Request, SamplingParams, Sample, TorchEngine
+
+OUT = sys.argv[1]
+SMOKE = os.environ.get("SMOKE") == "1" or not torch.cuda.is_available()
+dev = torch.device("cpu" if SMOKE else "cuda")
+CAP = not SMOKE
+MODEL = "smoke" if SMOKE else os.environ.get("DECODE_MODEL", "qwen2.5-1.5b")
+BATCHES = [1, 4] if SMOKE else [1, 64, 256]
+FUSED = {(1, 0), (1, 3), (4, 3)} if SMOKE else {(1, 0), (1, 3), (256, 0), (256, 3)}
+DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
+outs = {}
+NEW, PROMPT, REPS = (6, 8, 1) if SMOKE else (64, 128, 2)
+SPEC_BW, PEAK = 4.8e12, (G.peak_tflops(torch.cuda.get_device_name()) if not SMOKE else None) or 989.0
+res = {"model": MODEL, "decode": [], "profile": [], "update": [], "errors": []}
+
+def sync():
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+def peak_reset():
+    if dev.type == "cuda":
+        torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+
+def peak_gb():
+    return torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else 0.0
+
+def save():
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+t_start = time.perf_counter()
+bw = G.bandwidth(dev, (64 << 20) if SMOKE else (2 << 30))
+m = G.build(MODEL, torch.bfloat16, dev, adapters=True)
+c = m.config
+wb = G.weight_bytes(m)
+lora_b = sum(p.numel() * p.element_size() for n in G.ADAPTERS for p in lora.adapter_parameters(m, n))
+body = sum(mod.weight.numel() for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear) and ".layers." in name)
+res.update(copy_bw_GBs=bw / 1e9, weight_bytes=wb, adapter_bytes_fp32=lora_b, peak_tflops=PEAK)
+print(f"[{time.perf_counter() - t_start:.0f}s] {MODEL}: copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+
+def names_for(B, nad):
+    return [None] * B if nad == 0 else ["a0"] * B if nad == 1 else [G.ADAPTERS[i % 3] for i in range(B)]
+
+def requests(B, nad, n, prompts):
+    return [Request(p, a, SamplingParams(max_new_tokens=n, temperature=1.0, stop_token_ids=[], seed=i))
+            for i, (p, a) in enumerate(zip(prompts, names_for(B, nad)))]
+
+def roofs(B, nad):
+    ctx = PROMPT + NEW // 2
+    kv = B * G.kv_bytes_per_row(m, ctx)
+    bench_bytes = (wb if nad else wb - lora_b) + kv + B * c.vocab_size * G.SAMPLING_BYTES_PER_LOGIT
+    ideal_bytes = (wb - lora_b) + (lora_b // 2 if nad else 0) + kv + B * c.vocab_size * 4
+    flops = 2 * body * B + 2 * c.vocab_size * c.hidden_size * B + 4 * c.num_hidden_layers * c.hidden_size * ctx * B
+    return B * bw / bench_bytes, B / max(ideal_bytes / SPEC_BW, flops / (PEAK * 1e12))
+
+# ---- A: decode matrix ------------------------------------------------------------------------------------------
+def prompts_for(B):
+    g = torch.Generator().manual_seed(B)
+    return [torch.randint(1, c.vocab_size, (PROMPT,), generator=g).tolist() for _ in range(B)]
+
+def decode_cell(B, nad, mode, prompts):
+    try:
+        peak_reset()
+        eng = TorchEngine(m, G.IdTokenizer(), max_batch_size=B, compile=(mode != "eager"),
+                          fuse=(mode == "fused"), _capture=CAP, prefix_cache_tokens=0)
+        def run(n):
+            reqs = requests(B, nad, n, prompts)
+            sync(); t = time.perf_counter()
+            out = eng.generate(reqs)
+            sync()
+            assert all(len(r.completion_ids) == n for r in out)
+            if n == NEW:
+                outs[(B, nad, mode)] = out
+            return time.perf_counter() - t
+        tc = time.perf_counter()
+        run(NEW)  # compile (fused), capture (graph) and warm-up
+        first_call = time.perf_counter() - tc
+        run(1)
+        full = statistics.median([run(NEW) for _ in range(REPS)])
+        first = statistics.median([run(1) for _ in range(REPS)])
+        dt = max(full - first, 1e-9) / (NEW - 1)
+        rb, ri = roofs(B, nad)
+        row = dict(batch=B, adapters=nad, mode=mode, tok_s=B / dt, ms_step=dt * 1e3, peak_GB=peak_gb(),
+                   first_call_s=first_call,
+                   pct_bench_roof=100 * (B / dt) / rb, pct_ideal_roof=100 * (B / dt) / ri,
+                   bench_roof=rb, ideal_roof=ri)
+        res["decode"].append(row)
+        if mode == "fused" and (B, nad, "graph") in outs:  # seeded sampling: the plain graph's tokens?
+            a, b_ = outs[(B, nad, "graph")], outs[(B, nad, mode)]
+            row["same_tokens_rows"] = sum(x.completion_ids == y.completion_ids for x, y in zip(a, b_)) / len(a)
+            row["max_lp_diff"] = max(max([abs(u - v) for u, v in zip(x.logprobs, y.logprobs)] or [0.0])
+                                     for x, y in zip(a, b_) if x.completion_ids == y.completion_ids) if row["same_tokens_rows"] else None
+        print(f"[{time.perf_counter() - t_start:.0f}s] decode B={B} adapters={nad} {mode}: {B / dt:.0f} tok/s first call {first_call:.1f}s {row.get('same_tokens_rows', '')} "
+              f"{dt * 1e3:.2f} ms/step peak {peak_gb():.1f} GB", flush=True)
+        del eng
+    except Exception as e:  # noqa: BLE001
+        res["errors"].append(f"decode B={B} ad={nad} {mode}: {type(e).__name__}: {e}")
+        traceback.print_exc()
+    save()
+
+for B in BATCHES:
+    prompts = prompts_for(B)
+    for nad in (0, 3):
+        for mode in ("graph",) if B == 64 else ("eager", "graph"):
+            decode_cell(B, nad, mode, prompts)
+
+# ---- B: the fused update ---------------------------------------------------------------------------------------
+ROWS, TP, TR = (4, 12, 8) if SMOKE else (32, 256, 256)
+for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, False), (8, True)]):
+    if time.perf_counter() - t_start > DEADLINE * 0.5:
+        res["errors"].append(f"update micro={micro} ckpt={ckpt}: skipped, harness time"); continue
+    try:
+        peak_reset()
+        if ckpt:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        t, flops, prime = G.train_bench(m, dev, ROWS, TP, TR, micro, 1 if SMOKE else 2)
+        if ckpt:
+            m.gradient_checkpointing_disable()
+        row = dict(micro=micro, grad_ckpt=ckpt, step_s=t, tflops=flops / t / 1e12, mfu_pct=100 * flops / t / 1e12 / PEAK,
+                   prime_mfu_pct=100 * prime / t / 1e12 / PEAK,
+                   peak_GB=peak_gb())
+        res["update"].append(row)
+        print(f"[{time.perf_counter() - t_start:.0f}s] update micro={micro} ckpt={ckpt}: {t:.3f} s, {row['tflops']:.1f} TFLOP/s, "
+              f"MFU {row['mfu_pct']:.1f}% (prime-rl's count {row['prime_mfu_pct']:.1f}%), peak {row['peak_GB']:.1f} GB", flush=True)
+    except Exception as e:  # noqa: BLE001
+        res["errors"].append(f"update micro={micro} ckpt={ckpt}: {type(e).__name__}: {e}")
+        traceback.print_exc()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    save()
+
+# ---- F: the fused step (rollout.fuse), after the update rows so a slow compile cannot cost them ----------------
+for B, nad in sorted(FUSED):
+    if time.perf_counter() - t_start > DEADLINE - 75:
+        res["errors"].append(f"decode B={B} ad={nad} fused: skipped, harness time"); continue
+    decode_cell(B, nad, "graph", prompts_for(B))  # again: part B changed the adapters; graph and fused side by side
+    decode_cell(B, nad, "fused", prompts_for(B))
+
+# ---- P: kernel profiles of a decode step -----------------------------------------------------------------------
+def kernel_stats(fn):
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as p:
+        fn(); sync()
+    dev_ev = [e for e in p.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    t = lambda e: (getattr(e, "device_time", None) or getattr(e, "cuda_time", 0) or 0)
+    kern = [e for e in dev_ev if not e.name.startswith(("Memcpy", "Memset"))]
+    by = {}
+    for e in kern:
+        by[e.name] = (by.get(e.name, (0, 0.0))[0] + 1, by.get(e.name, (0, 0.0))[1] + t(e))
+    syncs = sum(1 for e in p.events() if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"))
+    launches = sum(1 for e in p.events() if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                         "cuLaunchKernelEx", "cudaGraphLaunch"))
+    return len(kern), sum(t(e) for e in kern), by, syncs, launches
+
+for B, nad, mode in ([(1, 0, "graph"), (1, 0, "fused"), (256, 3, "graph"), (256, 3, "fused")] if not SMOKE
+                     else [(1, 3, "static-eager"), (1, 3, "fused")]):
+    if time.perf_counter() - t_start > DEADLINE - 40:
+        res["errors"].append(f"profile B={B} ad={nad} {mode}: skipped, harness time"); continue
+    try:
+        g = torch.Generator().manual_seed(B)
+        prompts = [torch.randint(1, c.vocab_size, (PROMPT,), generator=g).tolist() for _ in range(B)]
+        eng = TorchEngine(m, G.IdTokenizer(), max_batch_size=B, compile=True, _capture=(mode != "static-eager" and CAP),
+                          fuse=(mode == "fused"), prefix_cache_tokens=0)
+        n = 8 if not SMOKE else 4
+        eng.generate(requests(B, nad, n, prompts))  # capture + warm-up
+        k1, t1, by1, _, l1 = kernel_stats(lambda: eng.generate(requests(B, nad, 1, prompts)))
+        kn, tn, byn, sn, ln = kernel_stats(lambda: eng.generate(requests(B, nad, n, prompts)))
+        steps = n - 1
+        per = {k: ((v[0] - by1.get(k, (0, 0))[0]) / steps, (v[1] - by1.get(k, (0, 0))[1]) / steps) for k, v in byn.items()}
+        top = sorted(per.items(), key=lambda kv: -kv[1][1])[:14]
+        attn = sorted({k for k in per if any(s in k.lower() for s in ("fmha", "flash", "attention", "cudnn", "sdpa", "softmax"))})
+        row = dict(batch=B, adapters=nad, mode=mode, kernels_per_step=(kn - k1) / steps,
+                   kernel_us_per_step=(tn - t1) / steps, launches_per_step=(ln - l1) / steps,
+                   attention_kernels=attn[:6], top=[(k[:90], round(v[0], 1), round(v[1], 1)) for k, v in top])
+        res["profile"].append(row)
+        print(f"[{time.perf_counter() - t_start:.0f}s] profile B={B} ad={nad} {mode}: {row['kernels_per_step']:.0f} kernels/step, "
+              f"{row['kernel_us_per_step']:.0f} us of kernels/step, {row['launches_per_step']:.0f} launches/step; attention: {attn[:3]}",
+              flush=True)
+        del eng
+    except Exception as e:  # noqa: BLE001
+        res["errors"].append(f"profile B={B} ad={nad} {mode}: {type(e).__name__}: {e}")
+        traceback.print_exc()
+    save()
+
+# a small update (3 adapters x 8 rows, micro 8 = 3 micro-batches) under the profiler: host-bound or GPU-bound?
+try:
+    from config import AlgoConfig, Config, LoRAConfig, RoleConfig
+    rows = 8 if not SMOKE else 4
+    roles = tuple(RoleConfig(n, max_tokens=TR) for n in G.ADAPTERS)
+    cfg = Config(roles=roles, lora=LoRAConfig(rank=16, alpha=32, dropout=0.0, targets=G.TARGETS),
+                 algo=AlgoConfig(adv_estimator="grpo", mini_batch_size=rows, micro_batch_size=rows, ppo_epochs=1, fused_update=True))
+    gen = torch.Generator().manual_seed(0)
+    opts = {n: torch.optim.AdamW(lora.adapter_parameters(m, n), lr=1e-5) for n in G.ADAPTERS}
+    def parts():
+        out = []
+        for k, n in enumerate(G.ADAPTERS):
+            ss = []
+            for i in range(rows):
+                P, C = TP - (i * 7) % (TP // 4), TR - (i * 13) % (TR // 2)
+                ids = torch.randint(1, c.vocab_size, (P + C,), generator=gen).tolist()
+                ss.append(Sample(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
+            rb = learner.AdapterBatch(ss, [1.0] * len(ss), 0, TR)
+            adv = torch.randn(rb.mask.shape, generator=gen) * rb.mask
+            out.append(learner.AdapterUpdate(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
+                       torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0), torch.Generator().manual_seed(k)))
+        return out
+    m.train()
+    learner.policy_update(m, parts(), cfg, dev, 0.0)
+    ps = parts()
+    sync(); t = time.perf_counter()
+    learner.policy_update(m, ps, cfg, dev, 0.0)
+    sync(); wall = time.perf_counter() - t
+    ps = parts()
+    kn, tk, by, syncs, launches = kernel_stats(lambda: learner.policy_update(m, ps, cfg, dev, 0.0))
+    m.eval()
+    row = dict(what="update 3 adapters x 8 rows, micro 8 (3 micro-batches)", wall_ms=wall * 1e3, kernels=kn,
+               kernel_ms=tk / 1e3, gpu_busy_pct=100 * tk / 1e3 / (wall * 1e3), launches=launches, syncs=syncs,
+               top=[(k[:90], v[0], round(v[1] / 1e3, 2)) for k, v in sorted(by.items(), key=lambda kv: -kv[1][1])[:12]])
+    res["profile"].append(row)
+    print(f"[{time.perf_counter() - t_start:.0f}s] small update: wall {wall * 1e3:.0f} ms (unprofiled), kernels {kn}, kernel time "
+          f"{tk / 1e3:.0f} ms = {row['gpu_busy_pct']:.0f}% of wall, launches {launches}, stream/device syncs {syncs}", flush=True)
+except Exception as e:  # noqa: BLE001
+    res["errors"].append(f"update profile: {type(e).__name__}: {e}")
+    traceback.print_exc()
+save()
+
+# ---- the summary tables ------------------------------------------------------------------------------------------
+L = [f"\n## A. decode, {MODEL}, bf16, prompt {PROMPT}, {NEW} new tokens (copy bandwidth {bw / 1e9:.0f} GB/s)\n",
+     "| batch | adapters | eager tok/s | graph tok/s | graph/eager | graph ms/step | % bench roofline (graph) | % ideal roofline (graph) | peak GB (graph) | fused tok/s | fused/graph | fused ms/step | % ideal roofline (fused) | fused first call s | fused rows = graph's | fused peak GB |",
+     "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+d = {(r["batch"], r["adapters"], r["mode"]): r for r in res["decode"]}
+for B in BATCHES:
+    for nad in (0, 3):
+        e, gr, fu = d.get((B, nad, "eager")), d.get((B, nad, "graph")), d.get((B, nad, "fused"))
+        f = lambda r, k, s: (s % r[k]) if r else "–"
+        L.append(f"| {B} | {nad} | {f(e, 'tok_s', '%.0f')} | {f(gr, 'tok_s', '%.0f')} | "
+                 f"{(gr['tok_s'] / e['tok_s']) if (e and gr) else float('nan'):.2f} | {f(gr, 'ms_step', '%.2f')} | "
+                 f"{f(gr, 'pct_bench_roof', '%.1f%%')} | {f(gr, 'pct_ideal_roof', '%.1f%%')} | {f(gr, 'peak_GB', '%.1f')} | "
+                 f"{f(fu, 'tok_s', '%.0f')} | {(fu['tok_s'] / gr['tok_s']) if (fu and gr) else float('nan'):.2f} | "
+                 f"{f(fu, 'ms_step', '%.2f')} | {f(fu, 'pct_ideal_roof', '%.1f%%')} | {f(fu, 'first_call_s', '%.1f')} | "
+                 f"{fu.get('same_tokens_rows', '–') if fu else '–'} (max lp diff {fu.get('max_lp_diff') if fu else '–'}) | {f(fu, 'peak_GB', '%.1f')} |")
+L += ["\n## P. kernel profiles (per decode step; the update row: whole call)\n",
+      "| what | kernels | kernel time | launches | syncs | attention kernel / top kernels |", "|---|---|---|---|---|---|"]
+for r in res["profile"]:
+    if "kernels_per_step" in r:
+        L.append(f"| decode B={r['batch']} ad={r['adapters']} {r['mode']} | {r['kernels_per_step']:.0f} | {r['kernel_us_per_step']:.0f} us | "
+                 f"{r['launches_per_step']:.0f} | – | {', '.join(r['attention_kernels'][:2])} / {'; '.join(f'{k} x{n}' for k, n, _ in r['top'][:4])} |")
+    else:
+        L.append(f"| {r['what']} | {r['kernels']} | {r['kernel_ms']:.0f} ms of {r['wall_ms']:.0f} ms wall ({r['gpu_busy_pct']:.0f}%) | "
+                 f"{r['launches']} | {r['syncs']} | {'; '.join(f'{k} x{n}' for k, n, _ in r['top'][:4])} |")
+L += [f"\n## B. fused update, 3 adapters x {ROWS} rows (prompt ~{TP}, reply ~{TR}), peak {PEAK:.0f} TFLOP/s\n",
+      "| micro-batch | grad ckpt | step s | TFLOP/s | MFU | MFU, prime-rl's LoRA count | peak GB |", "|---|---|---|---|---|---|---|"]
+for r in res["update"]:
+    L.append(f"| {r['micro']} | {r['grad_ckpt']} | {r['step_s']:.3f} | {r['tflops']:.1f} | {r['mfu_pct']:.1f}% | {r['prime_mfu_pct']:.1f}% | {r['peak_GB']:.1f} |")
+if res["errors"]:
+    L += ["\nerrors:"] + [f"- {x}" for x in res["errors"]]
+with open(os.path.join(OUT, "summary.md"), "a") as f:
+    f.write("\n".join(L) + "\n")
+print("\n".join(L))
+EOF
+echo "== parts A, P, B" | tee -a "$OUT/env.txt"
+timeout -k 10 "${HARNESS_LIMIT:-300}" python "$WORK/harness.py" "$OUT" >"$OUT/harness.log" 2>&1
+echo "== harness exit $? at $((SECONDS - T0)) s" | tee -a "$OUT/env.txt"
+grep -v "^\s*$" "$OUT/harness.log" | grep "^\[" | tail -40
+
+# --- part C: train.py, one step each ------------------------------------------------------------------------
+if [ "$HAVE_TRAIN" = 1 ]; then
+  TOK=${1:-}
+  if [ -z "$TOK" ]; then
+    TOK="$WORK/tiny_tokenizer"
+    python -c "import sys; from model import load_model; load_model('tiny')[1].save_pretrained(sys.argv[1])" "$TOK"
+  fi
+  [ "${SMOKE:-0}" = 1 ] && SHAPE=smoke
+  MODEL="$WORK/random_$SHAPE"
+  [ -f "$MODEL/model.safetensors" ] || python bench/random_model.py "$SHAPE" --tokenizer "$TOK" --out "$MODEL" 2>&1 | tail -1
+  SMALL=(--config configs/math_3agent.py --model.spec "$MODEL" --rollout.engine torch --rollout.no-progress
+         --trainer.logger console --trainer.total-epochs None --trainer.total-steps 1 --trainer.no-val-before-train
+         --trainer.test-freq 0 --trainer.save-freq 0
+         --data.train-files data/arith_train.jsonl --data.val-files data/arith_val.jsonl
+         --data.batch-size 8 --data.val-size 16 --rollout.num-chains 4 --data.max-refinement-iterations 1
+         --roles.0.max-tokens 96 --roles.1.max-tokens 64 --roles.2.max-tokens 96 --algo.mini-batch-size 32)
+  TR=(torchrun --nproc_per_node 1 --master_port 29573 train.py)
+  echo -e "\n## C. train.py, $SHAPE shape, SMALL args, 1 step, no eval (roll = time/rollout, train = the update)\n" >>"$SUMMARY"
+  echo "| form | roll s | train s | exit | wall s |" >>"$SUMMARY"
+  echo "|---|---|---|---|---|" >>"$SUMMARY"
+  runc() {  # name, command...
+    local name=$1; shift
+    local left=$((TOTAL - (SECONDS - T0)))
+    if [ "$left" -lt 45 ]; then echo "| $name | skipped: ${TOTAL}s budget spent | | | |" >>"$SUMMARY"; return; fi
+    local limit=$((left < STEP_LIMIT ? left : STEP_LIMIT)) t0=$SECONDS
+    rm -rf "$WORK/run_$name"  # never resume an earlier run of this script
+    echo "== $name (limit ${limit}s): $*" >"$OUT/c_$name.log"
+    timeout -k 5 "$limit" "$@" --trainer.output-dir "$WORK/run_$name" >>"$OUT/c_$name.log" 2>&1
+    local rc=$?
+    local line; line=$(grep -o "roll [0-9.]*s train [0-9.]*s" "$OUT/c_$name.log" | tail -1)
+    echo "| $name | $(echo "$line" | awk '{print $2}' | tr -d s) | $(echo "$line" | awk '{print $4}' | tr -d s) | $rc | $((SECONDS - t0)) |" >>"$SUMMARY"
+    echo "== $name: exit $rc in $((SECONDS - t0)) s: $line"
+  }
+  if [ "${SMOKE:-0}" != 1 ]; then
+    runc python_compile python train.py "${SMALL[@]}" --rollout.compile
+    runc torchrun_fsdp_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile
+    runc python_compile_fuse python train.py "${SMALL[@]}" --rollout.compile --rollout.fuse
+  else
+    runc python_eager python train.py "${SMALL[@]}"
+  fi
+  for f in "$OUT"/c_*.log; do echo "### $f"; tail -n 12 "$f" | cut -c1-300; done >"$OUT/train_tails.txt"
+  rm -f "$OUT"/c_*.log  # the tails are kept: at most 8 files come back from $OUT
+fi
+echo "== done in $((SECONDS - T0)) s" | tee -a "$OUT/env.txt"
+cat "$SUMMARY"
