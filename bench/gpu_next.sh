@@ -5,8 +5,8 @@
 # Based on bench/gpu_check.sh; uses only flags that exist in config.py (train.py) and bench/gpu.py, and the
 # project's own Python API (TorchEngine, learner.policy_update, bench/gpu.py's build/train_bench helpers).
 #
-#   A. decode tok/s, Qwen2.5-1.5B shape, bf16, prompt 128, 64 new tokens: batch 1 / 64 / 256 x adapters 0 / 1 / 3
-#      (3 = mixed per row) x eager loop (compile=False) vs static step in a CUDA graph (compile=True); ms/step,
+#   A. decode tok/s, Qwen2.5-1.5B shape, bf16, prompt 128, 64 new tokens: batch 1 / 64 / 256 x adapters 0 / 3
+#      (3 = mixed per row) x eager loop (compile=False; not at 64) vs static step in a CUDA graph (compile=True); ms/step,
 #      peak memory, % of the bench's roofline (52 B/logit, measured copy bandwidth) AND of an ideal roofline
 #      (4 B/logit, bf16 adapters, 4.8 TB/s, max with 989 TFLOP/s compute).
 #   P. kernel profile of one decode step (graph replays and the same static step run eagerly): kernels/step,
@@ -31,7 +31,9 @@
 # put .gpu_wheels in the repo (git-ignored: echo /.gpu_wheels/ >> .git/info/exclude) and take it along
 # to the GPU machine; this script installs them with `pip install --no-deps --target` and PYTHONPATH. Without them part C is
 # skipped (A, B, P still run).
-# Knobs: TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
+# Knobs: PARTS (harness parts, default ABFPU: A decode, B update, F fused decode, P profiles, U update profile),
+# FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile python_compile_fuse; also
+# torchrun_fsdp_compile_fuse), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
 # SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
 # the script itself; part C runs only the eager forms there: rollout.compile is a config error without CUDA).
@@ -91,6 +93,7 @@ BATCHES = [1, 4] if SMOKE else [1, 64, 256]
 FUSED = {(1, 0), (1, 3), (4, 3)} if SMOKE else {(1, 0), (1, 3), (256, 0), (256, 3)}
 DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
 outs = {}
+PARTS = os.environ.get("PARTS", "ABFPU")  # the harness parts to run: A decode, B update, F fused, P profiles, U update profile
 NEW, PROMPT, REPS = (6, 8, 1) if SMOKE else (64, 128, 2)
 SPEC_BW, PEAK = 4.8e12, (G.peak_tflops(torch.cuda.get_device_name()) if not SMOKE else None) or 989.0
 res = {"model": MODEL, "decode": [], "profile": [], "update": [], "errors": []}
@@ -180,7 +183,7 @@ def decode_cell(B, nad, mode, prompts):
         traceback.print_exc()
     save()
 
-for B in BATCHES:
+for B in BATCHES if "A" in PARTS else ():
     prompts = prompts_for(B)
     for nad in (0, 3):
         for mode in ("graph",) if B == 64 else ("eager", "graph"):
@@ -188,7 +191,7 @@ for B in BATCHES:
 
 # ---- B: the fused update ---------------------------------------------------------------------------------------
 ROWS, TP, TR = (4, 12, 8) if SMOKE else (32, 256, 256)
-for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, False), (8, True)]):
+for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, False), (8, True)]) if "B" in PARTS else ():
     if time.perf_counter() - t_start > DEADLINE * 0.5:
         res["errors"].append(f"update micro={micro} ckpt={ckpt}: skipped, harness time"); continue
     try:
@@ -212,7 +215,7 @@ for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, Fals
     save()
 
 # ---- F: the fused step (rollout.fuse), after the update rows so a slow compile cannot cost them ----------------
-for B, nad in sorted(FUSED):
+for B, nad in sorted(FUSED) if "F" in PARTS else ():
     if time.perf_counter() - t_start > DEADLINE - 75:
         res["errors"].append(f"decode B={B} ad={nad} fused: skipped, harness time"); continue
     decode_cell(B, nad, "graph", prompts_for(B))  # again: part B changed the adapters; graph and fused side by side
@@ -236,7 +239,7 @@ def kernel_stats(fn):
     return len(kern), sum(t(e) for e in kern), by, syncs, launches
 
 for B, nad, mode in ([(1, 0, "graph"), (1, 0, "fused"), (256, 3, "graph"), (256, 3, "fused")] if not SMOKE
-                     else [(1, 3, "static-eager"), (1, 3, "fused")]):
+                     else [(1, 3, "static-eager"), (1, 3, "fused")]) if "P" in PARTS else ():
     if time.perf_counter() - t_start > DEADLINE - 40:
         res["errors"].append(f"profile B={B} ad={nad} {mode}: skipped, harness time"); continue
     try:
@@ -267,6 +270,7 @@ for B, nad, mode in ([(1, 0, "graph"), (1, 0, "fused"), (256, 3, "graph"), (256,
 
 # a small update (3 adapters x 8 rows, micro 8 = 3 micro-batches) under the profiler: host-bound or GPU-bound?
 try:
+    assert "U" in PARTS, "U not in PARTS: skipped"
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     rows = 8 if not SMOKE else 4
     roles = tuple(RoleConfig(n, max_tokens=TR) for n in G.ADAPTERS)
@@ -380,9 +384,14 @@ if [ "$HAVE_TRAIN" = 1 ]; then
     echo "== $name: exit $rc in $((SECONDS - t0)) s: $line"
   }
   if [ "${SMOKE:-0}" != 1 ]; then
-    runc python_compile python train.py "${SMALL[@]}" --rollout.compile
-    runc torchrun_fsdp_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile
-    runc python_compile_fuse python train.py "${SMALL[@]}" --rollout.compile --rollout.fuse
+    for form in ${FORMS:-python_compile torchrun_fsdp_compile python_compile_fuse}; do
+      case $form in
+        python_compile) runc python_compile python train.py "${SMALL[@]}" --rollout.compile ;;
+        torchrun_fsdp_compile) runc torchrun_fsdp_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile ;;
+        python_compile_fuse) runc python_compile_fuse python train.py "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
+        torchrun_fsdp_compile_fuse) runc torchrun_fsdp_compile_fuse "${TR[@]}" "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
+      esac
+    done
   else
     runc python_eager python train.py "${SMALL[@]}"
   fi
