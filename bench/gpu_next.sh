@@ -33,7 +33,7 @@
 # skipped (A, B, P still run).
 # Knobs: PARTS (harness parts, default ABFPU: A decode, B update, F fused decode, P profiles, U update profile),
 # FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile python_compile_fuse; also
-# torchrun_fsdp_compile_fuse), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
+# torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
 # SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
 # the script itself; part C runs only the eager forms there: rollout.compile is a config error without CUDA).
@@ -351,7 +351,7 @@ echo "== harness exit $? at $((SECONDS - T0)) s" | tee -a "$OUT/env.txt"
 grep -v "^\s*$" "$OUT/harness.log" | grep "^\[" | tail -40
 
 # --- part C: train.py, one step each ------------------------------------------------------------------------
-if [ "$HAVE_TRAIN" = 1 ]; then
+if [ "$HAVE_TRAIN" = 1 ] && [ "${FORMS:-}" != none ]; then
   TOK=${1:-}
   if [ -z "$TOK" ]; then
     TOK="$WORK/tiny_tokenizer"
@@ -383,18 +383,19 @@ if [ "$HAVE_TRAIN" = 1 ]; then
     echo "| $name | $(echo "$line" | awk '{print $2}' | tr -d s) | $(echo "$line" | awk '{print $4}' | tr -d s) | $rc | $((SECONDS - t0)) |" >>"$SUMMARY"
     echo "== $name: exit $rc in $((SECONDS - t0)) s: $line"
   }
-  if [ "${SMOKE:-0}" != 1 ]; then
-    for form in ${FORMS:-python_compile torchrun_fsdp_compile python_compile_fuse}; do
-      case $form in
-        python_compile) runc python_compile python train.py "${SMALL[@]}" --rollout.compile ;;
-        torchrun_fsdp_compile) runc torchrun_fsdp_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile ;;
-        python_compile_fuse) runc python_compile_fuse python train.py "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
-        torchrun_fsdp_compile_fuse) runc torchrun_fsdp_compile_fuse "${TR[@]}" "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
-      esac
-    done
-  else
-    runc python_eager python train.py "${SMALL[@]}"
-  fi
+  DEFAULT_FORMS="python_compile torchrun_fsdp_compile python_compile_fuse"
+  [ "${SMOKE:-0}" = 1 ] && DEFAULT_FORMS="python_eager"  # rollout.compile is a config error without CUDA
+  for form in ${FORMS:-$DEFAULT_FORMS}; do
+    case $form in
+      python_eager) runc python_eager python train.py "${SMALL[@]}" ;;
+      python_compile) runc python_compile python train.py "${SMALL[@]}" --rollout.compile ;;
+      torchrun_fsdp_compile) runc torchrun_fsdp_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile ;;
+      python_compile_fuse) runc python_compile_fuse python train.py "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
+      torchrun_fsdp_compile_fuse) runc torchrun_fsdp_compile_fuse "${TR[@]}" "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
+      none) ;;
+      *) echo "unknown form $form" | tee -a "$SUMMARY" ;;
+    esac
+  done
   for f in "$OUT"/c_*.log; do echo "### $f"; tail -n 12 "$f" | cut -c1-300; done >"$OUT/train_tails.txt"
   rm -f "$OUT"/c_*.log  # the tails are kept: at most 8 files come back from $OUT
 fi

@@ -122,3 +122,20 @@ def test_train_step_bench_runs_the_current_update_on_the_run_object_train_builds
         assert r.returncode == 0, r.stderr[-2000:]
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert out["variant"] == variant and out["rows"] == 39 and out["seconds"] > 0
+
+
+def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
+    """bench/gpu_next.sh's CPU smoke form (SMOKE=1: tiny shapes, no capture) of part F: the plain static step and
+    rollout.fuse's compiled one, side by side, with the fused rows' tokens checked against the plain step's. The
+    GPU figures in docs/benchmarks.md come from the same script on a GPU."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "SMOKE": "1", "PARTS": "F",
+           "FORMS": "none", "OUT": str(tmp_path), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_next.sh")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600, check=False)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert not [e for e in res["errors"] if "skipped" not in e], res["errors"]
+    fused = [d for d in res["decode"] if d["mode"] == "fused"]
+    assert {(d["batch"], d["adapters"]) for d in fused} == {(1, 0), (1, 3), (4, 3)}
+    assert all(d["same_tokens_rows"] == 1.0 and d["max_lp_diff"] == 0.0 and d["tok_s"] > 0 for d in fused), fused
+    assert "| 4 | 3 |" in (tmp_path / "summary.md").read_text()
