@@ -304,7 +304,9 @@ class TorchEngine:
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; two or three compilations a run, 40-85 s each
       on an H200), then captures it: 1.4-1.8x the plain graph's tok/s there. Same logprobs as the
-      plain step to rounding: on CPU bit for bit (tested, bf16 base); on an H200 (random weights of
+      plain step to rounding: on CPU the forward is bit for bit (tested, bf16 base), and the
+      sampler's sums run in another order, so a top-p row can keep another set at its boundary and
+      draw another token (1 of 4 SmolLM2 rows, at token 9); on an H200 (random weights of
       Qwen2.5-1.5B's shape) within 0.008, so seeded rows sample the same tokens until a near tie
       (a third of 256 rows identical over 64 tokens on random weights' flat distributions).
     sync_every: the host looks at the batch (finished rows, stop strings, compaction) every this
