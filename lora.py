@@ -119,7 +119,10 @@ class LoRALinear(nn.Module):
         # matmul with TF32 off) from fp32 master weights, which receive fp32 gradients through the cast
         if self.row_mask is not None:
             if torch.compiler.is_compiling() and not torch.is_grad_enabled():
-                buf = self._routed[x.dtype]  # a compiled decode step: kept fresh outside it (refresh_routed)
+                buf = self._routed.get(x.dtype)  # a compiled decode step: kept fresh outside it (refresh_routed)
+                if buf is None:
+                    raise RuntimeError(f"LoRALinear: no routed {x.dtype} buffers to read in a compiled step "
+                                       f"(have {list(self._routed)}): call routed_weights({x.dtype}) before compiling")
                 A_cat, B_cat = buf[1], buf[2]
             else:
                 A_cat, B_cat = self.routed_weights(x.dtype)

@@ -234,6 +234,9 @@ def run_stage(cmd: list[str], out: Path, stage: str, env: dict) -> tuple[int, fl
             raise
 
 
+ADDED_SINCE = (("rollout", "fuse", False),)  # config fields added after stages were fingerprinted (section, key, default)
+
+
 def fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None, conf: Path | None = None) \
         -> tuple[str, dict]:
     """What a finished stage was made with: a hash of the effective train config (<out>/recipe_config.py, or
@@ -248,6 +251,9 @@ def fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None,
     _, module, loader = workflow(cfg)
     config = to_dict(cfg)
     del config["trainer"]["output_dir"]
+    for section, key, default in ADDED_SINCE:  # a field added later, at its default: old stages stay valid
+        if config[section].get(key) == default:
+            del config[section][key]
     what = {"config": config, "sft": sft, "tiny": tiny, **({"base_tasks": base_tasks} if base_tasks else {}),
             "tasks": hashlib.sha256(json.dumps(load_data(cfg), sort_keys=True, default=str).encode()).hexdigest()}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], \

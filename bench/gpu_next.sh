@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
 # gpu_next.sh: the figures that decide the next GPU work, side by side, in ONE run (<= 9.5 min on one H200).
-#   F. (rollout.fuse) the static decode step compiled by torch.compile before capture, beside the plain graph:
-#      batch 1 / 256 x adapters 0 / 3, compile time, tokens and logprobs equal to the plain graph's (seeded).
 # Based on bench/gpu_check.sh; uses only flags that exist in config.py (train.py) and bench/gpu.py, and the
 # project's own Python API (TorchEngine, learner.policy_update, bench/gpu.py's build/train_bench helpers).
 #
@@ -9,6 +7,9 @@
 #      (3 = mixed per row) x eager loop (compile=False; not at 64) vs static step in a CUDA graph (compile=True); ms/step,
 #      peak memory, % of the bench's roofline (52 B/logit, measured copy bandwidth) AND of an ideal roofline
 #      (4 B/logit, bf16 adapters, 4.8 TB/s, max with 989 TFLOP/s compute).
+#   F. (rollout.fuse, run after B) the static decode step compiled by torch.compile before capture, beside a
+#      plain graph row measured again just before it (B changed the adapters): batch 1 / 256 x adapters 0 / 3,
+#      the first call (compile + capture + prefill), rows whose seeded tokens equal the graph's, their logprob gap.
 #   P. kernel profile of one decode step (graph replays and the same static step run eagerly): kernels/step,
 #      summed kernel time/step vs wall ms/step (the launch-bound share), top kernels, the attention kernel's name.
 #   B. the fused 3-adapter update (bench/gpu.py's train_bench): micro-batch 8 (published: 3.44 s, 6.9% MFU) vs 32,
@@ -72,7 +73,7 @@ fi
 HAVE_TRAIN=1
 python -c "import tyro, math_verify" 2>/dev/null || { HAVE_TRAIN=0; echo "no tyro/math-verify (carry $WHEELS): part C skipped" | tee -a "$OUT/env.txt"; }
 
-# --- parts A, P, B: one Python process ----------------------------------------------------------------------
+# --- parts A, B, F, P, U: one Python process ----------------------------------------------------------------------
 cat >"$WORK/harness.py" <<'EOF'
 import json, os, statistics, sys, time, traceback, importlib.util
 ROOT = os.getcwd()
@@ -270,7 +271,8 @@ for B, nad, mode in ([(1, 0, "graph"), (1, 0, "fused"), (256, 3, "graph"), (256,
 
 # a small update (3 adapters x 8 rows, micro 8 = 3 micro-batches) under the profiler: host-bound or GPU-bound?
 try:
-    assert "U" in PARTS, "U not in PARTS: skipped"
+    if "U" not in PARTS:
+        raise LookupError("skipped: U not in PARTS")
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     rows = 8 if not SMOKE else 4
     roles = tuple(RoleConfig(n, max_tokens=TR) for n in G.ADAPTERS)
@@ -345,7 +347,7 @@ with open(os.path.join(OUT, "summary.md"), "a") as f:
     f.write("\n".join(L) + "\n")
 print("\n".join(L))
 EOF
-echo "== parts A, P, B" | tee -a "$OUT/env.txt"
+echo "== harness parts ${PARTS:-ABFPU}" | tee -a "$OUT/env.txt"
 timeout -k 10 "${HARNESS_LIMIT:-300}" python "$WORK/harness.py" "$OUT" >"$OUT/harness.log" 2>&1
 echo "== harness exit $? at $((SECONDS - T0)) s" | tee -a "$OUT/env.txt"
 grep -v "^\s*$" "$OUT/harness.log" | grep "^\[" | tail -40

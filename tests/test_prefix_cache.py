@@ -204,7 +204,7 @@ def test_rollout_fuse_reaches_the_engine_and_needs_compile(tmp_path, monkeypatch
 
     monkeypatch.setattr(session, "TorchEngine", functools.partial(TorchEngine, _capture=False))
     run, _ = session.build(tiny_cfg(tmp_path, rollout=dict(compile=True, fuse=True)), None)
-    assert run.engine.compile and run.engine.fuse and run.engine._step_fn is not run.engine._step_body
+    assert run.engine.compile and run.engine.fuse and run.engine._step_fn != run.engine._step_body
     run, _ = session.build(tiny_cfg(tmp_path / "off", rollout=dict(compile=True)), None)
     assert not run.engine.fuse and run.engine._step_fn == run.engine._step_body
     with pytest.raises(ConfigError, match=r"config field rollout\.fuse: .*needs rollout\.compile"):

@@ -435,3 +435,29 @@ def test_baselines_table_reads_team_minus_arm():
     text = recipes.baselines_table(rep)
     assert "| rl | single | 10 | 0.400 | 30 | +0.200 | 0.100 | +2.00 | 0.5 |" in text
     assert "rl 90 / 30 -> 3" in text
+
+
+def test_a_config_field_added_later_keeps_finished_stages_at_its_default(tmp_path, monkeypatch):
+    """rollout.fuse came after stages were fingerprinted: left at its default it is not hashed, so a stage made
+    before it existed keeps its fingerprint (tree_sampling's arrival made every finished stage stale); set, it
+    changes the fingerprint like any field."""
+    import config as config_mod
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "stage"
+    out.mkdir()
+    (out / "recipe_config.py").write_text((ROOT / "configs" / "tiny_math_3agent.py").read_text())
+    now = recipes.fingerprint(out, {}, False)[0]
+    real = config_mod.to_dict
+
+    def before_the_field(cfg):  # the config's dict as it was before rollout.fuse existed
+        d = real(cfg)
+        del d["rollout"]["fuse"]
+        return d
+    monkeypatch.setattr(config_mod, "to_dict", before_the_field)
+    monkeypatch.setattr(recipes, "ADDED_SINCE", ())
+    assert recipes.fingerprint(out, {}, False)[0] == now
+    monkeypatch.setattr(config_mod, "to_dict", real)
+    (out / "recipe_config.py").write_text((ROOT / "configs" / "tiny_math_3agent.py").read_text()
+                                          + "\nimport dataclasses\nconfig = dataclasses.replace(config, rollout="
+                                            "dataclasses.replace(config.rollout, fuse=True))\n")
+    assert recipes.fingerprint(out, {}, False)[0] != now

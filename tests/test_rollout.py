@@ -371,8 +371,9 @@ def test_static_path_equals_eager_path(setup):
 def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
     """fuse=True compiles the static decode step (forward + sampling) with torch.compile, fullgraph: inductor's
     C++ kernels on CPU here, triton's on CUDA, where the CUDA graph then captures them. Same tokens as the plain
-    static step on a bf16 base (greedy and seeded sampling, top-k/top-p, mixed adapters, ragged rows, stop ids
-    and strings) and the same logprobs: inductor's fused kernels round where eager bf16 ops do
+    static step on a bf16 base, on this tiny model (greedy and seeded sampling, top-k/top-p, mixed adapters,
+    ragged rows, stop ids and strings; a larger model's top-p row can keep another set at its boundary, since
+    the compiled sampler sums in another order: docs/benchmarks.md) and bit-identical logprobs: inductor's fused kernels round where eager bf16 ops do
     (emulate_precision_casts; without it they keep fp32 inside a kernel and sampled tokens drift); two
     compilations for any number of batch shapes (the second with symbolic sizes); the routed LoRA buffers are read in place, so an update made after the
     step was compiled is seen without a recompile; and the step really is compiled (a no-op fuse compiles no
@@ -391,17 +392,20 @@ def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup)
     fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False, sync_every=4)
     torch._dynamo.reset()
     counters.clear()
+    def same(a, b):  # tokens, finish reasons and logprobs, exactly
+        assert _result_tuples(a) == _result_tuples(b) and [r.logprobs for r in a] == [r.logprobs for r in b]
+
     out = fused.generate(reqs)  # 6 rows -> 8 slots
     again = fused.generate(reqs)  # the same shapes: the compiled step again, no recompile
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters)
-    _assert_same(out, plain.generate(reqs), atol=1e-6)
-    _assert_same(again, out, atol=1e-6)
+    same(out, plain.generate(reqs))
+    same(again, out)
     _randomize(m, "a", 7)  # an in-place update: routed buffers refreshed outside the compiled step
-    _assert_same(fused.generate(reqs), plain.generate(reqs), atol=1e-6)
+    same(fused.generate(reqs), plain.generate(reqs))
     assert counters["stats"]["unique_graphs"] == 1
     # other batch and cache sizes: one recompile with symbolic sizes, which the next shape reuses
     for batch in (reqs[2:5], reqs[3:5]):  # 4 slots, 2 slots, other prompt widths (a top-p row in each)
-        _assert_same(fused.generate(batch), plain.generate(batch), atol=1e-6)
+        same(fused.generate(batch), plain.generate(batch))
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"], dict(counters)
     with pytest.raises(ValueError, match="compile=True"):
         TorchEngine(m, tok, fuse=True)
