@@ -42,6 +42,7 @@ from collectives import (
     lockstep_chunks,
     print0,
     rank,
+    to_device,
 )
 from config import Config, ConfigError
 from rollout import Sample
@@ -201,12 +202,13 @@ def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
     parts = [batch.micro(rows, L) for batch, rows in pieces]
     ids = torch.cat([p[0] for p in parts])
     start = min(batch.first[r] for batch, rows in pieces for r in rows)
-    temps = torch.cat([batch.temps[rows] for batch, rows in pieces]).to(device)
+    temps = to_device(torch.cat([batch.temps[rows] for batch, rows in pieces]), device)
     # no attention mask: rows are right-padded and attention is causal, so no real token sees a pad, and
     # positions count from 0 as the mask would make them; with a mask, transformers asks the device
     # whether any row is padded (a host sync in every micro-batch of the update)
-    logits = model(input_ids=ids.to(device), logits_to_keep=L - start).logits[:, :-1]
-    return logits.float() / temps[:, None, None], ids[:, start + 1:].to(device), start, L - 1
+    ids = to_device(ids, device)
+    logits = model(input_ids=ids, logits_to_keep=L - start).logits[:, :-1]
+    return logits.float() / temps[:, None, None], ids[:, start + 1:], start, L - 1
 
 
 @torch.no_grad()
@@ -344,9 +346,9 @@ def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, o
     a = cfg.algo
     (clip_low, clip_high), agg, norm_len = a.clip, a.agg, part.batch.norm_len
     logp = ppo.token_logprobs(logits, targets)  # (b, T - start)
-    mask = window(part.batch.mask, rows, start, T).to(device) * weight
-    old_logp = logp.detach() if on_policy else window(part.old_logp, rows, start, T).to(device)
-    advantages = window(part.adv, rows, start, T).to(device)
+    mask = to_device(window(part.batch.mask, rows, start, T), device) * weight
+    old_logp = logp.detach() if on_policy else to_device(window(part.old_logp, rows, start, T), device)
+    advantages = to_device(window(part.adv, rows, start, T), device)
     pg_loss, pg_stats = ppo.LOSSES[a.policy_loss](logp, old_logp, advantages, mask, clip_low, clip_high, a.dual_clip,
                                                   agg, denom, norm_len)
     entropy = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), mask)  # a metric always
@@ -356,7 +358,7 @@ def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, o
             "clipfrac": pg_stats["clipfrac"] * n, "approx_kl": pg_stats["approx_kl"] * n}
     if a.kl_coef > 0 and not a.kl_in_reward:
         kl = (ppo.full_kl(logits, ref_logits) if a.kl_kind == "full"
-              else ppo.kl_penalty(logp, window(part.ref_logp, rows, start, T).to(device), a.kl_kind))
+              else ppo.kl_penalty(logp, to_device(window(part.ref_logp, rows, start, T), device), a.kl_kind))
         kl_loss = ppo.agg_loss(kl, mask, agg, denom, norm_len)
         loss = loss + kl_coef * kl_loss
         sums["kl_loss"] = kl_loss.detach()

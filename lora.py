@@ -249,7 +249,9 @@ def set_row_adapters(model, names_per_row):
             j = names.index(n)
             mask[i, 0, offsets[j]: offsets[j] + ranks[j]] = m0.scaling[n]
     # in the compute dtype (the base's), so a routed forward casts nothing
-    mask = mask.to(device=m0.lora_A[names[0]].device, dtype=m0.base_layer.weight.dtype)
+    mask, dev = mask.to(m0.base_layer.weight.dtype), m0.lora_A[names[0]].device
+    # from pinned memory, so the host does not wait for the queued kernels (collectives.to_device says why)
+    mask = mask.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else mask.to(dev)
     p = max([m0.dropout_p[n] for n in set(names_per_row) if n is not None], default=0.0)
     for m in mods:
         m.active, m.row_mask, m.row_dropout = None, mask, p

@@ -227,7 +227,8 @@ class HostSyncs(TorchDispatchMode):
     the values (nonzero, masked_select, unique, boolean indexing). On CPU the same ops are dispatched, so
     counting them here says what a GPU would wait for. (A device-to-host copy, .cpu() or .tolist() of a
     device tensor, is invisible on CPU: the learner reads its tensors back only in reduce_stats and per
-    mini-batch, outside the loop counted here.)"""
+    mini-batch, outside the loop counted here. So is a host-to-device copy from pageable memory, which the
+    loop makes through collectives.to_device: test_the_update_moves_host_tensors_only_through_to_device.)"""
     SYNCS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive", "is_nonzero"}
 
     def __init__(self):
@@ -278,6 +279,50 @@ def test_no_host_sync_inside_the_update_micro_batch_loop(tiny, algo):
     torch.testing.assert_close(weights[0], weights[1], rtol=1e-4, atol=1e-6)  # the same update, chunked
     assert counts[0] == counts[1], f"host syncs: {counts[0]} in 1 micro-batch, {counts[1]} in 6"
 
+
+
+def test_the_update_moves_host_tensors_only_through_to_device(tiny):
+    """On a GPU `.to("cuda")` from pageable memory waits for every kernel queued before it; the update's
+    micro-batch loop moves its host tensors (token ids, temperatures, masks, advantages, old and reference
+    logprobs) with collectives.to_device instead (pinned, non-blocking). CPU cannot see that wait, so this counts
+    what can be seen: every Tensor.to with a device made in learner.py while a fused update of two adapters runs
+    (KL in the loss, so the reference logprobs move too) goes through to_device."""
+    import inspect
+    from torch.overrides import TorchFunctionMode
+
+    import collectives
+
+    class Moves(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.direct, self.helper = [], 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.Tensor.to and (kwargs.get("device") is not None or any(
+                    isinstance(a, (torch.device, str)) for a in args[1:])):
+                caller = inspect.currentframe().f_back
+                if caller.f_code is collectives.to_device.__code__:
+                    self.helper += 1
+                elif caller.f_code.co_filename.endswith("learner.py"):
+                    self.direct.append(f"learner.py:{caller.f_lineno}")
+            return func(*args, **kwargs)
+
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
+    parts = []
+    for j, name in enumerate("ab"):
+        rb = role_batch(tok, n=6, seed=j)
+        adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(10 + j)) * rb.mask
+        opt = torch.optim.SGD(lora.adapter_parameters(m, name), lr=0.1)
+        parts.append(learner.AdapterUpdate(name, rb, adv, rb.sample_logp, rb.sample_logp - 0.1, opt,
+                                           torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+                                           torch.Generator().manual_seed(j)))
+    cfg = Config(algo=AlgoConfig(micro_batch_size=2, mini_batch_size=6, kl_coef=0.5, kl_kind="low_var_kl"))
+    with Moves() as c:
+        learner.policy_update(m, parts, cfg, torch.device("cpu"), 0.5)
+    assert not c.direct, c.direct
+    assert c.helper >= 6 * 4  # 6 micro-batches: ids and temperatures, and each adapter's mask, advantages, ...
 
 def test_no_host_sync_inside_the_critic_micro_batch_loop(tiny):
     m, tok = tiny
