@@ -302,13 +302,14 @@ class TorchEngine:
       replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
-      fuses the elementwise work between the matmuls; a compilation per kind of batch when it first
-      appears: batch 1 or more, routing on/off, top-k/top-p or not, ~40-85 s each on an H200), then captures it: 1.4-1.8x the plain graph's tok/s there. Same logprobs as the
-      plain step to rounding: on CPU the forward is bit for bit (tested, bf16 base), and the
-      sampler's sums run in another order, so a top-p row can keep another set at its boundary and
-      draw another token (1 of 4 SmolLM2 rows, at token 9); on an H200 (random weights of
-      Qwen2.5-1.5B's shape) within 0.008 on rows whose tokens agree, so seeded rows sample the same tokens until a near tie
-      (a third of 256 rows identical over 64 tokens on random weights' flat distributions).
+      fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
+      first appears: batch 1 or more, routing on/off, top-k/top-p or not; ~40-85 s each on an H200),
+      then captures it: 1.4-1.8x the plain graph's tok/s there. Same logprobs as the plain step to
+      rounding: on CPU the forward is bit for bit (tested, bf16 base), and the sampler's sums run in
+      another order, so a top-p row can keep another set at its boundary and draw another token (1
+      of 4 SmolLM2 rows, at token 9); on an H200 (random weights of Qwen2.5-1.5B's shape) within
+      0.008 on rows whose tokens agree, so seeded rows sample the same tokens until a near tie (a
+      third of 256 rows identical over 64 tokens on random weights' flat distributions).
     sync_every: the host looks at the batch (finished rows, stop strings, compaction) every this
     many decode steps; a row that finished in between runs on until then and its extra tokens are
     dropped, so results do not depend on it. None = 8 on CUDA (each sync stalls the GPU), 1 on CPU
@@ -356,7 +357,7 @@ class TorchEngine:
         if fuse:
             compiled = torch.compile(self._step_body, fullgraph=True, options={"emulate_precision_casts": True})
 
-            def _step_fn(*args):  # batch 1, sampling filters, routing on/off each specialise: up to 8 graphs, dynamo's limit
+            def _step_fn(*args):  # batch 1, sampling filters, routing on/off specialise: up to 8 graphs, dynamo's limit
                 with torch._dynamo.config.patch(recompile_limit=64):
                     return compiled(*args)
             self._step_fn = _step_fn

@@ -250,7 +250,8 @@ def set_row_adapters(model, names_per_row):
             mask[i, 0, offsets[j]: offsets[j] + ranks[j]] = m0.scaling[n]
     # in the compute dtype (the base's), so a routed forward casts nothing
     mask, dev = mask.to(m0.base_layer.weight.dtype), m0.lora_A[names[0]].device
-    # from pinned memory, so the host does not wait for the queued kernels (collectives.to_device says why)
+    # from pinned memory, so the host does not wait for the queued kernels (collectives.to_device says why;
+    # a leaf imports nothing of troupe)
     mask = mask.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else mask.to(dev)
     p = max([m0.dropout_p[n] for n in set(names_per_row) if n is not None], default=0.0)
     for m in mods:

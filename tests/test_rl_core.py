@@ -250,6 +250,19 @@ def test_host_sync_counter_counts_what_waits_for_the_device():
     assert c.n == 5
 
 
+def two_adapter_parts(m, tok, ref=None) -> list:
+    """A fused update's parts: adapters "a" and "b", 6 turns each, random advantages, reference logprobs."""
+    parts = []
+    for j, name in enumerate("ab"):
+        rb = role_batch(tok, n=6, seed=j)
+        adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(10 + j)) * rb.mask
+        opt = torch.optim.SGD(lora.adapter_parameters(m, name), lr=0.1)
+        parts.append(learner.AdapterUpdate(name, rb, adv, rb.sample_logp, rb.sample_logp - 0.1, opt,
+                                           torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
+                                           torch.Generator().manual_seed(j), ref=ref))
+    return parts
+
+
 @pytest.mark.parametrize("algo", [dict(), dict(kl_coef=0.5, kl_kind="low_var_kl", entropy_coef=0.01),
                                   dict(kl_coef=0.5, kl_kind="full", loss_agg="seq-mean-token-mean"),
                                   dict(policy_loss="gspo")])
@@ -262,14 +275,7 @@ def test_no_host_sync_inside_the_update_micro_batch_loop(tiny, algo):
     counts, weights = [], []
     for micro in (6, 1):
         mm = __import__("copy").deepcopy(m)
-        parts = []
-        for j, name in enumerate("ab"):
-            rb = role_batch(tok, n=6, seed=j)
-            adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(10 + j)) * rb.mask
-            opt = torch.optim.SGD(lora.adapter_parameters(mm, name), lr=0.1)
-            parts.append(learner.AdapterUpdate(name, rb, adv, rb.sample_logp, rb.sample_logp - 0.1, opt,
-                                               torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
-                                               torch.Generator().manual_seed(j), ref="ref"))
+        parts = two_adapter_parts(mm, tok, ref="ref")
         cfg = Config(algo=AlgoConfig(**{"micro_batch_size": micro, "mini_batch_size": 6, **algo}))
         with HostSyncs() as c:
             out = learner.policy_update(mm, parts, cfg, torch.device("cpu"), 0.5)
@@ -310,14 +316,7 @@ def test_the_update_moves_host_tensors_only_through_to_device(tiny):
 
     m, tok = tiny
     lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
-    parts = []
-    for j, name in enumerate("ab"):
-        rb = role_batch(tok, n=6, seed=j)
-        adv = torch.randn(rb.mask.shape, generator=torch.Generator().manual_seed(10 + j)) * rb.mask
-        opt = torch.optim.SGD(lora.adapter_parameters(m, name), lr=0.1)
-        parts.append(learner.AdapterUpdate(name, rb, adv, rb.sample_logp, rb.sample_logp - 0.1, opt,
-                                           torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0),
-                                           torch.Generator().manual_seed(j)))
+    parts = two_adapter_parts(m, tok)
     cfg = Config(algo=AlgoConfig(micro_batch_size=2, mini_batch_size=6, kl_coef=0.5, kl_kind="low_var_kl"))
     with Moves() as c:
         learner.policy_update(m, parts, cfg, torch.device("cpu"), 0.5)
