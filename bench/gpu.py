@@ -200,8 +200,9 @@ def static_equals_eager(device, capture) -> bool:
     return [r.completion_ids for r in a] == [r.completion_ids for r in b]
 
 
-def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats):
-    """Seconds per fused policy_update (3 adapters) and its model FLOPs."""
+def update_setup(m, rows_per_adapter, prompt_len, reply_len, micro):
+    """A fused 3-adapter update on random tokens -> (config, parts()): each call of parts() makes a fresh batch of
+    rows_per_adapter rows per adapter (prompt ~prompt_len, reply ~reply_len) for learner.policy_update."""
     from learner import AdapterBatch
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     roles = tuple(RoleConfig(n, max_tokens=reply_len) for n in ADAPTERS)
@@ -226,7 +227,12 @@ def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repea
                                   torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0),
                                   torch.Generator().manual_seed(k)))
         return out
+    return cfg, parts
 
+
+def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats):
+    """Seconds per fused policy_update (3 adapters) and its model FLOPs."""
+    cfg, parts = update_setup(m, rows_per_adapter, prompt_len, reply_len, micro)
     m.train()
     ps = parts()
     learner.policy_update(m, ps, cfg, device, 0.0)  # warm-up

@@ -83,7 +83,7 @@ G = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(G)
 import torch
 import learner, lora
-from rollout import Request, SamplingParams, Sample, TorchEngine
+from rollout import Request, SamplingParams, TorchEngine
 
 OUT = sys.argv[1]
 SMOKE = os.environ.get("SMOKE") == "1" or not torch.cuda.is_available()
@@ -273,26 +273,8 @@ for B, nad, mode in ([(1, 0, "graph"), (1, 0, "fused"), (256, 3, "graph"), (256,
 try:
     if "U" not in PARTS:
         raise LookupError("skipped: U not in PARTS")
-    from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     rows = 8 if not SMOKE else 4
-    roles = tuple(RoleConfig(n, max_tokens=TR) for n in G.ADAPTERS)
-    cfg = Config(roles=roles, lora=LoRAConfig(rank=16, alpha=32, dropout=0.0, targets=G.TARGETS),
-                 algo=AlgoConfig(adv_estimator="grpo", mini_batch_size=rows, micro_batch_size=rows, ppo_epochs=1, fused_update=True))
-    gen = torch.Generator().manual_seed(0)
-    opts = {n: torch.optim.AdamW(lora.adapter_parameters(m, n), lr=1e-5) for n in G.ADAPTERS}
-    def parts():
-        out = []
-        for k, n in enumerate(G.ADAPTERS):
-            ss = []
-            for i in range(rows):
-                P, C = TP - (i * 7) % (TP // 4), TR - (i * 13) % (TR // 2)
-                ids = torch.randint(1, c.vocab_size, (P + C,), generator=gen).tolist()
-                ss.append(Sample(i, i // 4, n, 0, ids[:P], ids[P:], [-2.0] * C, reward=float(i % 2)))
-            rb = learner.AdapterBatch(ss, [1.0] * len(ss), 0, TR)
-            adv = torch.randn(rb.mask.shape, generator=gen) * rb.mask
-            out.append(learner.AdapterUpdate(n, rb, adv, rb.sample_logp.clone(), None, opts[n],
-                       torch.optim.lr_scheduler.LambdaLR(opts[n], lambda s: 1.0), torch.Generator().manual_seed(k)))
-        return out
+    cfg, parts = G.update_setup(m, rows, TP, TR, rows)
     m.train()
     learner.policy_update(m, parts(), cfg, dev, 0.0)
     ps = parts()
