@@ -3,7 +3,8 @@
 Under torchrun every rank runs the same code; in one process every function here is a no-op or
 the identity. FSDP makes every forward and backward a collective, so ranks must run the same
 number of micro-batches (`lockstep_chunks` pads a rank with zero-weight dummies) and losses are
-global sums (`backward` undoes FSDP's mean over ranks).
+global sums (`backward` undoes FSDP's mean over ranks). With trainer.strategy replicate there is no FSDP:
+every rank holds the whole model and `average_grads` reduces the trainable gradients once per step.
 """
 from __future__ import annotations
 
@@ -108,13 +109,40 @@ def clip_grad(params, max_norm) -> float:
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
-def shard(model):
-    """FSDP2: each decoder layer, then the root (runs under torchrun, one rank included)."""
-    if dist.is_initialized():
+def shard(model, strategy: str = "fsdp2"):
+    """Under torchrun, how the model is spread over the ranks (trainer.strategy). fsdp2: each decoder layer,
+    then the root, is sharded (every forward and backward gathers the layer's weights). replicate: every rank
+    keeps the whole model; the frozen base is never gathered or reduced, and only the trainable gradients are
+    averaged, once per optimizer step (average_grads)."""
+    if dist.is_initialized() and strategy == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:
             fully_shard(layer)
         fully_shard(model)
+
+
+def average_grads(params: list):
+    """Average over the ranks the gradients no FSDP reduced: the plain (not DTensor) parameters, i.e. a
+    replicated model's adapters and the critic's head, as one flat all_reduce. Ranks may disagree on which
+    parameters have a gradient (a rank whose micro-batches held no row of an adapter), so that is agreed
+    first: a gradient any rank has is averaged with zeros for the ranks without; none anywhere stays None, as
+    in one process (AdamW then leaves the parameter alone). Then each rank holds the gradient of the global
+    loss, as FSDP's reduce-scatter leaves it (the losses are global sums and `backward` multiplies by world)."""
+    plain = [p for p in params if not hasattr(p, "full_tensor")]
+    if world() == 1 or not plain:
+        return
+    has = torch.tensor([float(p.grad is not None) for p in plain], dtype=torch.float64)
+    dist.all_reduce(has)
+    used = [p for p, h in zip(plain, has.tolist()) if h > 0]
+    for p in used:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if not used:
+        return
+    flat = torch.cat([p.grad.reshape(-1).float() for p in used])
+    dist.all_reduce(flat, op=dist.ReduceOp.AVG)
+    for p, g in zip(used, flat.split([p.numel() for p in used])):
+        p.grad.copy_(g.view_as(p.grad))
 
 
 def to_device(t: torch.Tensor, device) -> torch.Tensor:

@@ -487,6 +487,12 @@ class TrainerConfig:
     """run directory: metrics.jsonl, checkpoints, rewards.png"""
     seed: int = 0
     """seed of everything: model init (tiny), data order, sampling, dropout"""
+    strategy: Literal["fsdp2", "replicate"] = "fsdp2"
+    """how a torchrun run spreads the model over its ranks (plain `python train.py` is one process either way).
+    fsdp2: every decoder layer is sharded, so each forward and backward gathers its weights. replicate: every
+    rank keeps the whole model, and only the trainable gradients (the adapters', a few MB) are averaged, once
+    per optimizer step; for a frozen base that fits each GPU (bf16 1.5B: 3 GB; 7B: 15 GB), where fsdp2 gathers
+    the frozen base in every forward only to save memory the GPU has"""
     threads: int = 0
     """torch CPU threads of this process. 0 = auto: OMP_NUM_THREADS when set, else the cores left free at
     start-up (cores minus the cores busy over a quarter second, session.busy_cores, at least 1). More threads
@@ -524,6 +530,8 @@ class TrainerConfig:
             bad("trainer.threads", f"must be <= {MAX_THREADS} (0 = auto), got {self.threads}")
         if not 0 <= self.trajectory_sample <= 1:
             bad("trainer.trajectory_sample", f"must be in [0, 1], got {self.trajectory_sample}")
+        if self.strategy not in ("fsdp2", "replicate"):
+            bad("trainer.strategy", f"use fsdp2 or replicate, got {self.strategy!r}")
         if self.total_epochs is not None and self.total_epochs < 1:
             bad("trainer.total_epochs", f"must be >= 1 (or None: total_steps), got {self.total_epochs}")
         if self.logger and not set(self.logger) <= {"console", "wandb", "tensorboard"}:

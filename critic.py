@@ -11,7 +11,7 @@ import torch
 
 import lora
 import ppo
-from collectives import all_sum, backward, clip_grad, lockstep_chunks, world
+from collectives import all_sum, average_grads, backward, clip_grad, lockstep_chunks
 from learner import AdapterBatch, by_length
 
 
@@ -67,9 +67,7 @@ class Critic:
                                          batch.mask[rows, :T].to(self.device) * w, a.vf_clip, "token-mean", denom)
                 backward(a.vf_coef * loss)
                 vf_loss = vf_loss + loss.detach()  # on the device: read back once, after the loop
-            if world() > 1:  # the head is replicated, not sharded: average its gradients by hand
-                for p in self.head.parameters():
-                    torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.AVG)
+            average_grads(self.params)  # the head (and a replicated model's adapter): FSDP reduced the rest
             if math.isfinite(clip_grad(self.params, a.grad_clip)):
                 self.opt.step()
             self.opt.zero_grad(set_to_none=True)

@@ -36,6 +36,7 @@ import lora
 import ppo
 from collectives import (
     all_sum,
+    average_grads,
     backward,
     clip_grad,
     gather_objects,
@@ -368,6 +369,7 @@ def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, o
 def step_or_skip(part: AdapterUpdate, params, nonfinite: bool, stats: UpdateStats, grad_clip: float):
     """Clip and step one adapter's optimizer, or skip the step (grads dropped, weights untouched) when
     its loss or gradient is not finite; `nonfinite` is agreed over ranks, so every rank skips together."""
+    average_grads(params)  # trainer.strategy replicate: the one reduction of the step (FSDP reduced in backward)
     norm = clip_grad(params, grad_clip)
     if nonfinite or not math.isfinite(norm):
         stats.skipped += 1

@@ -234,7 +234,7 @@ def run_stage(cmd: list[str], out: Path, stage: str, env: dict) -> tuple[int, fl
             raise
 
 
-ADDED_SINCE = (("rollout", "fuse", False),)  # config fields added after stages were fingerprinted (section, key, default)
+ADDED_SINCE = (("rollout", "fuse", False), ("trainer", "strategy", "fsdp2"))  # config fields added after stages were fingerprinted (section, key, default)
 
 
 def fingerprint(out: Path, sft: dict, tiny: bool, base_tasks: int | None = None, conf: Path | None = None) \

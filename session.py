@@ -61,7 +61,8 @@ class Run:
                 + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in self.opts else " frozen")
                             + (f" from {inits[n]}" if n in inits and self.step == 0 else "") for n, v in per.items())
                 + f" | engine {cfg.rollout.engine} | {collectives.world()} rank(s)"
-                + (", FSDP2" if torch.distributed.is_initialized() else "")
+                + ({"fsdp2": ", FSDP2", "replicate": ", replicated"}[cfg.trainer.strategy]
+                   if torch.distributed.is_initialized() else "")
                 + (f", {torch.get_num_threads()} torch thread(s)" if self.device.type == "cpu" else ""))
 
 
@@ -162,7 +163,7 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
             lora.freeze_adapter(model, run.refs[name])
     if ckpt is not None:  # adapters go into the plain model, before sharding
         load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
-    collectives.shard(model)  # FSDP2 on several ranks
+    collectives.shard(model, cfg.trainer.strategy)  # FSDP2 (or replicated) under torchrun
     for name in cfg.trainable_adapters:
         run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=cfg.lr_of(cfg.role_of_adapter(name)),
                                            weight_decay=a.weight_decay)

@@ -33,8 +33,8 @@
 # to the GPU machine; this script installs them with `pip install --no-deps --target` and PYTHONPATH. Without them part C is
 # skipped (A, B, P still run).
 # Knobs: PARTS (harness parts, default ABFPU: A decode, B update, F fused decode, P profiles, U update profile),
-# FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile python_compile_fuse; also
-# torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
+# FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile torchrun_replicate_compile
+# python_compile_fuse; also torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
 # SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
 # the script itself; part C runs only the eager forms there: rollout.compile is a config error without CUDA).
@@ -367,13 +367,15 @@ if [ "$HAVE_TRAIN" = 1 ] && [ "${FORMS:-}" != none ]; then
     echo "| $name | $(echo "$line" | awk '{print $2}' | tr -d s) | $(echo "$line" | awk '{print $4}' | tr -d s) | $rc | $((SECONDS - t0)) |" >>"$SUMMARY"
     echo "== $name: exit $rc in $((SECONDS - t0)) s: $line"
   }
-  DEFAULT_FORMS="python_compile torchrun_fsdp_compile python_compile_fuse"
+  DEFAULT_FORMS="python_compile torchrun_fsdp_compile torchrun_replicate_compile python_compile_fuse"
   [ "${SMOKE:-0}" = 1 ] && DEFAULT_FORMS="python_eager"  # rollout.compile is a config error without CUDA
   for form in ${FORMS:-$DEFAULT_FORMS}; do
     case $form in
       python_eager) runc python_eager python train.py "${SMALL[@]}" ;;
       python_compile) runc python_compile python train.py "${SMALL[@]}" --rollout.compile ;;
       torchrun_fsdp_compile) runc torchrun_fsdp_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile ;;
+      torchrun_replicate_compile) runc torchrun_replicate_compile "${TR[@]}" "${SMALL[@]}" --rollout.compile \
+        --trainer.strategy replicate ;;
       python_compile_fuse) runc python_compile_fuse python train.py "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
       torchrun_fsdp_compile_fuse) runc torchrun_fsdp_compile_fuse "${TR[@]}" "${SMALL[@]}" --rollout.compile --rollout.fuse ;;
       none) ;;

@@ -30,3 +30,40 @@ def test_cpu_collectives_on_a_device_mapped_group_of_two_ranks():
         assert s == [3.0, 10.0] and g == [{"rank": 0}, {"rank": 1}]
         assert len(chunks) == 3  # the busier rank's count; rank 1 pads with zero-weight dummies
     assert got[1][2] == [([0], 1.0), ([-1], 0.0), ([-1], 0.0)]
+
+
+def _average(r):
+    ps = [torch.nn.Parameter(torch.zeros(2)) for _ in range(3)]
+    ps[0].grad = torch.tensor([1.0, 2.0]) if r == 0 else torch.tensor([3.0, 4.0])
+    ps[1].grad = torch.tensor([4.0, -2.0]) if r == 0 else None  # rank 1 had no row of this adapter
+    collectives.average_grads(ps)  # ps[2]: no gradient on either rank
+    return [None if p.grad is None else p.grad.tolist() for p in ps]
+
+
+def test_replicated_gradients_are_averaged_and_a_missing_one_counts_as_zero():
+    got = on_two_ranks(_average)
+    assert got[0] == got[1] == [[2.0, 3.0], [2.0, -1.0], None]
+
+
+def _spread(r, strategy):
+    class Net(torch.nn.Module):  # the shape collectives.shard walks: model.model.layers
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Module()
+            self.model.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+    net = Net()
+    collectives.shard(net, strategy)
+    return sorted({type(p).__name__ for p in net.parameters()})
+
+
+def _fsdp2(r):
+    return _spread(r, "fsdp2")
+
+
+def _replicate(r):
+    return _spread(r, "replicate")
+
+
+def test_replicate_leaves_every_rank_the_whole_model_where_fsdp2_shards_it():
+    assert on_two_ranks(_fsdp2)[0] == ["DTensor"]
+    assert on_two_ranks(_replicate)[0] == ["Parameter"]

@@ -437,27 +437,33 @@ def test_baselines_table_reads_team_minus_arm():
     assert "rl 90 / 30 -> 3" in text
 
 
-def test_a_config_field_added_later_keeps_finished_stages_at_its_default(tmp_path, monkeypatch):
-    """rollout.fuse came after stages were fingerprinted: left at its default it is not hashed, so a stage made
-    before it existed keeps its fingerprint (tree_sampling's arrival made every finished stage stale); set, it
-    changes the fingerprint like any field."""
+OTHER_VALUE = {"fuse": True, "strategy": "replicate"}  # a value other than the default of each ADDED_SINCE field
+
+
+@pytest.mark.parametrize("section,key,default", recipes.ADDED_SINCE, ids=[k for _, k, _ in recipes.ADDED_SINCE])
+def test_a_config_field_added_later_keeps_finished_stages_at_its_default(tmp_path, monkeypatch, section, key, default):
+    """rollout.fuse and trainer.strategy came after stages were fingerprinted: left at its default such a field
+    is not hashed, so a stage made before it existed keeps its fingerprint (tree_sampling's arrival made every
+    finished stage stale); set, it changes the fingerprint like any field."""
     import config as config_mod
     monkeypatch.chdir(ROOT)
     out = tmp_path / "stage"
     out.mkdir()
     (out / "recipe_config.py").write_text((ROOT / "configs" / "tiny_math_3agent.py").read_text())
     now = recipes.fingerprint(out, {}, False)[0]
-    real = config_mod.to_dict
+    real, full = config_mod.to_dict, recipes.ADDED_SINCE
 
-    def before_the_field(cfg):  # the config's dict as it was before rollout.fuse existed
+    def before_the_field(cfg):  # the config's dict as it was before the field existed
         d = real(cfg)
-        del d["rollout"]["fuse"]
+        assert d[section][key] == default
+        del d[section][key]
         return d
     monkeypatch.setattr(config_mod, "to_dict", before_the_field)
-    monkeypatch.setattr(recipes, "ADDED_SINCE", ())
+    monkeypatch.setattr(recipes, "ADDED_SINCE", tuple(x for x in recipes.ADDED_SINCE if x[1] != key))
     assert recipes.fingerprint(out, {}, False)[0] == now
     monkeypatch.setattr(config_mod, "to_dict", real)
+    monkeypatch.setattr(recipes, "ADDED_SINCE", full)
     (out / "recipe_config.py").write_text((ROOT / "configs" / "tiny_math_3agent.py").read_text()
-                                          + "\nimport dataclasses\nconfig = dataclasses.replace(config, rollout="
-                                            "dataclasses.replace(config.rollout, fuse=True))\n")
+                                          + f"\nimport dataclasses\nconfig = dataclasses.replace(config, {section}="
+                                            f"dataclasses.replace(config.{section}, {key}={OTHER_VALUE[key]!r}))\n")
     assert recipes.fingerprint(out, {}, False)[0] != now

@@ -688,25 +688,35 @@ def test_two_ranks_equal_one_with_real_advantages(tmp_path):
                            "29542", str(ROOT / "train.py"), *common, "--trainer.output-dir", str(tmp_path / "solo")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert solo.returncode == 0, (solo.stdout + solo.stderr)[-4000:]
+    # trainer.strategy replicate: every rank keeps the whole model, only the adapters' gradients are averaged
+    rep = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          "29543", str(ROOT / "train.py"), *common, "--trainer.strategy", "replicate",
+                          "--trainer.output-dir", str(tmp_path / "rep")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert rep.returncode == 0, (rep.stdout + rep.stderr)[-4000:]
     assert "| 1 rank(s), FSDP2" in solo.stdout and "| 2 rank(s), FSDP2" in two.stdout
+    assert "| 2 rank(s), replicated" in rep.stdout
     assert "FSDP2" not in one.stdout and "| 1 rank(s)" in one.stdout
     a = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "one/metrics.jsonl")]
     b = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "two/metrics.jsonl")]
     c = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "solo/metrics.jsonl")]
-    assert len(a) == len(b) == len(c) == 3
+    d = [{k: v for k, v in x.items() if not k.startswith(("time/", "perf/"))} for x in rows(tmp_path / "rep/metrics.jsonl")]
+    assert len(a) == len(b) == len(c) == len(d) == 3
     assert any(x["train/reward_std/speaker"] > 0 for x in a)  # non-zero advantages
-    for x, y, z in zip(a, b, c):
-        assert x.keys() == y.keys() == z.keys()
+    for x, y, z, w in zip(a, b, c, d):
+        assert x.keys() == y.keys() == z.keys() == w.keys()
         for k in x:
             assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-5), k
             assert x[k] == pytest.approx(z[k], rel=1e-4, abs=1e-5), k
+            assert x[k] == pytest.approx(w[k], rel=1e-4, abs=1e-5), k
     from safetensors.torch import load_file
     fa = load_file(tmp_path / "one/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
-    fb = load_file(tmp_path / "two/checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
-    for k in fa:  # 2 ranks sum gradients in another order; Adam divides by sqrt(v), so an element whose
-        # gradient is ~0 turns that 1e-7 noise into a visible step (seen: 1 of 2048 off by 3e-4 = lr/16)
-        close = torch.isclose(fa[k], fb[k], atol=1e-5, rtol=1e-4)
-        assert close.float().mean() >= 0.995 and float((fa[k] - fb[k]).abs().max()) < 1e-3, k
+    for other in ("two", "rep"):
+        fb = load_file(tmp_path / other / "checkpoints/step_000003/adapters/speaker/adapter_model.safetensors")
+        for k in fa:  # 2 ranks sum gradients in another order; Adam divides by sqrt(v), so an element whose
+            # gradient is ~0 turns that 1e-7 noise into a visible step (seen: 1 of 2048 off by 3e-4 = lr/16)
+            close = torch.isclose(fa[k], fb[k], atol=1e-5, rtol=1e-4)
+            assert close.float().mean() >= 0.995 and float((fa[k] - fb[k]).abs().max()) < 1e-3, (other, k)
 
 
 def test_tensorboard_logger_holds_what_metrics_jsonl_holds(tmp_path, capsys):
