@@ -114,11 +114,17 @@ def shard(model, strategy: str = "fsdp2"):
     then the root, is sharded (every forward and backward gathers the layer's weights). replicate: every rank
     keeps the whole model; the frozen base is never gathered or reduced, and only the trainable gradients are
     averaged, once per optimizer step (average_grads)."""
-    if dist.is_initialized() and strategy == "fsdp2":
+    if not dist.is_initialized():
+        return
+    if strategy == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:
             fully_shard(layer)
         fully_shard(model)
+    else:  # the replicas start equal whatever each rank drew or read: every trainable tensor is rank 0's
+        for p in model.parameters():  # (the frozen base is read from the same files by every rank)
+            if p.requires_grad:
+                dist.broadcast(p.data, src=0)
 
 
 def average_grads(params: list):

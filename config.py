@@ -490,9 +490,11 @@ class TrainerConfig:
     strategy: Literal["fsdp2", "replicate"] = "fsdp2"
     """how a torchrun run spreads the model over its ranks (plain `python train.py` is one process either way).
     fsdp2: every decoder layer is sharded, so each forward and backward gathers its weights. replicate: every
-    rank keeps the whole model, and only the trainable gradients (the adapters', a few MB) are averaged, once
-    per optimizer step; for a frozen base that fits each GPU (bf16 1.5B: 3 GB; 7B: 15 GB), where fsdp2 gathers
-    the frozen base in every forward only to save memory the GPU has"""
+    rank keeps the whole model (rank 0's adapters broadcast at the start), and only the trainable gradients are
+    averaged: per optimizer step, one small all-reduce agreeing which exist and one of the gradients in a flat
+    fp32 buffer (an adapter of rank 64 on q/k/v/o: ~70 MB at 1.5B, ~160 MB at 7B). For a frozen base that fits
+    each GPU (bf16 1.5B: 3 GB; 7B: 15 GB), where fsdp2 gathers the frozen base in every forward and backward
+    only to save memory the GPU has. Not yet measured on GPUs (bench/gpu_next.sh's torchrun_replicate_compile)"""
     threads: int = 0
     """torch CPU threads of this process. 0 = auto: OMP_NUM_THREADS when set, else the cores left free at
     start-up (cores minus the cores busy over a quarter second, session.busy_cores, at least 1). More threads

@@ -12,7 +12,8 @@ sync the engine -> log -> eval -> save. The algorithm itself lives in ppo.py (AD
 LOSSES); the learner feeds it tensors; collectives.py is all there is of distributed plumbing.
 
 Distributed (torchrun): each rank rolls out its share of the tasks (all chains of a task on one
-rank, so groups are local), the model is FSDP2-sharded per decoder layer then at the root, the
+rank, so groups are local), the model is FSDP2-sharded per decoder layer then at the root (or, with
+trainer.strategy replicate, whole on every rank, its adapters' gradients averaged once per step), the
 loss is normalised by the global token count, metrics are reduced, rank 0 logs and writes
 checkpoints. Batch-whitened estimators (reinforce++, gae) whiten per rank.
 

@@ -17,8 +17,10 @@
 #      of a 3-micro-batch update: kernel-time sum vs wall (host-bound or not), launches and device->host syncs.
 #   C. train.py, 0.5B shape, SMALL args of gpu_check.sh, ONE step each, no eval (published: compile roll 2.2-2.7 s;
 #      torchrun/FSDP eager roll 26.7 s): (1) python + --rollout.compile; (2) torchrun nproc 1 (FSDP2) + --rollout.compile;
-#      (3) python + --rollout.compile --rollout.fuse. TorchEngine.generate unshards every FSDP module once per call, so
-#      (1) vs (2) is what is left of FSDP once decode runs in graphs. SMOKE=1 (CPU) runs python, eager decode, only.
+#      (3) python + --rollout.compile --rollout.fuse; (4) torchrun nproc 1 + --rollout.compile --trainer.strategy
+#      replicate (no FSDP: on one rank what is left is the process group, so (4) vs (2) is FSDP2's own per-layer
+#      cost; the gradient all-reduce and the multi-GPU gain need several GPUs). TorchEngine.generate unshards every
+#      FSDP module once per call, so (1) vs (2) is what is left of FSDP once decode runs in graphs. SMOKE=1 (CPU) runs python, eager decode, only.
 #
 #   from the repo root on a GPU machine: bash bench/gpu_next.sh, with .gpu_wheels
 #   beside it (below) and a limit of ~570 s
@@ -33,8 +35,8 @@
 # to the GPU machine; this script installs them with `pip install --no-deps --target` and PYTHONPATH. Without them part C is
 # skipped (A, B, P still run).
 # Knobs: PARTS (harness parts, default ABFPU: A decode, B update, F fused decode, P profiles, U update profile),
-# FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile torchrun_replicate_compile
-# python_compile_fuse; also torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
+# FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile python_compile_fuse
+# torchrun_replicate_compile; also torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
 # SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
 # the script itself; part C runs only the eager forms there: rollout.compile is a config error without CUDA).
@@ -367,7 +369,7 @@ if [ "$HAVE_TRAIN" = 1 ] && [ "${FORMS:-}" != none ]; then
     echo "| $name | $(echo "$line" | awk '{print $2}' | tr -d s) | $(echo "$line" | awk '{print $4}' | tr -d s) | $rc | $((SECONDS - t0)) |" >>"$SUMMARY"
     echo "== $name: exit $rc in $((SECONDS - t0)) s: $line"
   }
-  DEFAULT_FORMS="python_compile torchrun_fsdp_compile torchrun_replicate_compile python_compile_fuse"
+  DEFAULT_FORMS="python_compile torchrun_fsdp_compile python_compile_fuse torchrun_replicate_compile"
   [ "${SMOKE:-0}" = 1 ] && DEFAULT_FORMS="python_eager"  # rollout.compile is a config error without CUDA
   for form in ${FORMS:-$DEFAULT_FORMS}; do
     case $form in

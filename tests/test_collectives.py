@@ -51,9 +51,14 @@ def _spread(r, strategy):
             super().__init__()
             self.model = torch.nn.Module()
             self.model.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+    torch.manual_seed(r)  # each rank draws other weights
     net = Net()
+    net.model.layers[1].requires_grad_(False)  # frozen: every rank's own (in troupe: read from the same files)
     collectives.shard(net, strategy)
-    return sorted({type(p).__name__ for p in net.parameters()})
+    if strategy == "fsdp2":
+        return sorted({type(p).__name__ for p in net.parameters()})
+    return (sorted({type(p).__name__ for p in net.parameters()}), float(net.model.layers[0].weight.sum()),
+            float(net.model.layers[1].weight.sum()))
 
 
 def _fsdp2(r):
@@ -66,4 +71,7 @@ def _replicate(r):
 
 def test_replicate_leaves_every_rank_the_whole_model_where_fsdp2_shards_it():
     assert on_two_ranks(_fsdp2)[0] == ["DTensor"]
-    assert on_two_ranks(_replicate)[0] == ["Parameter"]
+    got = on_two_ranks(_replicate)
+    assert got[0][0] == got[1][0] == ["Parameter"]
+    assert got[0][1] == got[1][1]  # the trainable weights are rank 0's on both
+    assert got[0][2] != got[1][2]  # nothing frozen was sent
