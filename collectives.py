@@ -105,8 +105,22 @@ def backward(loss):
 
 
 def clip_grad(params, max_norm) -> float:
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    """Clip the gradients of `params` to a total 2-norm of max_norm; returns the norm before clipping. A list
+    that mixes FSDP's sharded parameters with whole ones (the critic: its adapter sharded, its linear head not)
+    is normed group by group, which clip_grad_norm_ refuses to do across DTensors and tensors."""
+    groups = [g for g in ([p for p in params if hasattr(p, "full_tensor")],
+                          [p for p in params if not hasattr(p, "full_tensor")]) if g]
+    if len(groups) == 1:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    norms = []
+    for g in groups:
+        n = torch.nn.utils.get_total_norm([p.grad for p in g if p.grad is not None])
+        norms.append(n.full_tensor() if hasattr(n, "full_tensor") else n)
+    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    for g in groups:
+        torch.nn.utils.clip_grads_with_norm_(g, max_norm, total)
+    return float(total)
 
 
 def shard(model, strategy: str = "fsdp2"):
@@ -125,6 +139,11 @@ def shard(model, strategy: str = "fsdp2"):
         for p in model.parameters():  # (the frozen base is read from the same files by every rank)
             if p.requires_grad:
                 dist.broadcast(p.data, src=0)
+
+
+def sharded(model) -> bool:
+    """Whether FSDP2 shards the model's parameters (trainer.strategy fsdp2 under torchrun), not whole on this rank."""
+    return any(hasattr(p, "full_tensor") for p in model.parameters())
 
 
 def average_grads(params: list):

@@ -494,7 +494,8 @@ class TrainerConfig:
     averaged: per optimizer step, one small all-reduce agreeing which exist and one of the gradients in a flat
     fp32 buffer (an adapter of rank 64 on q/k/v/o: ~70 MB at 1.5B, ~160 MB at 7B). For a frozen base that fits
     each GPU (bf16 1.5B: 3 GB; 7B: 15 GB), where fsdp2 gathers the frozen base in every forward and backward
-    only to save memory the GPU has. Not yet measured on GPUs (bench/gpu_next.sh's torchrun_replicate_compile)"""
+    only to save memory the GPU has. Not yet measured on GPUs (bench/gpu_next.sh's torchrun_replicate_compile).
+    A run may resume under the other strategy (GAE's critic then restarts its optimizer, with a note)"""
     threads: int = 0
     """torch CPU threads of this process. 0 = auto: OMP_NUM_THREADS when set, else the cores left free at
     start-up (cores minus the cores busy over a quarter second, session.busy_cores, at least 1). More threads

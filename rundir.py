@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 import lora
+from collectives import sharded
 from config import Config, ConfigError, from_dict, to_dict
 
 
@@ -128,7 +129,8 @@ class DirLock:
 FREE_ON_RESUME = ("trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.keep_checkpoints",
                   "trainer.test_freq", "trainer.val_before_train", "trainer.resume", "trainer.resume_if_changed",
                   "trainer.eval_only", "trainer.logger", "trainer.wandb_project", "trainer.max_empty_steps",
-                  "trainer.output_dir", "trainer.threads", "rollout.progress", "data.val_size", "trainer.adapter_kl_turns")
+                  "trainer.output_dir", "trainer.threads", "rollout.progress", "data.val_size", "trainer.adapter_kl_turns",
+                  "trainer.strategy")
 
 
 def config_changes(cfg: Config, ckpt: Path) -> list[str]:
@@ -201,7 +203,7 @@ def save_checkpoint(run, out: Path):
             torch.save({"step": run.step, "cursor": run.cursor, "wandb_id": run.wandb_id, "kl": run.kl_ctrl.state_dict(),
                         "estimators": {n: e.state_dict() for n, e in run.estimator_state.items()},
                         "optim": opt_states, "sched": {n: s.state_dict() for n, s in run.scheds.items()},
-                        "world_size": _rank_world()[1]}, tmp / "trainer_state.pt")
+                        "world_size": _rank_world()[1], "sharded": sharded(run.model)}, tmp / "trainer_state.pt")
             (tmp / "config.json").write_text(json.dumps(to_dict(run.cfg), indent=2))
             run.tok.save_pretrained(tmp / "tokenizer")  # with its chat template: the adapters travel with it
         _barrier()
@@ -367,10 +369,16 @@ def load_checkpoint(run, ckpt: Path):
         if n in run.estimator_state:
             run.estimator_state[n].load_state_dict(d)
     same_world = state.get("world_size", WORLD) == WORLD
+    # the critic's optimizer state is saved per rank as it is: FSDP2's shards or a replicated model's whole tensors
+    same_layout = same_world and state.get("sharded", sharded(run.model)) == sharded(run.model)
     rng = torch.load(ckpt / f"rng_rank{RANK if same_world else 0}.pt", weights_only=False)
     if not same_world and RANK == 0:
         print(f"note: {ckpt} was written by {state['world_size']} rank(s), resuming on {WORLD}: RNG states from "
               "rank 0" + (", the critic's optimizer starts fresh" if run.critic else ""), flush=True)
+    elif not same_layout and run.critic and RANK == 0:
+        was = "sharded (FSDP2)" if state["sharded"] else "replicated"
+        print(f"note: {ckpt} was written {was}, resuming {'replicated' if state['sharded'] else 'sharded (FSDP2)'} "
+              "(trainer.strategy): the critic's optimizer starts fresh", flush=True)
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
@@ -379,7 +387,7 @@ def load_checkpoint(run, ckpt: Path):
     if rng["engine"] is not None and hasattr(run.engine, "load_state_dict"):
         run.engine.load_state_dict(rng["engine"])
     if run.critic:
-        if same_world:
+        if same_layout:
             run.critic.load_state_dict(rng["critic"])
         else:
             run.critic.head.load_state_dict(rng["critic"]["head"])

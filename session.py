@@ -61,7 +61,7 @@ class Run:
                 + ", ".join(f"{n} {v / 1e6:.2f}M" + ("" if n in self.opts else " frozen")
                             + (f" from {inits[n]}" if n in inits and self.step == 0 else "") for n, v in per.items())
                 + f" | engine {cfg.rollout.engine} | {collectives.world()} rank(s)"
-                + ((", FSDP2" if any(hasattr(p, "full_tensor") for p in self.model.parameters()) else ", replicated")
+                + ((", FSDP2" if collectives.sharded(self.model) else ", replicated")
                    if torch.distributed.is_initialized() else "")  # what the model is, not what the config asked
                 + (f", {torch.get_num_threads()} torch thread(s)" if self.device.type == "cpu" else ""))
 

@@ -75,3 +75,30 @@ def test_replicate_leaves_every_rank_the_whole_model_where_fsdp2_shards_it():
     assert got[0][0] == got[1][0] == ["Parameter"]
     assert got[0][1] == got[1][1]  # the trainable weights are rank 0's on both
     assert got[0][2] != got[1][2]  # nothing frozen was sent
+
+
+def _clip_mixed(r):
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)  # every rank the same model and gradients
+    body, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    grads = [torch.randn_like(p) * 3 for p in [*body.parameters(), *head.parameters()]]
+    ref = [g.clone() for g in grads]
+    want = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in ref])))
+    scale = min(1.0, 1.0 / (want + 1e-6))
+    fully_shard(body)  # the critic's shape: a sharded adapter beside a whole linear head
+    for p, g in zip([*body.parameters(), *head.parameters()], grads):
+        if hasattr(p, "full_tensor"):
+            from torch.distributed.tensor import distribute_tensor
+            g = distribute_tensor(g, p.device_mesh, p.placements)
+        p.grad = g
+    got = collectives.clip_grad([*body.parameters(), *head.parameters()], 1.0)
+    after = [(p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad) for p in [*body.parameters(), *head.parameters()]]
+    return got, want, max(float((a - g * scale).abs().max()) for a, g in zip(after, ref))
+
+
+def test_clipping_a_sharded_adapter_beside_a_whole_head_norms_them_together():
+    """GAE's critic under FSDP2: its adapter's parameters are DTensors, its head plain tensors, and
+    clip_grad_norm_ refused the mix (every torchrun GAE run failed at the critic's first step)."""
+    for got, want, err in on_two_ranks(_clip_mixed).values():
+        assert abs(got - want) < 1e-4 * want and want > 1.0  # the norm of everything, before clipping
+        assert err < 1e-5  # every gradient scaled by 1 / norm

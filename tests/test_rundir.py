@@ -186,22 +186,28 @@ def test_checkpoints_carry_a_manifest_the_tokenizer_and_the_real_base(run3):
     assert torch.load(ck(run3, 3) / "trainer_state.pt", weights_only=False)["world_size"] == 1
 
 
-def test_resume_on_another_number_of_ranks(tmp_path):
+def test_resume_on_another_number_of_ranks_and_another_strategy(tmp_path):
+    """1 rank -> 2 ranks sharded -> 2 ranks replicated -> 1 rank, with GAE's critic, whose optimizer state is
+    saved per rank in the layout it had (FSDP2's shards, or whole tensors): where the ranks or the layout
+    changed it starts fresh, with a note, instead of loading shards into whole parameters."""
     import sys
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     base = ["--config", str(ROOT / "configs" / "tiny_toy.py"), "--trainer.output-dir", str(tmp_path / "run"),
-            "--trainer.save-freq", "1", "--algo.mini-batch-size", "64"]
+            "--trainer.save-freq", "1", "--algo.mini-batch-size", "64", "--algo.adv-estimator", "gae"]
     one = [sys.executable, str(ROOT / "train.py")]
     two = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29549",
            str(ROOT / "train.py")]
     outs = []
-    for cmd, steps in ((one, 1), (two, 2), (one, 3)):  # 1 rank -> 2 ranks -> 1 rank
-        r = subprocess.run(cmd + base + ["--trainer.total-steps", str(steps)], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)
+    for cmd, steps, extra in ((one, 1, []), (two, 2, []), (two, 3, ["--trainer.strategy", "replicate"]), (one, 4, [])):
+        r = subprocess.run(cmd + base + ["--trainer.total-steps", str(steps), *extra], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         outs.append(r.stdout)
-    assert steps_of(tmp_path / "run") == [1, 2, 3]
-    assert "written by 1 rank(s), resuming on 2" in outs[1] and "written by 2 rank(s), resuming on 1" in outs[2]
+    assert steps_of(tmp_path / "run") == [1, 2, 3, 4]
+    assert "written by 1 rank(s), resuming on 2" in outs[1] and "written by 2 rank(s), resuming on 1" in outs[3]
+    assert "written sharded (FSDP2), resuming replicated (trainer.strategy): the critic's optimizer starts fresh" \
+        in outs[2]
+    assert "| 2 rank(s), FSDP2" in outs[1] and "| 2 rank(s), replicated" in outs[2]
 
 
 def test_the_console_line_shows_the_workflows_and_the_configs_metrics(tmp_path, capsys):
