@@ -38,6 +38,7 @@ def roles(**kw):
     (with_("trainer", threads=99999), r"trainer\.threads: must be <= 1024"),
     (with_("trainer", seed=2**32), r"trainer\.seed: must be in \[0, 2147483647\]"),
     (with_("trainer", seed=-1), r"trainer\.seed: must be in \[0, 2147483647\], got -1"),
+    (with_("trainer", strategy="ddp"), r"trainer\.strategy: use fsdp2 or replicate, got 'ddp'"),
     (with_("data", max_refinement_iterations=-1), r"data\.max_refinement_iterations"),
 ])
 def test_bad_names_and_numbers_name_their_field(cfg, field):
