@@ -105,19 +105,14 @@ def backward(loss):
 
 
 def clip_grad(params, max_norm) -> float:
-    """Clip the gradients of `params` to a total 2-norm of max_norm; returns the norm before clipping. A list
-    that mixes FSDP's sharded parameters with whole ones (the critic: its adapter sharded, its linear head not)
-    is normed group by group, which clip_grad_norm_ refuses to do across DTensors and tensors."""
+    """Clip the gradients of `params` to a total 2-norm of max_norm; returns the norm before clipping. FSDP's
+    sharded parameters and whole ones (the critic: its adapter sharded, its linear head not) are normed group
+    by group and clipped by the norm of both: clip_grad_norm_ refuses a list that mixes DTensors and tensors."""
     groups = [g for g in ([p for p in params if hasattr(p, "full_tensor")],
                           [p for p in params if not hasattr(p, "full_tensor")]) if g]
-    if len(groups) == 1:
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-    norms = []
-    for g in groups:
-        n = torch.nn.utils.get_total_norm([p.grad for p in g if p.grad is not None])
-        norms.append(n.full_tensor() if hasattr(n, "full_tensor") else n)
-    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    norms = [torch.nn.utils.get_total_norm([p.grad for p in g if p.grad is not None]) for g in groups]
+    total = torch.linalg.vector_norm(torch.stack([(n.full_tensor() if hasattr(n, "full_tensor") else n).float()
+                                                  for n in norms]))
     for g in groups:
         torch.nn.utils.clip_grads_with_norm_(g, max_norm, total)
     return float(total)
