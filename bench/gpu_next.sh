@@ -37,6 +37,9 @@
 # Knobs: PARTS (harness parts, default ABFPU: A decode, B update, F fused decode, P profiles, U update profile),
 # FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile python_compile_fuse
 # torchrun_replicate_compile; also torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
+# FUSED (part F's cells, default "1x0:plain 1x3 256x0 256x3": batch x adapters, ":plain" adds the fused step without
+# coordinate descent tuning; with P in PARTS each fused row is profiled too), PROFILES (part P's, default
+# "1x0:graph 256x3:graph"),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
 # SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
 # the script itself; part C runs only the eager forms there: rollout.compile is a config error without CUDA).
@@ -84,7 +87,7 @@ spec = importlib.util.spec_from_file_location("gpubench", os.path.join(ROOT, "be
 G = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(G)
 import torch
-import learner, lora
+import engines, learner, lora
 from rollout import Request, SamplingParams, TorchEngine
 
 OUT = sys.argv[1]
@@ -93,7 +96,17 @@ dev = torch.device("cpu" if SMOKE else "cuda")
 CAP = not SMOKE
 MODEL = "smoke" if SMOKE else os.environ.get("DECODE_MODEL", "qwen2.5-1.5b")
 BATCHES = [1, 4] if SMOKE else [1, 64, 256]
-FUSED = {(1, 0), (1, 3), (4, 3)} if SMOKE else {(1, 0), (1, 3), (256, 0), (256, 3)}
+def cells(var, default):  # "1x0 256x3:fused-plain" -> [(1, 0, None), (256, 3, "fused-plain")]
+    out = []
+    for w in os.environ.get(var, default).split():
+        bn, _, mode = w.partition(":")
+        b, n = bn.split("x")
+        out.append((int(b), int(n), mode or None))
+    return out
+# F's cells: each runs a plain graph row, then the fused step (engines.FUSE_OPTIONS), and with ":plain" also the fused
+# step compiled without coordinate descent tuning (the options before it was on), all on the same seeded requests
+FUSED = cells("FUSED", "1x0 1x3:plain 4x3" if SMOKE else "1x0:plain 1x3 256x0 256x3")
+PROFILES = cells("PROFILES", "1x3:static-eager" if SMOKE else "1x0:graph 256x3:graph")  # part F profiles its fused rows
 DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
 outs = {}
 PARTS = os.environ.get("PARTS", "ABFPU")  # the harness parts to run: A decode, B update, F fused, P profiles, U update profile
@@ -146,11 +159,55 @@ def prompts_for(B):
     g = torch.Generator().manual_seed(B)
     return [torch.randint(1, c.vocab_size, (PROMPT,), generator=g).tolist() for _ in range(B)]
 
+def kernel_stats(fn):
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as p:
+        fn(); sync()
+    dev_ev = [e for e in p.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    t = lambda e: (getattr(e, "device_time", None) or getattr(e, "cuda_time", 0) or 0)
+    kern = [e for e in dev_ev if not e.name.startswith(("Memcpy", "Memset"))]
+    by = {}
+    for e in kern:
+        by[e.name] = (by.get(e.name, (0, 0.0))[0] + 1, by.get(e.name, (0, 0.0))[1] + t(e))
+    syncs = sum(1 for e in p.events() if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"))
+    launches = sum(1 for e in p.events() if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                         "cuLaunchKernelEx", "cudaGraphLaunch"))
+    return len(kern), sum(t(e) for e in kern), by, syncs, launches
+
+def profile_engine(eng, B, nad, mode, prompts):
+    """One decode step of a warmed engine under the profiler (an n-token call less a 1-token call, per step)."""
+    n = 8 if not SMOKE else 4
+    k1, t1, by1, _, l1 = kernel_stats(lambda: eng.generate(requests(B, nad, 1, prompts)))
+    kn, tn, byn, sn, ln = kernel_stats(lambda: eng.generate(requests(B, nad, n, prompts)))
+    steps = n - 1
+    per = {k: ((v[0] - by1.get(k, (0, 0))[0]) / steps, (v[1] - by1.get(k, (0, 0))[1]) / steps) for k, v in byn.items()}
+    top = sorted(per.items(), key=lambda kv: -kv[1][1])[:14]
+    attn = sorted({k for k in per if any(s in k.lower() for s in ("fmha", "flash", "attention", "cudnn", "sdpa", "softmax"))})
+    row = dict(batch=B, adapters=nad, mode=mode, kernels_per_step=(kn - k1) / steps,
+               kernel_us_per_step=(tn - t1) / steps, launches_per_step=(ln - l1) / steps,
+               attention_kernels=attn[:6], top=[(k[:90], round(v[0], 1), round(v[1], 1)) for k, v in top])
+    res["profile"].append(row)
+    print(f"[{time.perf_counter() - t_start:.0f}s] profile B={B} ad={nad} {mode}: {row['kernels_per_step']:.0f} kernels/step, "
+          f"{row['kernel_us_per_step']:.0f} us of kernels/step, {row['launches_per_step']:.0f} launches/step; attention: {attn[:3]}",
+          flush=True)
+
+graph_tok_s = {}  # (B, adapters) -> the last graph row's tok/s
+
+def fused_engine(B, mode, **kw):
+    """A TorchEngine for `mode`: fused = engines.FUSE_OPTIONS; fused-plain = the same without coordinate descent tuning."""
+    saved = dict(engines.FUSE_OPTIONS)
+    if mode == "fused-plain":
+        engines.FUSE_OPTIONS["coordinate_descent_tuning"] = False
+    try:
+        return TorchEngine(m, G.IdTokenizer(), max_batch_size=B, fuse=mode.startswith("fused"), prefix_cache_tokens=0, **kw)
+    finally:
+        engines.FUSE_OPTIONS.clear(); engines.FUSE_OPTIONS.update(saved)
+
 def decode_cell(B, nad, mode, prompts):
     try:
         peak_reset()
-        eng = TorchEngine(m, G.IdTokenizer(), max_batch_size=B, compile=(mode != "eager"),
-                          fuse=(mode == "fused"), _capture=CAP, prefix_cache_tokens=0)
+        eng = fused_engine(B, mode, compile=(mode != "eager"), _capture=CAP)
         def run(n):
             reqs = requests(B, nad, n, prompts)
             sync(); t = time.perf_counter()
@@ -173,11 +230,17 @@ def decode_cell(B, nad, mode, prompts):
                    pct_bench_roof=100 * (B / dt) / rb, pct_ideal_roof=100 * (B / dt) / ri,
                    bench_roof=rb, ideal_roof=ri)
         res["decode"].append(row)
-        if mode == "fused" and (B, nad, "graph") in outs:  # seeded sampling: the plain graph's tokens?
+        if mode == "graph":
+            graph_tok_s[(B, nad)] = row["tok_s"]
+        elif (B, nad) in graph_tok_s:
+            row["x_graph"] = row["tok_s"] / graph_tok_s[(B, nad)]  # against the graph row measured just before it
+        if mode.startswith("fused") and (B, nad, "graph") in outs:  # seeded sampling: the plain graph's tokens?
             a, b_ = outs[(B, nad, "graph")], outs[(B, nad, mode)]
             row["same_tokens_rows"] = sum(x.completion_ids == y.completion_ids for x, y in zip(a, b_)) / len(a)
             row["max_lp_diff"] = max(max([abs(u - v) for u, v in zip(x.logprobs, y.logprobs)] or [0.0])
                                      for x, y in zip(a, b_) if x.completion_ids == y.completion_ids) if row["same_tokens_rows"] else None
+        if mode.startswith("fused") and "P" in PARTS:  # the fused step's profile, on this engine: no second compile
+            profile_engine(eng, B, nad, mode, prompts)
         print(f"[{time.perf_counter() - t_start:.0f}s] decode B={B} adapters={nad} {mode}: {B / dt:.0f} tok/s first call {first_call:.1f}s {row.get('same_tokens_rows', '')} "
               f"{dt * 1e3:.2f} ms/step peak {peak_gb():.1f} GB", flush=True)
         del eng
@@ -218,53 +281,23 @@ for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, Fals
     save()
 
 # ---- F: the fused step (rollout.fuse), after the update rows so a slow compile cannot cost them ----------------
-for B, nad in sorted(FUSED) if "F" in PARTS else ():
+for B, nad, plain in FUSED if "F" in PARTS else ():
     if time.perf_counter() - t_start > DEADLINE - 75:
         res["errors"].append(f"decode B={B} ad={nad} fused: skipped, harness time"); continue
     decode_cell(B, nad, "graph", prompts_for(B))  # again: part B changed the adapters; graph and fused side by side
-    decode_cell(B, nad, "fused", prompts_for(B))
+    for mode in ("fused-plain", "fused") if plain else ("fused",):
+        decode_cell(B, nad, mode, prompts_for(B))
 
 # ---- P: kernel profiles of a decode step -----------------------------------------------------------------------
-def kernel_stats(fn):
-    from torch.profiler import ProfilerActivity, profile
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    with profile(activities=acts) as p:
-        fn(); sync()
-    dev_ev = [e for e in p.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
-    t = lambda e: (getattr(e, "device_time", None) or getattr(e, "cuda_time", 0) or 0)
-    kern = [e for e in dev_ev if not e.name.startswith(("Memcpy", "Memset"))]
-    by = {}
-    for e in kern:
-        by[e.name] = (by.get(e.name, (0, 0.0))[0] + 1, by.get(e.name, (0, 0.0))[1] + t(e))
-    syncs = sum(1 for e in p.events() if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"))
-    launches = sum(1 for e in p.events() if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
-                                                         "cuLaunchKernelEx", "cudaGraphLaunch"))
-    return len(kern), sum(t(e) for e in kern), by, syncs, launches
-
-for B, nad, mode in ([(1, 0, "graph"), (1, 0, "fused"), (256, 3, "graph"), (256, 3, "fused")] if not SMOKE
-                     else [(1, 3, "static-eager"), (1, 3, "fused")]) if "P" in PARTS else ():
+for B, nad, mode in PROFILES if "P" in PARTS else ():
     if time.perf_counter() - t_start > DEADLINE - 40:
         res["errors"].append(f"profile B={B} ad={nad} {mode}: skipped, harness time"); continue
     try:
         g = torch.Generator().manual_seed(B)
         prompts = [torch.randint(1, c.vocab_size, (PROMPT,), generator=g).tolist() for _ in range(B)]
-        eng = TorchEngine(m, G.IdTokenizer(), max_batch_size=B, compile=True, _capture=(mode != "static-eager" and CAP),
-                          fuse=(mode == "fused"), prefix_cache_tokens=0)
-        n = 8 if not SMOKE else 4
-        eng.generate(requests(B, nad, n, prompts))  # capture + warm-up
-        k1, t1, by1, _, l1 = kernel_stats(lambda: eng.generate(requests(B, nad, 1, prompts)))
-        kn, tn, byn, sn, ln = kernel_stats(lambda: eng.generate(requests(B, nad, n, prompts)))
-        steps = n - 1
-        per = {k: ((v[0] - by1.get(k, (0, 0))[0]) / steps, (v[1] - by1.get(k, (0, 0))[1]) / steps) for k, v in byn.items()}
-        top = sorted(per.items(), key=lambda kv: -kv[1][1])[:14]
-        attn = sorted({k for k in per if any(s in k.lower() for s in ("fmha", "flash", "attention", "cudnn", "sdpa", "softmax"))})
-        row = dict(batch=B, adapters=nad, mode=mode, kernels_per_step=(kn - k1) / steps,
-                   kernel_us_per_step=(tn - t1) / steps, launches_per_step=(ln - l1) / steps,
-                   attention_kernels=attn[:6], top=[(k[:90], round(v[0], 1), round(v[1], 1)) for k, v in top])
-        res["profile"].append(row)
-        print(f"[{time.perf_counter() - t_start:.0f}s] profile B={B} ad={nad} {mode}: {row['kernels_per_step']:.0f} kernels/step, "
-              f"{row['kernel_us_per_step']:.0f} us of kernels/step, {row['launches_per_step']:.0f} launches/step; attention: {attn[:3]}",
-              flush=True)
+        eng = fused_engine(B, mode, compile=True, _capture=(mode != "static-eager" and CAP))
+        eng.generate(requests(B, nad, 8 if not SMOKE else 4, prompts))  # capture + warm-up
+        profile_engine(eng, B, nad, mode, prompts)
         del eng
     except Exception as e:  # noqa: BLE001
         res["errors"].append(f"profile B={B} ad={nad} {mode}: {type(e).__name__}: {e}")
@@ -312,6 +345,15 @@ for B in BATCHES:
                  f"{f(fu, 'tok_s', '%.0f')} | {(fu['tok_s'] / gr['tok_s']) if (fu and gr) else float('nan'):.2f} | "
                  f"{f(fu, 'ms_step', '%.2f')} | {f(fu, 'pct_ideal_roof', '%.1f%%')} | {f(fu, 'first_call_s', '%.1f')} | "
                  f"{fu.get('same_tokens_rows', '–') if fu else '–'} (max lp diff {fu.get('max_lp_diff') if fu else '–'}) | {f(fu, 'peak_GB', '%.1f')} |")
+L += ["\n## F. the fused step, each row against the graph row measured just before it (fused = engines.FUSE_OPTIONS; "
+      "fused-plain = without coordinate descent tuning)\n",
+      "| batch | adapters | mode | tok/s | x graph | ms/step | % ideal roofline | first call s | rows = graph's | max lp diff | peak GB |",
+      "|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in res["decode"]:
+    if r["mode"].startswith("fused"):
+        L.append(f"| {r['batch']} | {r['adapters']} | {r['mode']} | {r['tok_s']:.0f} | {r.get('x_graph', float('nan')):.2f} | "
+                 f"{r['ms_step']:.2f} | {r['pct_ideal_roof']:.1f}% | {r['first_call_s']:.1f} | {r.get('same_tokens_rows', '–')} | "
+                 f"{r.get('max_lp_diff', '–')} | {r['peak_GB']:.1f} |")
 L += ["\n## P. kernel profiles (per decode step; the update row: whole call)\n",
       "| what | kernels | kernel time | launches | syncs | attention kernel / top kernels |", "|---|---|---|---|---|---|"]
 for r in res["profile"]:
