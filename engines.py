@@ -126,11 +126,10 @@ BLOCK = 1024  # sampling: vocabulary block of the two-level inverse CDF
 
 # torch.compile's inductor options for the fused decode step (TorchEngine(fuse=True), rollout.fuse), read when an
 # engine is built. emulate_precision_casts: inductor rounds where the eager bf16 ops round (the forward is bit for bit
-# the plain step's on CPU). coordinate_descent_tuning (gpt-fast's setting): each generated GPU kernel's block sizes
-# are tuned by benchmarking its neighbours, and with it on, inductor writes a matmul with one row (batch 1's every
-# projection and the lm_head) as its own reduction, fused with the work beside it (the norm before it; SiLU x up;
-# gate and up as one kernel), instead of a cuBLAS GEMV launch each. On CPU it changes nothing (C++ kernels).
-FUSE_OPTIONS = {"emulate_precision_casts": True, "coordinate_descent_tuning": True}
+# the plain step's on CPU). Not coordinate_descent_tuning (gpt-fast's setting, under which inductor writes batch 1's
+# matmuls as its own fused reductions): on an H200 at batch 1 it cut the kernels of a step 413 -> 328 at the same
+# kernel time (2.04 ms), ran 424 against 445 tok/s and compiled in 76 s against 37 (docs/benchmarks.md).
+FUSE_OPTIONS = {"emulate_precision_casts": True}
 
 
 def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
@@ -309,6 +308,9 @@ class TorchEngine:
       sampling + stop-id checks, all on device) is captured once per shape in a CUDA graph and
       replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
+      The step multiplies by the q, k and v base weights as one concatenated matrix (_refresh_qkv;
+      `_qkv_matmul=False` keeps three, for benchmarks). `_attention="matmul"` (a benchmark hook)
+      attends with two batched matmuls and a softmax instead of SDPA's kernel.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
       first appears: batch 1 or more, routing on/off, top-k/top-p or not; ~40-85 s each on an H200),
@@ -336,7 +338,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
                  sync_every: int | None = None, prefix_cache_tokens: int = 65536, fuse: bool = False, *,
-                 _capture: bool = True):
+                 _capture: bool = True, _qkv_matmul: bool = True, _attention: str = "sdpa"):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -355,6 +357,9 @@ class TorchEngine:
         self.model, self.tok = model, tokenizer
         self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
         self._capture = _capture
+        if _attention not in ("sdpa", "matmul"):
+            raise ValueError(f"TorchEngine: _attention is 'sdpa' or 'matmul', not {_attention!r}")
+        self._qkv_matmul, self._attention = _qkv_matmul, _attention  # the static step's forms (bench A/B hooks)
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
         # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
@@ -373,6 +378,7 @@ class TorchEngine:
         self._compact_div = 8  # compact when >= 1/this of the batch has finished
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
         self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
+        self._qkv = []  # static path: per layer [key, q+k+v base weights, biases] (_refresh_qkv)
         self.prefix = PrefixCache(prefix_cache_tokens)
         self._weights_seen = None  # (data_ptr, version) of every parameter when the cache was filled
         self.prefilled_tokens = self.cached_tokens = 0  # prompt tokens forwarded / restored from the cache
@@ -462,7 +468,14 @@ class TorchEngine:
             r = h
             h = layer.input_layernorm(h)
             hs = (B, q, -1, a.head_dim)
-            qs, ks, vs = a.q_proj(h).view(hs), a.k_proj(h).view(hs), a.v_proj(h).view(hs)
+            if static and self._qkv_matmul:  # one matmul for q, k and v (the concatenated base weights), then each projection's adapters
+                W, bias = self._qkv[li][1:]
+                y = F.linear(h, W, bias).split([p.out_features for p in (a.q_proj, a.k_proj, a.v_proj)], -1)
+                qs, ks, vs = (p.add_delta(h, yp) if isinstance(p, lora.LoRALinear) else yp
+                              for p, yp in zip((a.q_proj, a.k_proj, a.v_proj), y))
+                qs, ks, vs = qs.reshape(hs), ks.reshape(hs), vs.reshape(hs)
+            else:
+                qs, ks, vs = a.q_proj(h).view(hs), a.k_proj(h).view(hs), a.v_proj(h).view(hs)
             if hasattr(a, "q_norm"):  # qwen3
                 qs, ks = a.q_norm(qs), a.k_norm(ks)
             qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)  # (B, H, q, D)
@@ -479,8 +492,12 @@ class TorchEngine:
             # the G query heads of a KV head attend as G*q queries of one head: no K/V repeat, and no
             # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
             gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
-            o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
-                                               attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
+            if static and self._attention == "matmul":  # two batched matmuls and a softmax in fp32 (q = 1)
+                sc = (qs.reshape(B, Hkv, G, -1) @ K.transpose(-1, -2)) * a.scaling  # (B, Hkv, G, L)
+                o = sc.masked_fill(~mask, float("-inf")).float().softmax(-1).to(V.dtype) @ V  # (B, Hkv, G, D)
+            else:
+                o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
+                                                   attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
             h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only
@@ -710,6 +727,8 @@ class TorchEngine:
         every call, outside the graph) and the routing mask in place, so an optimizer step is seen at
         the next replay; it is captured again when the parameters are new tensors (FSDP gathering, a
         reloaded model). The last two shapes are kept (each holds its own KV cache)."""
+        if self._qkv_matmul:
+            self._refresh_qkv()  # outside the step: the concatenated q/k/v weights it reads, current
         mods = list(lora.lora_modules(self.model).values())
         mask = mods[0].row_mask if mods else None
         key = (B, L, S, filtered, mask is not None, tuple(p.data_ptr() for p in self.model.parameters()))
@@ -757,6 +776,35 @@ class TorchEngine:
                 m.row_mask = static_mask
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         return decode, b, step, P
+
+    def _refresh_qkv(self):
+        """The static path's q, k and v base weights (and biases) concatenated per layer into persistent buffers
+        (self._qkv[layer] = [key, W (q+k+v out, in), bias or None]): one matmul a layer instead of three, which
+        at batch 1 are latency-bound GEMVs (docs/benchmarks.md). Copied in place, outside the step, whenever a
+        weight changed (its version counter or storage: a full-weight optimizer step, FSDP's gather, a reload),
+        so a captured graph or compiled step reads the current weights at its next replay. Costs a copy of the
+        three weights (~0.18 GB at Qwen2.5-1.5B's shape, bf16)."""
+        for li, layer in enumerate(self.model.model.layers):
+            a = layer.self_attn
+            lin = [p.base_layer if isinstance(p, lora.LoRALinear) else p for p in (a.q_proj, a.k_proj, a.v_proj)]
+            ts = [x.weight for x in lin] + [x.bias for x in lin if x.bias is not None]
+            key = tuple((t.data_ptr(), t._version) for t in ts)
+            if len(self._qkv) <= li:
+                self._qkv.append([None, None, None])
+            buf = self._qkv[li]
+            if buf[0] == key:
+                continue
+            with torch.no_grad():
+                W = torch.cat([x.weight for x in lin])
+                bias = (torch.cat([x.bias if x.bias is not None else x.weight.new_zeros(x.out_features) for x in lin])
+                        if any(x.bias is not None for x in lin) else None)
+                if buf[1] is None or buf[1].shape != W.shape or buf[1].device != W.device or buf[1].dtype != W.dtype:
+                    buf[1], buf[2] = W, bias
+                else:
+                    buf[1].copy_(W)
+                    if bias is not None:
+                        buf[2].copy_(bias)
+            buf[0] = key
 
     def _step_body(self, b: _Rows, step, P, filtered: bool):
         """One static decode step: the forward of every row's last token at its cache column, then token `step`

@@ -114,7 +114,12 @@ class LoRALinear(nn.Module):
         return buf[1], buf[2]
 
     def forward(self, x):  # x: (B, T, in)
-        y = self.base_layer(x)  # (B, T, out)
+        return self.add_delta(x, self.base_layer(x))
+
+    def add_delta(self, x, y):
+        """y (B, T, out), the base layer's output for x (B, T, in) -> y plus the active or routed adapters' part
+        (forward = add_delta(x, base_layer(x)); a caller that computed y itself, as one matmul with other
+        projections' weights, adds only this)."""
         # the adapter's matmuls run in the input's dtype (bf16 next to a bf16 base: tensor cores, no fp32
         # matmul with TF32 off) from fp32 master weights, which receive fp32 gradients through the cast
         if self.row_mask is not None:

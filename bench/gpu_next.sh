@@ -9,7 +9,8 @@
 #      (4 B/logit, bf16 adapters, 4.8 TB/s, max with 989 TFLOP/s compute).
 #   F. (rollout.fuse, run after B) the static decode step compiled by torch.compile before capture, beside a
 #      plain graph row measured again just before it (B changed the adapters): batch 1 / 256 x adapters 0 / 3,
-#      the first call (compile + capture + prefill), rows whose seeded tokens equal the graph's, their logprob gap.
+#      the first call (compile + capture + prefill), rows whose seeded tokens equal the graph's, their logprob gap;
+#      and other forms of the static step, each against that graph row (FUSED below).
 #   P. kernel profile of one decode step (graph replays and the same static step run eagerly): kernels/step,
 #      summed kernel time/step vs wall ms/step (the launch-bound share), top kernels, the attention kernel's name.
 #   B. the fused 3-adapter update (bench/gpu.py's train_bench): micro-batch 8 (published: 3.44 s, 6.9% MFU) vs 32,
@@ -37,8 +38,10 @@
 # Knobs: PARTS (harness parts, default ABFPU: A decode, B update, F fused decode, P profiles, U update profile),
 # FORMS (part C's train.py forms, default python_compile torchrun_fsdp_compile python_compile_fuse
 # torchrun_replicate_compile; also torchrun_fsdp_compile_fuse and python_eager; none = part C off), TOTAL (s, default 470: part C starts a run only with >= 45 s left and cuts its limit to what is left),
-# FUSED (part F's cells, default "1x0:plain 1x3 256x0 256x3": batch x adapters, ":plain" adds the fused step without
-# coordinate descent tuning; with P in PARTS each fused row is profiled too), PROFILES (part P's, default
+# FUSED (part F's cells, default "1x0 1x3 256x0 256x3": batch x adapters, each a graph row then a fused one; or
+# "1x0:graph,graph-3mm,fused-matmul": the rows to run, in order. A form is graph or fused, plus -3mm (q, k and v as three
+# matmuls, TorchEngine(_qkv_matmul=False)), -matmul (attention as two matmuls and a softmax, _attention="matmul"),
+# -cdt (inductor's coordinate descent tuning on); with P in PARTS each fused row is profiled too), PROFILES (part P's, default
 # "1x0:graph 256x3:graph"),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
 # SHAPE (train.py runs, qwen2.5-0.5b), DECODE_MODEL (qwen2.5-1.5b), SMOKE=1 (CPU: tiny shapes, no capture, to check
@@ -96,16 +99,16 @@ dev = torch.device("cpu" if SMOKE else "cuda")
 CAP = not SMOKE
 MODEL = "smoke" if SMOKE else os.environ.get("DECODE_MODEL", "qwen2.5-1.5b")
 BATCHES = [1, 4] if SMOKE else [1, 64, 256]
-def cells(var, default):  # "1x0 256x3:fused-plain" -> [(1, 0, None), (256, 3, "fused-plain")]
+def cells(var, default):  # "1x0 256x3:graph,fused-matmul" -> [(1, 0, None), (256, 3, "graph,fused-matmul")]
     out = []
     for w in os.environ.get(var, default).split():
         bn, _, mode = w.partition(":")
         b, n = bn.split("x")
         out.append((int(b), int(n), mode or None))
     return out
-# F's cells: each runs a plain graph row, then the fused step (engines.FUSE_OPTIONS), and with ":plain" also the fused
-# step compiled without coordinate descent tuning (the options before it was on), all on the same seeded requests
-FUSED = cells("FUSED", "1x0 1x3:plain 4x3" if SMOKE else "1x0:plain 1x3 256x0 256x3")
+# F's cells: a plain graph row, then the fused step (engines.FUSE_OPTIONS), or the forms named, all on the same
+# seeded requests
+FUSED = cells("FUSED", "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-matmul 4x3" if SMOKE else "1x0 1x3 256x0 256x3")
 PROFILES = cells("PROFILES", "1x3:static-eager" if SMOKE else "1x0:graph 256x3:graph")  # part F profiles its fused rows
 DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
 outs = {}
@@ -195,12 +198,13 @@ def profile_engine(eng, B, nad, mode, prompts):
 graph_tok_s = {}  # (B, adapters) -> the last graph row's tok/s
 
 def fused_engine(B, mode, **kw):
-    """A TorchEngine for `mode`: fused = engines.FUSE_OPTIONS; fused-plain = the same without coordinate descent tuning."""
+    """A TorchEngine for `mode` (FUSED's forms): graph or fused (engines.FUSE_OPTIONS), -3mm, -matmul, -cdt."""
     saved = dict(engines.FUSE_OPTIONS)
-    if mode == "fused-plain":
-        engines.FUSE_OPTIONS["coordinate_descent_tuning"] = False
+    if "-cdt" in mode:
+        engines.FUSE_OPTIONS["coordinate_descent_tuning"] = True
     try:
-        return TorchEngine(m, G.IdTokenizer(), max_batch_size=B, fuse=mode.startswith("fused"), prefix_cache_tokens=0, **kw)
+        return TorchEngine(m, G.IdTokenizer(), max_batch_size=B, fuse=mode.startswith("fused"), prefix_cache_tokens=0,
+                           _qkv_matmul="-3mm" not in mode, _attention="matmul" if "-matmul" in mode else "sdpa", **kw)
     finally:
         engines.FUSE_OPTIONS.clear(); engines.FUSE_OPTIONS.update(saved)
 
@@ -234,7 +238,7 @@ def decode_cell(B, nad, mode, prompts):
             graph_tok_s[(B, nad)] = row["tok_s"]
         elif (B, nad) in graph_tok_s:
             row["x_graph"] = row["tok_s"] / graph_tok_s[(B, nad)]  # against the graph row measured just before it
-        if mode.startswith("fused") and (B, nad, "graph") in outs:  # seeded sampling: the plain graph's tokens?
+        if mode not in ("graph", "eager") and (B, nad, "graph") in outs:  # seeded sampling: the plain graph's tokens?
             a, b_ = outs[(B, nad, "graph")], outs[(B, nad, mode)]
             row["same_tokens_rows"] = sum(x.completion_ids == y.completion_ids for x, y in zip(a, b_)) / len(a)
             row["max_lp_diff"] = max(max([abs(u - v) for u, v in zip(x.logprobs, y.logprobs)] or [0.0])
@@ -281,11 +285,11 @@ for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, Fals
     save()
 
 # ---- F: the fused step (rollout.fuse), after the update rows so a slow compile cannot cost them ----------------
-for B, nad, plain in FUSED if "F" in PARTS else ():
-    if time.perf_counter() - t_start > DEADLINE - 75:
-        res["errors"].append(f"decode B={B} ad={nad} fused: skipped, harness time"); continue
-    decode_cell(B, nad, "graph", prompts_for(B))  # again: part B changed the adapters; graph and fused side by side
-    for mode in ("fused-plain", "fused") if plain else ("fused",):
+for B, nad, forms in FUSED if "F" in PARTS else ():
+    # the graph again first: part B changed the adapters; graph and fused side by side
+    for mode in (forms or "graph,fused").split(","):
+        if time.perf_counter() - t_start > DEADLINE - (75 if mode.startswith("fused") else 15):
+            res["errors"].append(f"decode B={B} ad={nad} {mode}: skipped, harness time"); continue
         decode_cell(B, nad, mode, prompts_for(B))
 
 # ---- P: kernel profiles of a decode step -----------------------------------------------------------------------
@@ -345,12 +349,12 @@ for B in BATCHES:
                  f"{f(fu, 'tok_s', '%.0f')} | {(fu['tok_s'] / gr['tok_s']) if (fu and gr) else float('nan'):.2f} | "
                  f"{f(fu, 'ms_step', '%.2f')} | {f(fu, 'pct_ideal_roof', '%.1f%%')} | {f(fu, 'first_call_s', '%.1f')} | "
                  f"{fu.get('same_tokens_rows', '–') if fu else '–'} (max lp diff {fu.get('max_lp_diff') if fu else '–'}) | {f(fu, 'peak_GB', '%.1f')} |")
-L += ["\n## F. the fused step, each row against the graph row measured just before it (fused = engines.FUSE_OPTIONS; "
-      "fused-plain = without coordinate descent tuning)\n",
+L += ["\n## F. forms of the static step, each row against the graph row measured before it (fused: compiled with "
+      "engines.FUSE_OPTIONS; -3mm: q, k, v as three matmuls; -matmul: attention as matmuls + softmax; -cdt: coordinate descent tuning)\n",
       "| batch | adapters | mode | tok/s | x graph | ms/step | % ideal roofline | first call s | rows = graph's | max lp diff | peak GB |",
       "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in res["decode"]:
-    if r["mode"].startswith("fused"):
+    if r["mode"] not in ("graph", "eager"):
         L.append(f"| {r['batch']} | {r['adapters']} | {r['mode']} | {r['tok_s']:.0f} | {r.get('x_graph', float('nan')):.2f} | "
                  f"{r['ms_step']:.2f} | {r['pct_ideal_roof']:.1f}% | {r['first_call_s']:.1f} | {r.get('same_tokens_rows', '–')} | "
                  f"{r.get('max_lp_diff', '–')} | {r['peak_GB']:.1f} |")

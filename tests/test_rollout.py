@@ -348,7 +348,8 @@ def test_sample_does_not_depend_on_the_batch(setup):
         _assert_same([batch[2]], alone)
 
 
-def test_static_path_equals_eager_path(setup):
+@pytest.mark.parametrize("form", [{}, {"_qkv_matmul": False}, {"_attention": "matmul"}])
+def test_static_path_equals_eager_path(setup, form):
     """compile=True's static decode step (fixed slots and cache length, whole-cache masked
     attention, no compaction, one step function) run eagerly on CPU (the test hook _capture=False)
     gives the eager path's tokens and logprobs: greedy and sampled, mixed adapters, ragged lengths,
@@ -356,7 +357,7 @@ def test_static_path_equals_eager_path(setup):
     m, tok, prompts = setup
     reqs = _hard_requests(m, tok, prompts)
     eager = TorchEngine(m, tok)
-    static = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4)
+    static = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4, **form)
     for batch in (reqs, reqs[2:5], reqs, [reqs[1]]):  # 6 rows -> 8 slots, 3 -> 4, 1 -> 1
         _assert_same(static.generate(batch), eager.generate(batch))
     sp = SamplingParams(max_new_tokens=12, greedy=True, stop_token_ids=[])
@@ -368,7 +369,8 @@ def test_static_path_equals_eager_path(setup):
 
 
 
-def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
+@pytest.mark.parametrize("form", [{}, {"_attention": "matmul"}])
+def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup, form):
     """fuse=True compiles the static decode step (forward + sampling) with torch.compile, fullgraph: inductor's
     C++ kernels on CPU here, triton's on CUDA, where the CUDA graph then captures them. Same tokens as the plain
     static step on a bf16 base, on this tiny model (greedy and seeded sampling, top-k/top-p, mixed adapters,
@@ -388,8 +390,8 @@ def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup)
         for p in lora.adapter_parameters(m, name):
             p.data = p.data.float()
     reqs = _hard_requests(m, tok, prompts)
-    plain = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4)
-    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False, sync_every=4)
+    plain = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4, **form)
+    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False, sync_every=4, **form)
     torch._dynamo.reset()
     counters.clear()
     def same(a, b):  # tokens, finish reasons and logprobs, exactly
@@ -411,7 +413,7 @@ def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup)
         TorchEngine(m, tok, fuse=True)
 
 
-def test_a_routed_projection_is_three_ops_in_the_static_decode_step(tiny):
+def test_a_routed_projection_is_three_ops_in_the_static_decode_step(tiny, monkeypatch):
     """compile=True's step (run eagerly on CPU through the test hook; on CUDA the same ops are captured in
     the graph) on a bf16 base, three adapters mixed per row: the LoRA of a projection adds at most 3 ops to
     the no-adapter step (x A_cat^T, the row mask, one addmm for y + h B_cat^T), none a concatenation or a
@@ -427,9 +429,9 @@ def test_a_routed_projection_is_three_ops_in_the_static_decode_step(tiny):
     for name in "abc":
         for p in lora.adapter_parameters(m, name):
             p.data = p.data.float().normal_(0, 0.05)  # fp32 master weights beside the bf16 base
-    calls = []
-    for mod in lora.lora_modules(m).values():
-        mod.register_forward_hook(lambda *_: calls.append(1))
+    calls = []  # adapter applications: forward, or add_delta where the static step computed q, k, v in one matmul
+    add_delta = lora.LoRALinear.add_delta
+    monkeypatch.setattr(lora.LoRALinear, "add_delta", lambda self, x, y: calls.append(1) or add_delta(self, x, y))
 
     class Ops(TorchDispatchMode):
         def __init__(self):
@@ -466,6 +468,53 @@ def test_a_routed_projection_is_three_ops_in_the_static_decode_step(tiny):
     eng.generate([Request(prompt, a, sp) for a in "abc"])
     assert mod._routed[torch.bfloat16][1] is A_buf and not torch.equal(A_buf, before)
     assert torch.equal(A_buf, torch.cat([mod.lora_A[x] for x in mod.lora_A]).bfloat16())
+
+def test_the_static_step_projects_q_k_v_in_one_matmul_and_sees_a_base_update(tiny, monkeypatch):
+    """compile=True's step (run eagerly through the test hook) multiplies by the q, k and v base weights as ONE
+    concatenated matrix: 5 matmuls a layer, not 7 (batch 1's GEMVs are latency-bound on a GPU). With adapters on
+    q and v only (k a plain Linear), routed per row, it equals the eager path; an in-place update of a base weight
+    (full-weight training) reaches the next call through the refreshed buffer, and so does a new bias."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8, targets=("q_proj", "v_proj"))
+    _randomize(m, "a", 1)
+    _randomize(m, "b", 2)
+    prompts = [tok.encode(t) for t in TEXTS]
+    eager, static = TorchEngine(m, tok), TorchEngine(m, tok, compile=True, _capture=False)
+    sp = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3, stop_token_ids=[])
+    reqs = [Request(p, a, sp) for p, a in zip(prompts, ["a", "b", None, "a"])]
+    _assert_same(static.generate(reqs), eager.generate(reqs))
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    one = [Request(prompts[0], None, SamplingParams(max_new_tokens=n, greedy=True, stop_token_ids=[])) for n in (1, 5)]
+    counts = []
+    for r in one:
+        static.generate([r])
+        with Ops() as c:
+            static.generate([r])
+        counts.append(c.ops)
+    step = Counter({k: (counts[1][k] - counts[0][k]) / 4 for k in counts[1]})  # per decode step
+    layers = m.config.num_hidden_layers
+    assert step["mm"] + step["addmm"] + step["linear"] == 5 * layers + 1, step  # + the lm_head
+    a = m.model.layers[0].self_attn
+    with torch.no_grad():
+        a.k_proj.weight.mul_(-2.0)  # a plain Linear here (no adapter on k)
+        a.q_proj.base_layer.bias.add_(0.5)
+    _assert_same(static.generate(reqs), eager.generate(reqs))
+    W = static._qkv[0][1]
+    assert torch.equal(W[a.q_proj.out_features:a.q_proj.out_features + a.k_proj.out_features], a.k_proj.weight)
+
 
 def test_compile_needs_cuda(setup):
     m, tok, _ = setup
