@@ -309,12 +309,12 @@ class TorchEngine:
       replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
       The step multiplies by the q, k and v base weights as one concatenated matrix (_refresh_qkv;
-      `_qkv_matmul=False` keeps three, for benchmarks). `_attention="matmul"` (a benchmark hook)
-      attends with two batched matmuls and a softmax instead of SDPA's kernel.
+      `_qkv_matmul=False` keeps three, for benchmarks): on an H200, 1.07x the graph's tok/s at batch
+      1 and 1.05x at batch 256 (docs/benchmarks.md), for a copy of those weights.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
       first appears: batch 1 or more, routing on/off, top-k/top-p or not; ~40-85 s each on an H200),
-      then captures it: 1.4-1.8x the plain graph's tok/s there. Same logprobs as the plain step to
+      then captures it: 1.4-2.1x the plain graph's tok/s there. Same logprobs as the plain step to
       rounding: on CPU the forward is bit for bit (tested, bf16 base), and the sampler's sums run in
       another order, so a top-p row can keep another set at its boundary and draw another token (1
       of 4 SmolLM2 rows, at token 9); on an H200 (random weights of Qwen2.5-1.5B's shape) within
@@ -338,7 +338,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
                  sync_every: int | None = None, prefix_cache_tokens: int = 65536, fuse: bool = False, *,
-                 _capture: bool = True, _qkv_matmul: bool = True, _attention: str = "sdpa"):
+                 _capture: bool = True, _qkv_matmul: bool = True):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -357,9 +357,7 @@ class TorchEngine:
         self.model, self.tok = model, tokenizer
         self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
         self._capture = _capture
-        if _attention not in ("sdpa", "matmul"):
-            raise ValueError(f"TorchEngine: _attention is 'sdpa' or 'matmul', not {_attention!r}")
-        self._qkv_matmul, self._attention = _qkv_matmul, _attention  # the static step's forms (bench A/B hooks)
+        self._qkv_matmul = _qkv_matmul  # False: the static step's q, k, v as three matmuls (a benchmark's A/B hook)
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
         # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
@@ -492,12 +490,8 @@ class TorchEngine:
             # the G query heads of a KV head attend as G*q queries of one head: no K/V repeat, and no
             # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
             gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
-            if static and self._attention == "matmul":  # two batched matmuls and a softmax in fp32 (q = 1)
-                sc = (qs.reshape(B, Hkv, G, -1) @ K.transpose(-1, -2)) * a.scaling  # (B, Hkv, G, L)
-                o = sc.masked_fill(~mask, float("-inf")).float().softmax(-1).to(V.dtype) @ V  # (B, Hkv, G, D)
-            else:
-                o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
-                                                   attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
+            o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
+                                               attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
             h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only

@@ -348,7 +348,7 @@ def test_sample_does_not_depend_on_the_batch(setup):
         _assert_same([batch[2]], alone)
 
 
-@pytest.mark.parametrize("form", [{}, {"_qkv_matmul": False}, {"_attention": "matmul"}])
+@pytest.mark.parametrize("form", [{}, {"_qkv_matmul": False}])
 def test_static_path_equals_eager_path(setup, form):
     """compile=True's static decode step (fixed slots and cache length, whole-cache masked
     attention, no compaction, one step function) run eagerly on CPU (the test hook _capture=False)
@@ -369,8 +369,7 @@ def test_static_path_equals_eager_path(setup, form):
 
 
 
-@pytest.mark.parametrize("form", [{}, {"_attention": "matmul"}])
-def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup, form):
+def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
     """fuse=True compiles the static decode step (forward + sampling) with torch.compile, fullgraph: inductor's
     C++ kernels on CPU here, triton's on CUDA, where the CUDA graph then captures them. Same tokens as the plain
     static step on a bf16 base, on this tiny model (greedy and seeded sampling, top-k/top-p, mixed adapters,
@@ -390,8 +389,8 @@ def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup,
         for p in lora.adapter_parameters(m, name):
             p.data = p.data.float()
     reqs = _hard_requests(m, tok, prompts)
-    plain = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4, **form)
-    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False, sync_every=4, **form)
+    plain = TorchEngine(m, tok, compile=True, _capture=False, sync_every=4)
+    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False, sync_every=4)
     torch._dynamo.reset()
     counters.clear()
     def same(a, b):  # tokens, finish reasons and logprobs, exactly
