@@ -14,8 +14,9 @@
 #   P. kernel profile of one decode step (graph replays and the same static step run eagerly): kernels/step,
 #      summed kernel time/step vs wall ms/step (the launch-bound share), top kernels, the attention kernel's name.
 #   B. the fused 3-adapter update (bench/gpu.py's train_bench): micro-batch 8 (published: 3.44 s, 6.9% MFU) vs 32,
-#      and 8 with gradient checkpointing (what configs/math_3agent.py turns on); MFU + peak memory; plus a profile
-#      of a 3-micro-batch update: kernel-time sum vs wall (host-bound or not), launches and device->host syncs.
+#      and 8 with gradient checkpointing (what configs/math_3agent.py turns on); MFU + peak memory; plus (part U) a
+#      profile of a 3-micro-batch update: kernel-time sum vs wall (host-bound or not), launches and device->host syncs,
+#      with its host-to-device copies pinned (what the learner does) and pageable, side by side.
 #   C. train.py, 0.5B shape, SMALL args of gpu_check.sh, ONE step each, no eval (published: compile roll 2.2-2.7 s;
 #      torchrun/FSDP eager roll 26.7 s): (1) python + --rollout.compile; (2) torchrun nproc 1 (FSDP2) + --rollout.compile;
 #      (3) python + --rollout.compile --rollout.fuse; (4) torchrun nproc 1 + --rollout.compile --trainer.strategy
@@ -308,27 +309,45 @@ for B, nad, mode in PROFILES if "P" in PARTS else ():
         traceback.print_exc()
     save()
 
-# a small update (3 adapters x 8 rows, micro 8 = 3 micro-batches) under the profiler: host-bound or GPU-bound?
+# a small update (3 adapters x 8 rows, micro 8 = 3 micro-batches) under the profiler: host-bound or GPU-bound? Its
+# host-to-device copies both ways in one process: pinned (collectives.to_device, what learner uses) and pageable
+# (.to(device), which waits for the queued kernels): walls interleaved, 3 each, the median
+def pageable(t, device):
+    return t.to(device)
+
 try:
     if "U" not in PARTS:
         raise LookupError("skipped: U not in PARTS")
     rows = 8 if not SMOKE else 4
     cfg, parts = G.update_setup(m, rows, TP, TR, rows)
     m.train()
-    learner.policy_update(m, parts(), cfg, dev, 0.0)
-    ps = parts()
-    sync(); t = time.perf_counter()
-    learner.policy_update(m, ps, cfg, dev, 0.0)
-    sync(); wall = time.perf_counter() - t
-    ps = parts()
-    kn, tk, by, syncs, launches = kernel_stats(lambda: learner.policy_update(m, ps, cfg, dev, 0.0))
+    pinned = learner.to_device
+    forms = {"pinned": pinned, "pageable": pageable}
+    walls = {k: [] for k in forms}
+    for rep in range(4):
+        for k, fn in forms.items():
+            learner.to_device = fn
+            ps = parts()
+            sync(); t = time.perf_counter()
+            learner.policy_update(m, ps, cfg, dev, 0.0)
+            sync()
+            if rep:  # the first round warms up
+                walls[k].append(time.perf_counter() - t)
+    for k, fn in forms.items():
+        learner.to_device = fn
+        ps = parts()
+        kn, tk, by, syncs, launches = kernel_stats(lambda: learner.policy_update(m, ps, cfg, dev, 0.0))
+        wall = statistics.median(walls[k])
+        row = dict(what=f"update 3 adapters x {rows} rows, micro {rows}, {k} copies", copies=k, wall_ms=wall * 1e3,
+                   walls_ms=[round(w * 1e3, 1) for w in walls[k]], kernels=kn, kernel_ms=tk / 1e3,
+                   gpu_busy_pct=100 * tk / 1e3 / (wall * 1e3), launches=launches, syncs=syncs,
+                   top=[(k_[:90], v[0], round(v[1] / 1e3, 2)) for k_, v in sorted(by.items(), key=lambda kv: -kv[1][1])[:12]])
+        res["profile"].append(row)
+        print(f"[{time.perf_counter() - t_start:.0f}s] small update, {k} copies: wall {wall * 1e3:.0f} ms (unprofiled, median of "
+              f"{len(walls[k])}), kernels {kn}, kernel time {tk / 1e3:.0f} ms = {row['gpu_busy_pct']:.0f}% of wall, launches "
+              f"{launches}, stream/device syncs {syncs}", flush=True)
+    learner.to_device = pinned
     m.eval()
-    row = dict(what="update 3 adapters x 8 rows, micro 8 (3 micro-batches)", wall_ms=wall * 1e3, kernels=kn,
-               kernel_ms=tk / 1e3, gpu_busy_pct=100 * tk / 1e3 / (wall * 1e3), launches=launches, syncs=syncs,
-               top=[(k[:90], v[0], round(v[1] / 1e3, 2)) for k, v in sorted(by.items(), key=lambda kv: -kv[1][1])[:12]])
-    res["profile"].append(row)
-    print(f"[{time.perf_counter() - t_start:.0f}s] small update: wall {wall * 1e3:.0f} ms (unprofiled), kernels {kn}, kernel time "
-          f"{tk / 1e3:.0f} ms = {row['gpu_busy_pct']:.0f}% of wall, launches {launches}, stream/device syncs {syncs}", flush=True)
 except Exception as e:  # noqa: BLE001
     res["errors"].append(f"update profile: {type(e).__name__}: {e}")
     traceback.print_exc()
