@@ -420,6 +420,8 @@ class TorchEngine:
             m.unshard()
         if fsdp:
             lora.refresh_routed(self.model, force=True)  # gathered weights: copy them into the routed buffers
+            for buf in self._qkv:  # and into the q/k/v buffers (FSDP's gather keeps the version counter, and can
+                buf[0] = None  # hand back the same storage)
         self._check_weights()
         was_training = self.model.training
         self.model.eval()
@@ -776,8 +778,9 @@ class TorchEngine:
         (self._qkv[layer] = [key, W (q+k+v out, in), bias or None]): one matmul a layer instead of three, which
         at batch 1 are latency-bound GEMVs (docs/benchmarks.md). Copied in place, outside the step, whenever a
         weight changed (its version counter or storage: a full-weight optimizer step, FSDP's gather, a reload),
-        so a captured graph or compiled step reads the current weights at its next replay. Costs a copy of the
-        three weights (~0.18 GB at Qwen2.5-1.5B's shape, bf16)."""
+        so a captured graph or compiled step reads the current weights at its next replay (under FSDP: every call,
+        after the gather). Costs a whole copy of the three weights on every rank for the engine's life, as the
+        captured graphs' KV caches stay: ~0.18 GB at Qwen2.5-1.5B's shape in bf16, ~0.9 GB at 7B."""
         for li, layer in enumerate(self.model.model.layers):
             a = layer.self_attn
             lin = [p.base_layer if isinstance(p, lora.LoRALinear) else p for p in (a.q_proj, a.k_proj, a.v_proj)]
@@ -792,7 +795,8 @@ class TorchEngine:
                 W = torch.cat([x.weight for x in lin])
                 bias = (torch.cat([x.bias if x.bias is not None else x.weight.new_zeros(x.out_features) for x in lin])
                         if any(x.bias is not None for x in lin) else None)
-                if buf[1] is None or buf[1].shape != W.shape or buf[1].device != W.device or buf[1].dtype != W.dtype:
+                if (buf[1] is None or buf[1].shape != W.shape or buf[1].device != W.device or buf[1].dtype != W.dtype
+                        or (buf[2] is None) != (bias is None)):
                     buf[1], buf[2] = W, bias
                 else:
                     buf[1].copy_(W)

@@ -91,7 +91,7 @@ spec = importlib.util.spec_from_file_location("gpubench", os.path.join(ROOT, "be
 G = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(G)
 import torch
-import engines, learner, lora
+import collectives, engines, learner, lora
 from rollout import Request, SamplingParams, TorchEngine
 
 OUT = sys.argv[1]
@@ -201,6 +201,8 @@ graph_tok_s = {}  # (B, adapters) -> the last graph row's tok/s
 def fused_engine(B, mode, **kw):
     """A TorchEngine for `mode` (FUSED's forms): graph or fused (engines.FUSE_OPTIONS), -3mm, -cdt."""
     saved = dict(engines.FUSE_OPTIONS)
+    if "-cdt" in mode and not mode.startswith("fused"):
+        raise ValueError(f"{mode}: coordinate descent tuning is an option of the compiled (fused) step")
     if "-cdt" in mode:
         engines.FUSE_OPTIONS["coordinate_descent_tuning"] = True
     try:
@@ -287,7 +289,10 @@ for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, Fals
 
 # ---- F: the fused step (rollout.fuse), after the update rows so a slow compile cannot cost them ----------------
 for B, nad, forms in FUSED if "F" in PARTS else ():
-    # the graph again first: part B changed the adapters; graph and fused side by side
+    # the graph again first: part B changed the adapters; graph and fused side by side. A cell's forms compare with
+    # its own graph row only (none: no ratio), never with part A's, measured before B changed the adapters
+    graph_tok_s.pop((B, nad), None)
+    outs.pop((B, nad, "graph"), None)
     for mode in (forms or "graph,fused").split(","):
         if time.perf_counter() - t_start > DEADLINE - (75 if mode.startswith("fused") else 15):
             res["errors"].append(f"decode B={B} ad={nad} {mode}: skipped, harness time"); continue
@@ -346,11 +351,12 @@ try:
         print(f"[{time.perf_counter() - t_start:.0f}s] small update, {k} copies: wall {wall * 1e3:.0f} ms (unprofiled, median of "
               f"{len(walls[k])}), kernels {kn}, kernel time {tk / 1e3:.0f} ms = {row['gpu_busy_pct']:.0f}% of wall, launches "
               f"{launches}, stream/device syncs {syncs}", flush=True)
-    learner.to_device = pinned
-    m.eval()
 except Exception as e:  # noqa: BLE001
     res["errors"].append(f"update profile: {type(e).__name__}: {e}")
     traceback.print_exc()
+finally:
+    learner.to_device = collectives.to_device
+    m.eval()
 save()
 
 # ---- the summary tables ------------------------------------------------------------------------------------------

@@ -125,11 +125,11 @@ def test_train_step_bench_runs_the_current_update_on_the_run_object_train_builds
 
 
 def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
-    """bench/gpu_next.sh's CPU smoke form (SMOKE=1: tiny shapes, no capture) of parts F and U: the plain static step and
+    """bench/gpu_next.sh's CPU smoke form (SMOKE=1: tiny shapes, no capture) of parts F, P and U: the plain static step and
     rollout.fuse's compiled one, side by side, with the fused rows' tokens checked against the plain step's, and the
     small update with pinned and with pageable copies. The GPU figures in docs/benchmarks.md come from the same
     script on a GPU."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "SMOKE": "1", "PARTS": "FU",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "SMOKE": "1", "PARTS": "FPU",
            "FORMS": "none", "OUT": str(tmp_path), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_next.sh")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600, check=False)
@@ -149,3 +149,7 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     ups = [p for p in res["profile"] if "copies" in p]
     assert [p["copies"] for p in ups] == ["pinned", "pageable"] and all(len(p["walls_ms"]) == 3 for p in ups), ups
     assert "pageable copies" in summary
+    # part P: each fused row profiled on its own engine, and PROFILES' cell (SMOKE: "1x3:static-eager")
+    profiled = [(p["batch"], p["adapters"], p["mode"]) for p in res["profile"] if "mode" in p]
+    assert profiled == [(1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "fused-3mm"), (4, 3, "fused"),
+                        (1, 3, "static-eager")], profiled

@@ -102,3 +102,28 @@ def test_clipping_a_sharded_adapter_beside_a_whole_head_norms_them_together():
     for got, want, err in on_two_ranks(_clip_mixed).values():
         assert abs(got - want) < 1e-4 * want and want > 1.0  # the norm of everything, before clipping
         assert err < 1e-5  # every gradient scaled by 1 / norm
+
+
+def _static_after_full_weight_update(r):
+    import model as model_mod
+    from rollout import Request, SamplingParams, TorchEngine
+    m, tok = model_mod.load_model("tiny", seed=0)
+    collectives.shard(m.eval(), "fsdp2")  # every weight trainable: full-weight training, sharded
+    static, eager = TorchEngine(m, tok, compile=True, _capture=False), TorchEngine(m, tok)
+    reqs = [Request(tok.encode(t), None, SamplingParams(max_new_tokens=6, greedy=True, stop_token_ids=[]))
+            for t in ("What is 3 + 4?", "the answer is")]
+    before = [x.completion_ids for x in static.generate(reqs)]
+    with torch.no_grad():  # an optimizer step's in-place change of the sharded q/k/v weights
+        for p in m.model.layers[0].self_attn.parameters():
+            p.mul_(-3.0)
+    return before, [x.completion_ids for x in static.generate(reqs)], [x.completion_ids for x in eager.generate(reqs)]
+
+
+def test_the_static_step_sees_a_full_weight_update_under_fsdp2():
+    """Under FSDP2 the engine gathers the weights for each call, and the gather keeps each parameter's version
+    counter: the static step's concatenated q/k/v weights are copied afresh every call, so an in-place update of
+    the sharded weights reaches it (the same tokens as the eager path's after the update, other than before)."""
+    got = on_two_ranks(_static_after_full_weight_update)
+    for r in (0, 1):
+        before, static, eager = got[r]
+        assert static == eager and static != before
