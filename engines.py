@@ -702,17 +702,19 @@ class TorchEngine:
             buf = self._qkv[li]
             if buf[0] == key:
                 continue
-            with torch.no_grad():
-                W = torch.cat([x.weight for x in lin])
-                bias = (torch.cat([x.bias if x.bias is not None else x.weight.new_zeros(x.out_features) for x in lin])
-                        if any(x.bias is not None for x in lin) else None)
-                if (buf[1] is None or buf[1].shape != W.shape or buf[1].device != W.device or buf[1].dtype != W.dtype
-                        or (buf[2] is None) != (bias is None)):
-                    buf[1], buf[2] = W, bias
-                else:
-                    buf[1].copy_(W)
-                    if bias is not None:
-                        buf[2].copy_(bias)
+            ws = [x.weight for x in lin]
+            bs = ([x.bias if x.bias is not None else x.weight.new_zeros(x.out_features) for x in lin]
+                  if any(x.bias is not None for x in lin) else None)
+            shape = (sum(w.shape[0] for w in ws), ws[0].shape[1])
+            W = buf[1]
+            if (W is None or W.shape != shape or W.device != ws[0].device or W.dtype != ws[0].dtype
+                    or (buf[2] is None) != (bs is None)):  # new buffers (a captured graph reads the old ones no more)
+                buf[1] = torch.empty(shape, dtype=ws[0].dtype, device=ws[0].device)
+                buf[2] = None if bs is None else torch.empty(shape[0], dtype=bs[0].dtype, device=bs[0].device)
+            with torch.no_grad():  # in place: what a captured graph reads
+                torch.cat(ws, out=buf[1])
+                if bs is not None:
+                    torch.cat(bs, out=buf[2])
             buf[0] = key
 
     def _step_body(self, b: _Rows, step, P, filtered: bool):

@@ -198,12 +198,12 @@ def profile_engine(eng, B, nad, mode, prompts):
 
 graph_tok_s = {}  # (B, adapters) -> the last graph row's tok/s
 
-def fused_engine(B, mode, **kw):
+def engine_for(B, mode, **kw):
     """A TorchEngine for `mode` (FUSED's forms): graph or fused (engines.FUSE_OPTIONS), -3mm, -cdt."""
     saved = dict(engines.FUSE_OPTIONS)
-    if "-cdt" in mode and not mode.startswith("fused"):
-        raise ValueError(f"{mode}: coordinate descent tuning is an option of the compiled (fused) step")
     if "-cdt" in mode:
+        if not mode.startswith("fused"):
+            raise ValueError(f"{mode}: coordinate descent tuning is an option of the compiled (fused) step")
         engines.FUSE_OPTIONS["coordinate_descent_tuning"] = True
     try:
         return TorchEngine(m, G.IdTokenizer(), max_batch_size=B, fuse=mode.startswith("fused"), prefix_cache_tokens=0,
@@ -214,7 +214,7 @@ def fused_engine(B, mode, **kw):
 def decode_cell(B, nad, mode, prompts):
     try:
         peak_reset()
-        eng = fused_engine(B, mode, compile=(mode != "eager"), _capture=CAP)
+        eng = engine_for(B, mode, compile=(mode != "eager"), _capture=CAP)
         def run(n):
             reqs = requests(B, nad, n, prompts)
             sync(); t = time.perf_counter()
@@ -305,7 +305,7 @@ for B, nad, mode in PROFILES if "P" in PARTS else ():
     try:
         g = torch.Generator().manual_seed(B)
         prompts = [torch.randint(1, c.vocab_size, (PROMPT,), generator=g).tolist() for _ in range(B)]
-        eng = fused_engine(B, mode, compile=True, _capture=(mode != "static-eager" and CAP))
+        eng = engine_for(B, mode, compile=True, _capture=(mode != "static-eager" and CAP))
         eng.generate(requests(B, nad, 8 if not SMOKE else 4, prompts))  # capture + warm-up
         profile_engine(eng, B, nad, mode, prompts)
         del eng
