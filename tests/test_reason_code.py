@@ -272,4 +272,26 @@ def test_the_one_agent_baseline_has_the_teams_turns_tokens_data_and_schedule():
     assert (one.data.env, one.data.env_kwargs["tools"], one.data.env_kwargs["style"]) == ("react", "python", "code")
     same = lambda c: (c.data.train_files, c.data.val_files, c.data.batch_size, c.data.val_size, c.trainer.total_steps,
                       c.rollout.num_chains, c.algo, c.lora, c.model)
-    assert same(one) == same(team) and osft == tsft
+    assert same(one) == same(team) and osft == {**tsft, "teacher_tasks": osft["teacher_tasks"]}
+
+
+def test_the_one_agent_baseline_is_taught_as_many_programs_as_the_teams_coder(tiny):
+    """(i)'s SFT is matched to the coder's by programs, not tasks: the two recipes' scripted teachers, run as sft.py
+    runs them (workflow, training tasks, the default min_reward 0.7) on their teacher_tasks, give (i)'s agent at
+    least as many code turns as the team's coder (96 = 32 tasks x 3: the perfect round and both repair rounds).
+    Matched by tasks (the same teacher_tasks) it had a third of them."""
+    import recipes
+    from sft_teachers import scripted_teacher
+    from workflows import load_data, workflow
+    _, tok = tiny
+    programs = {}
+    for name in ("reason_code", "reason_code_single"):
+        _, cfg, sft = recipes.load_recipe(name)
+        make_env, module, _ = workflow(cfg)
+        names = {r.name for r in cfg.roles}
+        ex, _ = scripted_teacher(make_env, module, load_data(cfg)[0], tok, {n: n for n in names}, names,
+                                 sft["teacher_tasks"], 0.7)
+        programs[name] = sum("```python" in e.reply for e in ex if e.role in ("coder", "agent"))
+        if name == "reason_code":
+            assert programs[name] == sum(e.role == "coder" for e in ex)
+    assert programs["reason_code"] == 96 and programs["reason_code_single"] >= programs["reason_code"], programs
