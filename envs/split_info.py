@@ -24,10 +24,14 @@ Rewards, per turn:
                  of the task's other chains: those of chains whose team got it right rise. "fact" pays the message
                  1 when it carries the sender's needed fact (every key word of it, data/split_info_data.py), else 0:
                  a shaped signal read off the generator's labels, which a real task would not have, and one that
-                 a message dumping every fact also earns; for the ablation, not the default
+                 a message dumping every fact also earns; for the ablation, not the default. "fact_only" pays it 1
+                 only when it carries the needed fact and names no other fact of the sender's (none of an unneeded
+                 fact's marks: its words that no other fact of the sender's half and not the question holds, e.g.
+                 a distractor's name or number), so a message listing every fact earns 0
     rounds 2..   before the last: the team's correctness
 Metrics: team_reward, agents_agree (both last answers read and the same), message_has_needed_fact (the share of
-the two round-1 messages carrying their sender's needed fact), no_answer (agent_a's last reply has none).
+the two round-1 messages carrying their sender's needed fact), message_has_unneeded_fact (the share naming a fact
+of the sender's the question does not need, by its marks), no_answer (agent_a's last reply has none).
 
 SplitInfoSingleEnv, role ("solver",): one agent sees the question and ALL the facts, in one context, and answers
 in one turn; `turns=2` first writes down what matters and then, continuing its chat, answers (the team's two
@@ -81,6 +85,22 @@ def carries(reply, keys: list[str]) -> bool:
     return all(k.lower() in words for k in keys)
 
 
+def unneeded_marks(task: dict, side: list[int]) -> list[set[str]]:
+    """Per fact of `side` (fact indices) that the answer does not need: its marks, the words (lower case) that no
+    other fact of `side` and not the question holds. 'Kiro has 12 coins.' beside 'Vela has 5 coins.' -> {kiro,
+    12}. A fact without marks (nothing of its own to name) is left out."""
+    words = {i: set(_WORDS.findall(task["facts"][i].lower())) for i in side}
+    question = set(_WORDS.findall(task["question"].lower()))
+    out = []
+    for i in side:
+        if i in task["needed"]:
+            continue
+        own = words[i] - question - set().union(*(words[j] for j in side if j != i))
+        if own:
+            out.append(own)
+    return out
+
+
 def _facts(task: dict, which) -> str:
     return "\n".join(f"- {task['facts'][i]}" for i in which)
 
@@ -101,7 +121,7 @@ class SplitInfoEnv:
 
     def __init__(self, max_rounds: int = 2, message_reward: str = "team", final_reward: str = "team"):
         self.max_rounds = need_int("max_rounds", max_rounds, 2, 4)
-        self.message_reward = need_choice("message_reward", message_reward, ("team", "fact"))
+        self.message_reward = need_choice("message_reward", message_reward, ("team", "fact", "fact_only"))
         self.final_reward = need_choice("final_reward", final_reward, ("team", "own"))
 
     def reset(self, task: dict):
@@ -156,6 +176,13 @@ class SplitInfoEnv:
         side = self.task["facts_a" if role == "agent_a" else "facts_b"]
         return bool(self.said[role]) and all(carries(self.said[role][0], k) for k in _needed_of(self.task, side))
 
+    def _message_names_other(self, role: str) -> bool:
+        """Whether the role's round-1 message names a fact of its half that the answer does not need."""
+        if not self.said[role]:
+            return False
+        said = set(_WORDS.findall(self.said[role][0].lower()))
+        return any(m & said for m in unneeded_marks(self.task, self.task["facts_a" if role == "agent_a" else "facts_b"]))
+
     def turn_rewards(self) -> list[float]:
         """Round by round, agent_a's turn then agent_b's (the order they were handed out)."""
         team, out = self._team(), []
@@ -164,8 +191,9 @@ class SplitInfoEnv:
             for r in ROLES:
                 if k == rounds - 1 and self.final_reward == "own":
                     out.append(float(is_right(self._answer(r), self.task["answer"])))
-                elif k == 0 and k < rounds - 1 and self.message_reward == "fact":
-                    out.append(float(self._message_carries(r)))
+                elif k == 0 and k < rounds - 1 and self.message_reward != "team":
+                    out.append(float(self._message_carries(r) and (self.message_reward == "fact"
+                                                                   or not self._message_names_other(r))))
                 else:
                     out.append(team)
         return out
@@ -180,6 +208,7 @@ class SplitInfoEnv:
         a, b = self._answer("agent_a"), self._answer("agent_b")
         return {"team_reward": self._team(), "agents_agree": float(a is not None and a == b),
                 "message_has_needed_fact": sum(self._message_carries(r) for r in ROLES) / 2,
+                "message_has_unneeded_fact": sum(self._message_names_other(r) for r in ROLES) / 2,
                 "no_answer": float(a is None)}
 
 
@@ -241,7 +270,8 @@ def aggregate(episodes) -> dict:
     tokens per turn and the team's per episode, where the turns are there (the matched-budget comparison)."""
     ms = [e.metrics for e in episodes if e.metrics and "team_reward" in e.metrics]
     out = {k: sum(m.get(k, 0.0) for m in ms) / max(1, len(ms)) for k in ("team_reward", "no_answer", "agents_agree",
-                                                                         "message_has_needed_fact") if any(k in m for m in ms)}
+                                                                         "message_has_needed_fact",
+                                                                         "message_has_unneeded_fact") if any(k in m for m in ms)}
     steps = [s for e in episodes for s in getattr(e, "samples", ())]
     for role in sorted({s.role for s in steps}):
         mine = [len(s.completion_ids) for s in steps if s.role == role]

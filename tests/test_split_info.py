@@ -16,7 +16,7 @@ from data.math_data import DataError
 from data.split_info_data import SIZES, generate, load_split_info, write
 from envs import play_replies, prompts_of
 from envs.split_info import (MAX_MESSAGE_CHARS, ROLES, SplitInfoEnv, SplitInfoSingleEnv, aggregate, carries,
-                             load_tasks, parse_answer, scripted_replies)
+                             load_tasks, parse_answer, scripted_replies, unneeded_marks)
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = {s: ROOT / "data" / f"split_info_{s}.jsonl" for s in ("train", "val", "test")}
@@ -127,14 +127,14 @@ def test_the_teacher_scores_the_maximum_on_every_train_task():
     every message carrying its fact, both agents agreeing, on all 600 train tasks."""
     tasks = load_tasks(str(FILES["train"]))
     envs = [SplitInfoEnv, lambda: SplitInfoEnv(max_rounds=3, message_reward="fact", final_reward="own"),
-            SplitInfoSingleEnv, lambda: SplitInfoSingleEnv(turns=2)]
+            lambda: SplitInfoEnv(message_reward="fact_only"), SplitInfoSingleEnv, lambda: SplitInfoSingleEnv(turns=2)]
     for make in envs:
         for t in tasks:
             env = make()
             played, rewards, m = _play(env, env.scripted_replies(t), t)
             assert rewards == [1.0] * len(played) and len(played) in (1, 2, 4)
             assert m["team_reward"] == m["message_has_needed_fact"] == 1.0 and m["no_answer"] == 0.0
-            assert m.get("agents_agree", 1.0) == 1.0
+            assert m.get("agents_agree", 1.0) == 1.0 and m.get("message_has_unneeded_fact", 0.0) == 0.0
     assert scripted_replies(tasks[0]) == SplitInfoEnv().scripted_replies(tasks[0])
 
 
@@ -143,8 +143,22 @@ def test_rewards_and_metrics_worked_out_by_hand():
     msgs, finals = ["Vela has 5 coins.", "Hello A."], ["5 + 8 = 13\n**Answer:** 13.", "Answer: 12"]
     played, rewards, m = _play(SplitInfoEnv(), msgs + finals)
     assert len(played) == 4 and rewards == [1.0, 1.0, 1.0, 1.0]
-    assert m == {"team_reward": 1.0, "agents_agree": 0.0, "message_has_needed_fact": 0.5, "no_answer": 0.0}
+    assert m == {"team_reward": 1.0, "agents_agree": 0.0, "message_has_needed_fact": 0.5,
+                 "message_has_unneeded_fact": 0.0, "no_answer": 0.0}
     assert _play(SplitInfoEnv(message_reward="fact"), msgs + finals)[1] == [1.0, 0.0, 1.0, 1.0]
+    assert _play(SplitInfoEnv(message_reward="fact_only"), msgs + finals)[1] == [1.0, 0.0, 1.0, 1.0]
+    # agent_a dumps both its facts, agent_b names its distractor's number only: "fact" pays agent_a's dump,
+    # "fact_only" pays neither (agent_b does not carry its needed fact either way)
+    dump = ["Rupo has 9 coins. Vela has 5 coins.", "Kesa has 2."]
+    _, rewards, m = _play(SplitInfoEnv(message_reward="fact"), dump + finals)
+    assert rewards == [1.0, 0.0, 1.0, 1.0] and m["message_has_unneeded_fact"] == 1.0
+    assert _play(SplitInfoEnv(message_reward="fact_only"), dump + finals)[1] == [0.0, 0.0, 1.0, 1.0]
+    # agent_b passes on its fact and a word of its distractor ("2"): named, so unpaid under fact_only
+    both = ["Vela has 5 coins.", "Tomi has 8 coins, not 2."]
+    _, rewards, m = _play(SplitInfoEnv(message_reward="fact_only"), both + finals)
+    assert rewards == [1.0, 0.0, 1.0, 1.0] and m["message_has_unneeded_fact"] == 0.5
+    assert _play(SplitInfoEnv(message_reward="fact_only"), ["Vela has 5 coins.", "Tomi has 8 coins."] + finals)[1] == \
+        [1.0, 1.0, 1.0, 1.0]
     assert _play(SplitInfoEnv(final_reward="own"), msgs + finals)[1] == [1.0, 1.0, 1.0, 0.0]
     swapped = msgs + finals[::-1]  # agent_a wrong: the team is wrong, though agent_b is right
     assert _play(SplitInfoEnv(), swapped)[1] == [0.0] * 4
@@ -179,16 +193,31 @@ def test_answers_are_one_word_after_the_last_answer_line():
     assert carries("vela has 5 coins", ["Vela", "5"]) and not carries("Vela has 15 coins", ["Vela", "5"])
 
 
+def test_unneeded_marks_are_the_words_only_that_distractor_holds():
+    """A distractor's marks: its own words, not another fact's of the half and not the question's; the needed fact
+    has none listed; on every shipped task each of a half's distractors has a mark and none is a needed key."""
+    assert unneeded_marks(TASK, TASK["facts_a"]) == [{"rupo", "9"}] and unneeded_marks(TASK, [1]) == []
+    chain = {"question": "What colour is the flag of the city where Zobe lives?", "needed": [0, 3],
+             "facts": ["Zobe lives in Kadoru.", "Mira lives in Besami.", "Tuli lives in Kadoru.", "x"]}
+    assert unneeded_marks(chain, [0, 1, 2]) == [{"mira", "besami"}, {"tuli"}]  # Kadoru is Zobe's too: not a mark
+    for t in load_tasks(str(FILES["val"])):
+        for side in (t["facts_a"], t["facts_b"]):
+            marks = unneeded_marks(t, side)
+            keys = {k.lower() for i, ks in zip(t["needed"], t["keys"]) if i in side for k in ks}
+            assert len(marks) == len(side) - 1 and not any(m & keys for m in marks), t
+
+
 def test_aggregate_gives_rates_and_generated_tokens():
     sample = lambda role, n: types.SimpleNamespace(role=role, completion_ids=[0] * n)  # noqa: E731
     eps = [types.SimpleNamespace(metrics={"team_reward": 1.0, "no_answer": 0.0, "agents_agree": 1.0,
-                                          "message_has_needed_fact": 0.5},
+                                          "message_has_needed_fact": 0.5, "message_has_unneeded_fact": 1.0},
                                  samples=[sample("agent_a", 10), sample("agent_b", 20), sample("agent_a", 30)]),
            types.SimpleNamespace(metrics={"team_reward": 0.0, "no_answer": 1.0, "agents_agree": 0.0,
                                           "message_has_needed_fact": 1.0}, samples=[sample("agent_b", 4)]),
            types.SimpleNamespace(metrics={}, samples=[])]  # an env error's episode
     assert aggregate(eps[:2]) == {"team_reward": 0.5, "no_answer": 0.5, "agents_agree": 0.5,
-                                  "message_has_needed_fact": 0.75, "tokens/agent_a": 20.0, "tokens/agent_b": 12.0,
+                                  "message_has_needed_fact": 0.75, "message_has_unneeded_fact": 0.5,
+                                  "tokens/agent_a": 20.0, "tokens/agent_b": 12.0,
                                   "tokens_per_episode": 32.0}
     assert aggregate([types.SimpleNamespace(metrics=e.metrics) for e in eps])["team_reward"] == 0.5  # compare.py's
 
