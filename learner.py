@@ -722,12 +722,17 @@ def mix_team_reward(cfg: Config, episodes) -> None:
 def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dict[str, tuple[str, str]]:
     """Every trainable role due to train at `step` (learner rows of roles not due are left out) that learns nothing
     from this step's rewards -> (a key of IDLE_ADVICE, why): it took no turn, a filter left out all its turns
-    (select's metrics), or every advantage of its kept turns is zero (each group's rewards agreed; read after
-    `update`, which sets Sample.advantage). Agreed over ranks."""
+    (select's metrics), every advantage of its kept turns is zero (each group's rewards agreed; read after
+    `update`, which sets Sample.advantage), or they cancel: the turns whose advantages are not 0 come in
+    token-identical copies (the same prompt and reply) whose advantages sum to 0, so the policy gradient, which
+    is the same for each copy, is 0 though the rewards differed (a role sampled near-deterministically: four
+    chains write one plan and later roles decide its reward). Agreed over ranks (copies on different ranks are
+    not summed: a miss there only leaves a line out)."""
     roles = [r for r in cfg.roles if r.trainable and cfg.trains_at(r, step)]
     signal = all_sum([float(any(s.advantage for s in kept if s.role == r.name and s.advantage is not None)) for r in roles])
+    net = all_sum([float(uncancelled([s for s in kept if s.role == r.name])) for r in roles])
     out = {}
-    for r, sig in zip(roles, signal):
+    for r, sig, left in zip(roles, signal, net):
         n = metrics.get(f"train/turns/{r.name}", 0.0)
         if not n:
             out[r.name] = ("no_turn", "it took no turn")
@@ -740,7 +745,20 @@ def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dic
         elif not sig:
             out[r.name] = ("zero_advantage", f"every advantage of its {n:.0f} turns is 0: in each group "
                                              f"({cfg.estimator_of(r)}) the rewards agreed")
+        elif not left:
+            out[r.name] = ("identical", f"the advantages of its {n:.0f} turns cancel: where rewards differ its turns are "
+                                        "token-identical copies (one prompt, one reply), so its policy gradient is 0")
     return out
+
+
+def uncancelled(samples: list[Sample], tol: float = 1e-5) -> bool:
+    """Whether the turns' advantages leave a policy gradient: summed over token-identical turns (the same prompt
+    and reply have the same gradient of their log-probability), some sum is not 0."""
+    net = defaultdict(float)
+    for s in samples:
+        if s.advantage:
+            net[(tuple(s.prompt_ids), tuple(s.completion_ids))] += s.advantage
+    return any(abs(v) > tol for v in net.values())
 
 
 IDLE_ADVICE = {  # what to change after idle_roles' reason has held for several steps (train.py prints it)
@@ -751,4 +769,6 @@ IDLE_ADVICE = {  # what to change after idle_roles' reason has held for several 
               "filter off (math_3agent: --data.env-kwargs.evaluator_mixed_groups_only false)",
     "zero_advantage": "raise rollout.num_chains, give it a reward it can vary (a graded one), or an estimator that does "
                       "not centre per group (roles[i].adv_estimator)",
+    "identical": "raise its roles[i].temperature, or teach it less in SFT (a held-out loss near 0 leaves it one reply "
+                 "to sample), or give it an estimator that does not centre per group (roles[i].adv_estimator)",
 }

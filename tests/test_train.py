@@ -444,6 +444,28 @@ def test_a_role_that_gets_no_signal_is_named_on_the_console(tmp_path, capsys):
     assert all(torch.all(v == 0) for k, v in ev.items() if "lora_B" in k)  # it really did not learn
 
 
+def test_a_role_whose_advantages_cancel_on_identical_turns_is_named(tmp_path):
+    """Four chains of one group write the same reply (a near-deterministic role) and later roles make their
+    rewards differ: the advantages are not 0, but on one sequence they sum to 0, and so does the gradient. The
+    role is idle ("identical", with advice); one reply that differs, or copies whose sum is not 0, is signal."""
+    from rollout import Sample
+    cfg = tiny_cfg(tmp_path)
+    role = cfg.roles[0].name
+
+    def turns(advs, replies=None):
+        return [Sample(0, c, role, 0, [1, 2, 3], list(replies[c] if replies else [7, 8]), [0.0, 0.0], advantage=a)
+                for c, a in enumerate(advs)]
+    metrics = {f"train/turns/{r.name}": 4.0 for r in cfg.roles}
+    others = [Sample(0, c, r.name, 1, [1], [c], [0.0], advantage=float(c) - 1.5) for r in cfg.roles[1:] for c in range(4)]
+    idle = learner.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.5]) + others, metrics, 1)
+    assert list(idle) == [role] and idle[role][0] == "identical" and "cancel" in idle[role][1]
+    assert "temperature" in learner.IDLE_ADVICE[idle[role][0]]
+    assert role not in learner.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.5], [[7, 8]] * 3 + [[7, 9]]) + others,
+                                          metrics, 1)
+    assert role not in learner.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.25]) + others, metrics, 1)
+    assert learner.idle_roles(cfg, turns([0.0] * 4) + others, metrics, 1)[role][0] == "zero_advantage"
+
+
 def test_a_role_with_signal_is_not_named(tmp_path, capsys):
     """The toy speaker (paid for its share of "7"s: rewards differ within a group) learns: no warning, idle 0."""
     cfg = load_config_file(str(ROOT / "configs" / "tiny_toy.py"))
