@@ -172,16 +172,19 @@ class SplitInfoEnv:
     def _team(self) -> float:
         return float(is_right(self._answer("agent_a"), self.task["answer"]))
 
+    def _side(self, role: str) -> list[int]:
+        """The indices of the facts this role holds."""
+        return self.task["facts_a" if role == "agent_a" else "facts_b"]
+
     def _message_carries(self, role: str) -> bool:
-        side = self.task["facts_a" if role == "agent_a" else "facts_b"]
-        return bool(self.said[role]) and all(carries(self.said[role][0], k) for k in _needed_of(self.task, side))
+        return bool(self.said[role]) and all(carries(self.said[role][0], k) for k in _needed_of(self.task, self._side(role)))
 
     def _message_names_other(self, role: str) -> bool:
         """Whether the role's round-1 message names a fact of its half that the answer does not need."""
         if not self.said[role]:
             return False
         said = set(_WORDS.findall(self.said[role][0].lower()))
-        return any(m & said for m in unneeded_marks(self.task, self.task["facts_a" if role == "agent_a" else "facts_b"]))
+        return any(m & said for m in unneeded_marks(self.task, self._side(role)))
 
     def turn_rewards(self) -> list[float]:
         """Round by round, agent_a's turn then agent_b's (the order they were handed out)."""
