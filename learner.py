@@ -558,10 +558,13 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     out["no_signal"] = 0.0
-    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and all_sum(float((adv.abs() * batch.mask).sum())) == 0:
-        # no signal: every advantage 0 (each group's rewards agree) and no loss term beside the policy's. The
-        # gradient is 0, but AdamW would still move the adapter along its momentum, replaying a past step's update
-        # on a step that told it nothing: like a role with no turns, it skips the step (its LR schedule too)
+    one_mb = all_sum(float(len(samples))) <= a.mini_batch_size  # every row in one mini-batch: copies meet there
+    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and \
+            not all_sum(float(moves(batch, adv, copies_cancel=one_mb))):
+        # no signal: every advantage 0 (each group's rewards agree), or they cancel over token-identical turns, and
+        # no loss term beside the policy's. The gradient is 0, but AdamW would still move the adapter along its
+        # momentum, replaying a past step's update on a step that told it nothing: like a role with no turns, it
+        # skips the step (its LR schedule too)
         out["no_signal"] = 1.0
         return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
@@ -749,6 +752,23 @@ def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dic
             out[r.name] = ("identical", f"the advantages of its {n:.0f} turns cancel: where rewards differ its turns are "
                                         "token-identical copies (one prompt, one reply), so its policy gradient is 0")
     return out
+
+
+def moves(batch: AdapterBatch, adv: torch.Tensor, copies_cancel: bool, tol: float = 1e-5) -> bool:
+    """Whether this rank's advantages leave the policy loss a gradient. Without copies_cancel: some advantage is not
+    0. With it (the caller knows every row falls in one mini-batch, so the copies' gradients are summed before the
+    optimizer steps): some token's advantages, summed over the token-identical rows (the same prompt and reply,
+    whose log-probabilities have the same gradient), are not 0 up to tol x the largest advantage: four chains that
+    wrote one plan, paid +A and -A, give the gradient of none. One read back."""
+    a = adv * batch.mask
+    if copies_cancel:
+        keys: dict = {}
+        idx = [keys.setdefault((tuple(s.prompt_ids), tuple(s.completion_ids)), len(keys)) for s in batch.samples]
+        if len(keys) < len(idx):
+            net = torch.zeros(len(keys), a.shape[1], dtype=a.dtype, device=a.device)
+            net.index_add_(0, torch.tensor(idx, device=a.device), a)
+            return bool(net.abs().max() > tol * a.abs().max())
+    return bool(a.abs().max() > 0) if a.numel() else False
 
 
 def uncancelled(samples: list[Sample], tol: float = 1e-5) -> bool:

@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -1230,6 +1231,48 @@ def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_mome
         sched = run.scheds["speaker"].last_epoch
         m2 = learner.update(run, flat, 2, 0)
         moved = float((weights() - w1).abs().max())
+        if skips:
+            assert m2["train/no_signal/speaker"] == 1.0 and moved == 0.0 and run.scheds["speaker"].last_epoch == sched
+        else:
+            assert m2["train/no_signal/speaker"] == 0.0 and moved > 0
+
+
+def test_a_role_whose_advantages_cancel_on_identical_turns_is_not_moved_by_its_optimizers_momentum(tmp_path):
+    """Step 2's turns are four copies of one turn per task (one prompt, one reply), paid 1, 0, 1, 0: the centred
+    advantages are +A, -A, +A, -A, so the policy gradient of each task's copies sums to 0 while no advantage is 0.
+    In one mini-batch the adapter is skipped like a step with every advantage 0 (no_signal 1, weights and LR schedule
+    untouched). Split over mini-batches the copies do not meet before an optimizer step, so it trains (no_signal 0);
+    the same rewards on distinct turns train too."""
+    import copy
+
+    import session
+    from workflows import load_data
+    for mini_batch_size, same, skips in ((64, True, True), (2, True, False), (64, False, False)):
+        cfg = toy_cfg(tmp_path, algo=dict(recompute_old_logprobs="always", mini_batch_size=mini_batch_size))
+        run, _ = session.build(cfg, None)
+        tasks = load_data(cfg)[0][:4]
+        steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
+        weights = lambda: torch.cat([p.detach().flatten().clone() for p in lora.adapter_parameters(run.model, "speaker")])  # noqa: E731
+        first = copy.deepcopy(steps)
+        for i, s in enumerate(first):
+            s.reward = float(i % 2)
+        learner.update(run, first, 1, 0)
+        w1 = weights()
+        copies = copy.deepcopy(steps)
+        for i, s in enumerate(copies):
+            src = next(t for t in steps if t.task_id == s.task_id)  # the task's first turn, copied into each chain
+            if same:
+                s.prompt_ids, s.completion_ids, s.logprobs = list(src.prompt_ids), list(src.completion_ids), list(src.logprobs)
+            s.reward = float(i % 2)
+        by_task = defaultdict(list)
+        for s in copies:
+            by_task[s.task_id].append(s.reward)
+        assert all(sorted(r) == [0.0, 0.0, 1.0, 1.0] for r in by_task.values())  # every group has signal
+        assert not same or len({(tuple(s.prompt_ids), tuple(s.completion_ids)) for s in copies}) == len(by_task)
+        sched = run.scheds["speaker"].last_epoch
+        m2 = learner.update(run, copies, 2, 0)
+        moved = float((weights() - w1).abs().max())
+        assert any(s.advantage for s in copies)  # the advantages are not 0: they cancel
         if skips:
             assert m2["train/no_signal/speaker"] == 1.0 and moved == 0.0 and run.scheds["speaker"].last_epoch == sched
         else:
