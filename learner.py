@@ -558,9 +558,10 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     out["no_signal"] = 0.0
-    one_mb = all_sum(float(len(samples))) <= a.mini_batch_size  # every row in one mini-batch: copies meet there
+    # one optimizer step over every row at ratio 1 (the loop's first mini-batch): copies' gradients meet in it
+    one_step = a.ppo_epochs == 1 and all_sum(float(len(samples))) <= a.mini_batch_size
     if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and \
-            not all_sum(float(moves(batch, adv, copies_cancel=one_mb))):
+            not all_sum(float(moves(batch, adv, copies_cancel=one_step))):
         # no signal: every advantage 0 (each group's rewards agree), or they cancel over token-identical turns, and
         # no loss term beside the policy's. The gradient is 0, but AdamW would still move the adapter along its
         # momentum, replaying a past step's update on a step that told it nothing: like a role with no turns, it
@@ -756,19 +757,22 @@ def idle_roles(cfg: Config, kept: list[Sample], metrics: dict, step: int) -> dic
 
 def moves(batch: AdapterBatch, adv: torch.Tensor, copies_cancel: bool, tol: float = 1e-5) -> bool:
     """Whether this rank's advantages leave the policy loss a gradient. Without copies_cancel: some advantage is not
-    0. With it (the caller knows every row falls in one mini-batch, so the copies' gradients are summed before the
-    optimizer steps): some token's advantages, summed over the token-identical rows (the same prompt and reply,
-    whose log-probabilities have the same gradient), are not 0 up to tol x the largest advantage: four chains that
-    wrote one plan, paid +A and -A, give the gradient of none. One read back."""
+    0. With it (the caller knows the update is one optimizer step over one mini-batch at ratio 1, so the copies'
+    gradients are summed before it steps): some token's advantages, summed over the copies of its turn, are not 0
+    up to tol x the largest of them. Copies: the same prompt, reply, loss mask and temperature, whose
+    log-probabilities have the same gradient; four chains that wrote one plan, paid +A and -A, give the gradient of
+    none. A turn without copies moves iff an advantage of it is not 0, as without copies_cancel. One read back."""
     a = adv * batch.mask
     if copies_cancel:
         keys: dict = {}
-        idx = [keys.setdefault((tuple(s.prompt_ids), tuple(s.completion_ids)), len(keys)) for s in batch.samples]
+        idx = [keys.setdefault((tuple(s.prompt_ids), tuple(s.completion_ids), tuple(s.loss_mask or ()), t), len(keys))
+               for s, t in zip(batch.samples, batch.temps.tolist())]
         if len(keys) < len(idx):
-            net = torch.zeros(len(keys), a.shape[1], dtype=a.dtype, device=a.device)
-            net.index_add_(0, torch.tensor(idx, device=a.device), a)
-            return bool(net.abs().max() > tol * a.abs().max())
-    return bool(a.abs().max() > 0) if a.numel() else False
+            at = torch.tensor(idx, device=a.device)[:, None].expand_as(a)
+            net = torch.zeros(len(keys), a.shape[1], dtype=a.dtype, device=a.device).scatter_add_(0, at, a)
+            big = torch.zeros_like(net).scatter_reduce_(0, at, a.abs(), "amax")
+            return bool((net.abs() > tol * big).any())
+    return bool((a != 0).any())
 
 
 def uncancelled(samples: list[Sample], tol: float = 1e-5) -> bool:

@@ -1237,18 +1237,22 @@ def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_mome
             assert m2["train/no_signal/speaker"] == 0.0 and moved > 0
 
 
-def test_a_role_whose_advantages_cancel_on_identical_turns_is_not_moved_by_its_optimizers_momentum(tmp_path):
+def test_a_role_whose_advantages_cancel_on_identical_turns_is_not_moved_by_its_optimizers_momentum(tmp_path, monkeypatch):
     """Step 2's turns are four copies of one turn per task (one prompt, one reply), paid 1, 0, 1, 0: the centred
     advantages are +A, -A, +A, -A, so the policy gradient of each task's copies sums to 0 while no advantage is 0.
-    In one mini-batch the adapter is skipped like a step with every advantage 0 (no_signal 1, weights and LR schedule
-    untouched). Split over mini-batches the copies do not meet before an optimizer step, so it trains (no_signal 0);
-    the same rewards on distinct turns train too."""
+    In one mini-batch and one epoch the adapter is skipped like a step with every advantage 0 (no_signal 1, weights
+    and LR schedule untouched), and the premise holds: made to step anyway, plain SGD (no momentum) leaves it where
+    it was. Split over mini-batches, or over two epochs, the copies' gradients do not all meet at ratio 1 before an
+    optimizer step, so it trains (no_signal 0); the same rewards on the sampled turns (one prompt per task, replies
+    that differ) train too, and plain SGD moves them."""
     import copy
 
     import session
     from workflows import load_data
-    for mini_batch_size, same, skips in ((64, True, True), (2, True, False), (64, False, False)):
-        cfg = toy_cfg(tmp_path, algo=dict(recompute_old_logprobs="always", mini_batch_size=mini_batch_size))
+    for mini_batch_size, epochs, same, skips in ((64, 1, True, True), (2, 1, True, False), (64, 2, True, False),
+                                                 (64, 1, False, False)):
+        cfg = toy_cfg(tmp_path, algo=dict(recompute_old_logprobs="always", mini_batch_size=mini_batch_size,
+                                          ppo_epochs=epochs))
         run, _ = session.build(cfg, None)
         tasks = load_data(cfg)[0][:4]
         steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
@@ -1266,9 +1270,11 @@ def test_a_role_whose_advantages_cancel_on_identical_turns_is_not_moved_by_its_o
             s.reward = float(i % 2)
         by_task = defaultdict(list)
         for s in copies:
-            by_task[s.task_id].append(s.reward)
-        assert all(sorted(r) == [0.0, 0.0, 1.0, 1.0] for r in by_task.values())  # every group has signal
-        assert not same or len({(tuple(s.prompt_ids), tuple(s.completion_ids)) for s in copies}) == len(by_task)
+            by_task[s.task_id].append(s)
+        assert all(sorted(t.reward for t in ts) == [0.0, 0.0, 1.0, 1.0] for ts in by_task.values())  # all have signal
+        assert all(len({tuple(t.prompt_ids) for t in ts}) == 1 for ts in by_task.values())  # one prompt per task
+        replies = [len({tuple(t.completion_ids) for t in ts}) for ts in by_task.values()]
+        assert all(n == 1 for n in replies) if same else any(n > 1 for n in replies)  # a key of the prompt alone fails
         sched = run.scheds["speaker"].last_epoch
         m2 = learner.update(run, copies, 2, 0)
         moved = float((weights() - w1).abs().max())
@@ -1277,3 +1283,11 @@ def test_a_role_whose_advantages_cancel_on_identical_turns_is_not_moved_by_its_o
             assert m2["train/no_signal/speaker"] == 1.0 and moved == 0.0 and run.scheds["speaker"].last_epoch == sched
         else:
             assert m2["train/no_signal/speaker"] == 0.0 and moved > 0
+        if epochs == 1 and mini_batch_size == 64:  # the premise: the gradient itself (plain SGD steps on it alone)
+            with monkeypatch.context() as mp:
+                mp.setattr(learner, "moves", lambda *a, **k: True)
+                run.opts["speaker"] = torch.optim.SGD(lora.adapter_parameters(run.model, "speaker"), lr=1.0)
+                w2 = weights()
+                learner.update(run, copy.deepcopy(copies), 3, 0)
+                sgd = float((weights() - w2).abs().max())
+            assert sgd < 1e-6 if same else sgd > 1e-4, sgd
