@@ -1201,6 +1201,27 @@ def test_prefill_tokens_are_logged_per_step(tmp_path):
     assert 32 * 5 <= row["perf/prefill_tokens"] <= 32 * 128
 
 
+def stepped_once(tmp_path, algo: dict):
+    """The toy team built with these algo fields, four tasks x four chains sampled, and one update on them paid 0, 1,
+    0, 1 (every group has signal) -> (run, the sampled turns, the adapter's weights as a function, step 1's metrics,
+    the weights before and after it)."""
+    import copy
+
+    import session
+    from workflows import load_data
+    cfg = toy_cfg(tmp_path, algo=algo)
+    run, _ = session.build(cfg, None)
+    tasks = load_data(cfg)[0][:4]
+    steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
+    weights = lambda: torch.cat([p.detach().flatten().clone() for p in lora.adapter_parameters(run.model, "speaker")])  # noqa: E731
+    first = copy.deepcopy(steps)
+    for i, s in enumerate(first):
+        s.reward = float(i % 2)
+    w0 = weights()
+    m1 = learner.update(run, first, 1, 0)
+    return run, steps, weights, m1, w0, weights()
+
+
 def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_momentum(tmp_path):
     """Step 1 has signal (rewards differ within groups): the adapter moves. Step 2's rewards all agree, so every
     advantage is 0: the adapter is skipped (no_signal 1, weights and LR schedule untouched) where AdamW, stepped
@@ -1208,22 +1229,10 @@ def test_a_role_whose_step_carries_no_signal_is_not_moved_by_its_optimizers_mome
     still trains (no_signal 0)."""
     import copy
 
-    import session
-    from workflows import load_data
     for algo, skips in ((dict(recompute_old_logprobs="always"), True),
                         (dict(recompute_old_logprobs="always", kl_coef=0.1, kl_kind="low_var_kl"), False),
                         (dict(recompute_old_logprobs="always", entropy_coef=0.01), False)):
-        cfg = toy_cfg(tmp_path, algo=algo)
-        run, _ = session.build(cfg, None)
-        tasks = load_data(cfg)[0][:4]
-        steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
-        weights = lambda: torch.cat([p.detach().flatten().clone() for p in lora.adapter_parameters(run.model, "speaker")])  # noqa: E731
-        first = copy.deepcopy(steps)
-        for i, s in enumerate(first):
-            s.reward = float(i % 2)
-        w0 = weights()
-        m1 = learner.update(run, first, 1, 0)
-        w1 = weights()
+        run, steps, weights, m1, w0, w1 = stepped_once(tmp_path, algo)
         assert (w1 - w0).abs().max() > 0 and m1["train/no_signal/speaker"] == 0.0
         flat = copy.deepcopy(steps)
         for s in flat:
@@ -1247,21 +1256,10 @@ def test_a_role_whose_advantages_cancel_on_identical_turns_is_not_moved_by_its_o
     that differ) train too, and plain SGD moves them."""
     import copy
 
-    import session
-    from workflows import load_data
     for mini_batch_size, epochs, same, skips in ((64, 1, True, True), (2, 1, True, False), (64, 2, True, False),
                                                  (64, 1, False, False)):
-        cfg = toy_cfg(tmp_path, algo=dict(recompute_old_logprobs="always", mini_batch_size=mini_batch_size,
-                                          ppo_epochs=epochs))
-        run, _ = session.build(cfg, None)
-        tasks = load_data(cfg)[0][:4]
-        steps, _ = session.episodes(run.engine, run.tok, cfg, tasks, list(range(4)), session.role_specs(cfg, 0), 4)
-        weights = lambda: torch.cat([p.detach().flatten().clone() for p in lora.adapter_parameters(run.model, "speaker")])  # noqa: E731
-        first = copy.deepcopy(steps)
-        for i, s in enumerate(first):
-            s.reward = float(i % 2)
-        learner.update(run, first, 1, 0)
-        w1 = weights()
+        run, steps, weights, _, _, w1 = stepped_once(
+            tmp_path, dict(recompute_old_logprobs="always", mini_batch_size=mini_batch_size, ppo_epochs=epochs))
         copies = copy.deepcopy(steps)
         for i, s in enumerate(copies):
             src = next(t for t in steps if t.task_id == s.task_id)  # the task's first turn, copied into each chain
