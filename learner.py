@@ -558,16 +558,15 @@ def prepare_adapter(run, adapter: str, samples: list[Sample], step: int, step_se
     if adapter not in run.opts or (critic and step <= a.critic_warmup_steps) or not cfg.trains_at(roles[0], step):
         return None, out
     out["no_signal"] = 0.0
-    # one optimizer step over every row at ratio 1 (the loop's first mini-batch): copies' gradients meet in it
-    one_step = a.ppo_epochs == 1 and all_sum(float(len(samples))) <= a.mini_batch_size
-    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward) and \
-            not all_sum(float(moves(batch, adv, copies_cancel=one_step))):
-        # no signal: every advantage 0 (each group's rewards agree), or they cancel over token-identical turns, and
-        # no loss term beside the policy's. The gradient is 0, but AdamW would still move the adapter along its
-        # momentum, replaying a past step's update on a step that told it nothing: like a role with no turns, it
-        # skips the step (its LR schedule too)
-        out["no_signal"] = 1.0
-        return None, out
+    if a.entropy_coef == 0 and not (a.kl_coef > 0 and not a.kl_in_reward):  # no loss term beside the policy's
+        # one optimizer step over every row at ratio 1 (the loop's first mini-batch): copies' gradients meet in it
+        one_step = a.ppo_epochs == 1 and all_sum(float(len(samples))) <= a.mini_batch_size
+        if not all_sum(float(moves(batch, adv, copies_cancel=one_step))):
+            # no signal: every advantage 0 (each group's rewards agree), or they cancel over token-identical turns.
+            # The gradient is 0, but AdamW would still move the adapter along its momentum, replaying a past step's
+            # update on a step that told it nothing: like a role with no turns, it skips the step (its LR schedule too)
+            out["no_signal"] = 1.0
+            return None, out
     gen = torch.Generator().manual_seed(step_seed + zlib.crc32(adapter.encode()) % 1000)  # str hash() is salted
     return AdapterUpdate(adapter, batch, adv, old_logp, ref_logp, run.opts[adapter], run.scheds[adapter], gen,
                          pack=pk is not None, ref=ref), out
@@ -765,8 +764,7 @@ def moves(batch: AdapterBatch, adv: torch.Tensor, copies_cancel: bool, tol: floa
     a = adv * batch.mask
     if copies_cancel:
         keys: dict = {}
-        idx = [keys.setdefault((tuple(s.prompt_ids), tuple(s.completion_ids), tuple(s.loss_mask or ()), t), len(keys))
-               for s, t in zip(batch.samples, batch.temps.tolist())]
+        idx = [keys.setdefault((copy_key(s), t), len(keys)) for s, t in zip(batch.samples, batch.temps.tolist())]
         if len(keys) < len(idx):
             at = torch.tensor(idx, device=a.device)[:, None].expand_as(a)
             net = torch.zeros(len(keys), a.shape[1], dtype=a.dtype, device=a.device).scatter_add_(0, at, a)
@@ -775,13 +773,19 @@ def moves(batch: AdapterBatch, adv: torch.Tensor, copies_cancel: bool, tol: floa
     return bool((a != 0).any())
 
 
+def copy_key(s: Sample) -> tuple:
+    """What makes two turns of one role copies, whose log-probabilities have the same gradient: the same prompt,
+    reply and loss mask (moves adds the temperature, which roles sharing an adapter may not share)."""
+    return tuple(s.prompt_ids), tuple(s.completion_ids), tuple(s.loss_mask or ())
+
+
 def uncancelled(samples: list[Sample], tol: float = 1e-5) -> bool:
-    """Whether the turns' advantages leave a policy gradient: summed over token-identical turns (the same prompt
-    and reply have the same gradient of their log-probability), some sum is not 0."""
+    """Whether one role's turns' advantages leave a policy gradient: summed over its copies (copy_key), some sum is
+    not 0."""
     net = defaultdict(float)
     for s in samples:
         if s.advantage:
-            net[(tuple(s.prompt_ids), tuple(s.completion_ids))] += s.advantage
+            net[copy_key(s)] += s.advantage
     return any(abs(v) > tol for v in net.values())
 
 
