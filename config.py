@@ -178,7 +178,12 @@ class AlgoConfig:
     """per-role advantage normalisation (Dr.MAS, arXiv 2602.08847; PAG's RoleAdvNorm): after the estimator,
     each role's advantages are whitened by that role's own mean and std over its generated tokens in the step
     (every rank's), whether roles share an adapter or not, so a role whose rewards spread widely cannot
-    dominate the gradient of the others through one shared scale"""
+    dominate the gradient of the others through one shared scale. It is verl's masked_whiten per role, over tokens,
+    so it also re-centres and rescales what the estimator gave: where most of a role's groups are flat (every
+    advantage 0, common for a small model near the floor), that role's spread falls below 1 and its step grows
+    (reason_code, arm rc-rn: the coder's gradient norm 2.4x the run without it at step 1, on the same batch), and
+    the turns of flat groups, which had no signal, take the step's token-weighted mean as a push
+    (docs/experiments.md, rc-rn)"""
     policy_loss: str = "ppo"
     """a name in ppo.LOSSES: ppo (token-level PPO clip) or gspo (GSPO's sequence-level ratio, which brings
     GSPO's own defaults for the clip range, 3e-4 / 4e-4, and loss_agg seq-mean-token-mean, unless you set them)"""

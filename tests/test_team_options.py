@@ -33,6 +33,18 @@ def test_group_whiten_by_hand():
     assert doubled[0, 0] == pytest.approx(-1 / math.sqrt(4 / 5 + 1e-8), abs=1e-6)  # (6 - 1) -> var 4/5
 
 
+def test_group_whiten_gives_a_flat_groups_turn_the_steps_token_mean_and_scales_a_sparse_role_up():
+    """What algo.norm_adv_by_role's docstring warns of, by hand. One role, one group whose turns got +1 (2 tokens) and
+    -1 (4 tokens), and a turn of a flat group (advantage 0, 3 tokens). Token mean -2/9, unbiased var (6 - 9 * 4/81)
+    / 8 = 0.6944: the flat turn gets (0 + 2/9) / 0.8333 = +0.2667, and the +1 turn (1 + 2/9) / 0.8333 = 1.4667."""
+    x = torch.tensor([[1.0, 1.0, 0.0, 0.0], [-1.0, -1.0, -1.0, -1.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    out = ppo.group_whiten(x, mask, torch.zeros(3, dtype=torch.long), 1)
+    sd = math.sqrt((6 - 9 * (2 / 9) ** 2) / 8 + 1e-8)
+    assert out[2, :3].tolist() == pytest.approx([(2 / 9) / sd] * 3, abs=1e-5) and out[2, :3].min() > 0.26
+    assert out[0, 0].item() == pytest.approx((1 + 2 / 9) / sd, abs=1e-5) and out[0, 0] > 1.4
+
+
 def test_team_reward_mix_by_hand():
     """alpha 0.25 on the judge: 0.25 * team 1.0 + 0.75 * own -1.0 = -0.5; the solver (alpha 0) keeps its own;
     the own reward stays for the logs."""
