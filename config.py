@@ -378,6 +378,12 @@ class RolloutConfig:
     0.008 there, on rows whose tokens agree). docs/benchmarks.md "GPU path" """
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory (the trainer needs the rest)"""
+    vllm_sleep: bool = False
+    """vLLM sleeps between the rollout and the update (sleep level 1: its KV cache discarded, its weights and
+    adapters copied to host memory) and wakes at the engine sync, so the update gets the memory back (at
+    vllm_gpu_memory_utilization 0.4, ~50 GB of KV on an H200) and vLLM may take a larger share. Costs a
+    host copy of the weights each way per step (vllm_engine.VLLMEngine). Not yet measured on a GPU here.
+    On CPU vLLM has no sleep mode: the engine pauses and resumes and frees nothing (a warning says so)"""
     progress: bool = True
     """progress bars on rank 0 (stderr): rollout and eval episodes, the update over adapters"""
     merge_turns: bool = False
@@ -410,6 +416,14 @@ class RolloutConfig:
             bad("rollout.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             bad("rollout.vllm_gpu_memory_utilization", f"must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
+        if self.vllm_sleep:
+            import torch
+            if self.engine != "vllm":
+                bad("rollout.vllm_sleep", f"puts the vLLM engine to sleep: it needs rollout.engine=vllm, got {self.engine!r}")
+            if not torch.cuda.is_available():
+                import warnings
+                warnings.warn("config field rollout.vllm_sleep: vLLM has no sleep mode on CPU; the engine pauses "
+                              "and resumes around the update and frees no memory")
         if self.compile:
             import torch
             if self.engine != "torch" or not torch.cuda.is_available():

@@ -174,7 +174,8 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
     if cfg.rollout.engine == "vllm":
         from vllm_engine import VLLMEngine
         run.engine = VLLMEngine(model, tok, adapters=cfg.adapters, max_model_len=cfg.rollout.max_model_len,
-                                seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+                                seed=t_cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+                                sleep=cfg.rollout.vllm_sleep)
     else:
         run.engine = TorchEngine(model, tok, max_batch_size=cfg.rollout.max_batch_size, seed=t_cfg.seed,
                                  compile=cfg.rollout.compile, fuse=cfg.rollout.fuse,

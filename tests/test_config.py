@@ -241,3 +241,15 @@ def test_a_file_env_is_executed_once_per_process(tmp_path):
     other = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, env=f"{tmp_path}/./counted.py:ToyEnv"))
     assert workflow(other)[1] is workflow(cfg)[1]
     assert count.read_text() == "x"
+
+
+def test_vllm_sleep_needs_the_vllm_engine_and_says_on_cpu_that_it_frees_nothing():
+    import torch
+    with pytest.raises(ConfigError, match=r"config field rollout\.vllm_sleep: .*rollout\.engine=vllm, got 'torch'"):
+        with_("rollout", vllm_sleep=True).validate()
+    on = with_("rollout", vllm_sleep=True, engine="vllm")
+    if torch.cuda.is_available():
+        on.validate()
+    else:
+        with pytest.warns(UserWarning, match=r"rollout\.vllm_sleep: vLLM has no sleep mode on CPU"):
+            on.validate()

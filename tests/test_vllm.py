@@ -149,6 +149,42 @@ def test_sampled_logprobs_match_trainer(engines):
     lora.set_adapter(m, None)
 
 
+def test_sleep_holds_vllm_between_rollout_and_update_and_every_later_call_wakes_it(engines):
+    """rollout.vllm_sleep: release() (after a rollout, after an eval) puts vLLM to sleep; the sync after
+    the update and a generate straight after an eval (the next step's rollout) wake it first, and what it
+    serves then is the trainer's current adapters. On CPU the engine core pauses and resumes for real and
+    vLLM's worker frees nothing; a generate into a paused engine would wait forever, hence the alarm."""
+    import signal
+
+    m, tok, v, te, prompts = engines
+    core = v.llm.llm_engine
+    reqs = [Request(p, ad, GREEDY) for p, ad in zip(prompts, ("a", None, "b"))]
+    before = _ids(v.generate(reqs))
+    v.release()
+    assert not core.is_sleeping()  # sleep off: vLLM keeps its KV pool, release() does nothing
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("generate on a sleeping engine")))
+    signal.alarm(120)
+    v.sleep = True
+    try:
+        v.release()
+        v.release()  # an eval's release after the step's: still one sleep
+        assert core.is_sleeping()
+        assert _ids(v.generate(reqs)) == before and not core.is_sleeping()
+        v.release()
+        _randomize(m, "a", 91)  # the update, while vLLM sleeps
+        assert core.is_sleeping()
+        v.sync()
+        assert not core.is_sleeping()
+        after = _ids(v.generate(reqs))
+        assert after == _ids(te.generate(reqs)) and after[0] != before[0]
+        v.release()
+        v.sync_full_weights()
+        assert not core.is_sleeping() and _ids(v.generate(reqs)) == after
+    finally:
+        signal.alarm(0)
+        v.sleep = False
+
+
 def test_eos_and_length(engines):
     m, tok, v, te, prompts = engines
     res = v.generate([Request(prompts[0], "a", SamplingParams(max_new_tokens=n, greedy=True)) for n in (1, 5)])
@@ -169,13 +205,16 @@ def test_torchrun_with_the_vllm_engine_on_two_ranks(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547",
                         str(root / "train.py"), "--config", str(root / "configs" / "tiny_toy.py"), "--rollout.engine",
-                        "vllm", "--trainer.total-steps", "2", "--trainer.save-freq", "2", "--trainer.resume", "none",
+                        "vllm", "--rollout.vllm-sleep", "--trainer.total-steps", "2", "--trainer.save-freq", "2", "--trainer.resume", "none",
                         "--trainer.output-dir", str(tmp_path / "run")], cwd=root, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [1, 2]
     assert rows[-1]["train/logprob_gap/speaker"] < 1e-3  # both ranks' engines serve the trained adapter
+    # rollout.vllm_sleep reached both ranks' engines: vLLM's CPU worker answers each sleep and wake with this
+    # line (it frees nothing on CPU), and the engines still served step 2 with step 1's adapter (above)
+    assert (r.stdout + r.stderr).count("sleep mode is not supported on CPU") >= 2 * 2 * 2, (r.stdout + r.stderr)[-4000:]
     assert (tmp_path / "run/checkpoints/step_000002/adapters/speaker/adapter_model.safetensors").exists()
 
 
