@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import collectives
+import idle
 import learner
 import session
 import trajectories
@@ -218,19 +219,19 @@ def experience(run, train_tasks, step: int, step_seed: int):
 
 def report_idle(run, kept: list[Sample], metrics: dict, step: int):
     """No role stops learning without a word: each trainable role due this step that learns nothing from its
-    rewards (learner.idle_roles: no turn, every turn filtered out, every advantage 0) gets a console line naming
+    rewards (idle.idle_roles: no turn, every turn filtered out, every advantage 0) gets a console line naming
     it and why, and train/idle/<role> = 1 (0 for the others due); from IDLE_AFTER such steps in a row on, the
     line says what to change. A role not due (frozen_steps, train_windows) is left out and its count kept."""
     cfg = run.cfg
-    idle = learner.idle_roles(cfg, kept, metrics, step)
+    stalled = idle.idle_roles(cfg, kept, metrics, step)
     for r in cfg.roles:
         if r.trainable and cfg.trains_at(r, step):
-            metrics[f"train/idle/{r.name}"] = float(r.name in idle)
-            run.idle[r.name] = run.idle.get(r.name, 0) + 1 if r.name in idle else 0
-    for role, (code, why) in idle.items():
+            metrics[f"train/idle/{r.name}"] = float(r.name in stalled)
+            run.idle[r.name] = run.idle.get(r.name, 0) + 1 if r.name in stalled else 0
+    for role, (code, why) in stalled.items():
         n = run.idle[role]
         print0(f"[step {step}] WARNING: role {role} gets no learning signal this step: {why}" +
-               (f" ({n} steps in a row; to change it: {learner.IDLE_ADVICE[code]})" if n >= IDLE_AFTER else ""))
+               (f" ({n} steps in a row; to change it: {idle.IDLE_ADVICE[code]})" if n >= IDLE_AFTER else ""))
 
 
 IDLE_AFTER = 3  # steps in a row a role learned nothing before its warning says what to change

@@ -9,7 +9,7 @@ LAYERS = [
     ("scoring, parsing, tools", ["rewards", "agents", "runtime", "rundir"]),
     ("workflows and data", ["envs", "data", "workflows", "sft_teachers"]),
     ("engines and the episode driver", ["engines", "prefix_kv", "vllm_engine", "rollout"]),
-    ("the learner", ["learner", "critic", "sft_train"]),
+    ("the learner", ["idle", "learner", "critic", "sft_train"]),
     ("a run's live objects", ["session"]),
     ("entry points", ["train", "eval", "sft", "play", "export", "compare", "recipes"]),
 ]

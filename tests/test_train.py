@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import idle
 import learner
 import lora
 import session
@@ -457,13 +458,13 @@ def test_a_role_whose_advantages_cancel_on_identical_turns_is_named(tmp_path):
                 for c, a in enumerate(advs)]
     metrics = {f"train/turns/{r.name}": 4.0 for r in cfg.roles}
     others = [Sample(0, c, r.name, 1, [1], [c], [0.0], advantage=float(c) - 1.5) for r in cfg.roles[1:] for c in range(4)]
-    idle = learner.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.5]) + others, metrics, 1)
-    assert list(idle) == [role] and idle[role][0] == "identical" and "cancel" in idle[role][1]
-    assert "temperature" in learner.IDLE_ADVICE[idle[role][0]]
-    assert role not in learner.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.5], [[7, 8]] * 3 + [[7, 9]]) + others,
+    stalled = idle.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.5]) + others, metrics, 1)
+    assert list(stalled) == [role] and stalled[role][0] == "identical" and "cancel" in stalled[role][1]
+    assert "temperature" in idle.IDLE_ADVICE[stalled[role][0]]
+    assert role not in idle.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.5], [[7, 8]] * 3 + [[7, 9]]) + others,
                                           metrics, 1)
-    assert role not in learner.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.25]) + others, metrics, 1)
-    assert learner.idle_roles(cfg, turns([0.0] * 4) + others, metrics, 1)[role][0] == "zero_advantage"
+    assert role not in idle.idle_roles(cfg, turns([1.0, -1.0, 0.5, -0.25]) + others, metrics, 1)
+    assert idle.idle_roles(cfg, turns([0.0] * 4) + others, metrics, 1)[role][0] == "zero_advantage"
 
 
 def test_a_role_with_signal_is_not_named(tmp_path, capsys):
