@@ -4,7 +4,8 @@ Under torchrun every rank runs the same code; in one process every function here
 the identity. FSDP makes every forward and backward a collective, so ranks must run the same
 number of micro-batches (`lockstep_chunks` pads a rank with zero-weight dummies) and losses are
 global sums (`backward` undoes FSDP's mean over ranks). With trainer.strategy replicate there is no FSDP:
-every rank holds the whole model and `average_grads` reduces the trainable gradients once per step.
+every rank holds the whole model, `average_grads` reduces the trainable gradients once per step, and no
+forward is a collective, so a rank with fewer rows runs fewer micro-batches (no dummies).
 """
 from __future__ import annotations
 
@@ -84,8 +85,9 @@ def barrier():
 def lockstep_chunks(rows: list, size: int, dummy=0, weights: list | None = None, lengths: list | None = None,
                     max_tokens: int | None = None) -> list[tuple[list, float]]:
     """Micro-batches of `rows` as (rows, weight); every rank gets as many as the busiest rank, the
-    extra ones are ([dummy], weight 0). weights: each row counts that much towards `size` (a packed row
-    counts its turns). max_tokens with lengths (each row's tokens): a chunk also holds at most that many
+    extra ones are ([dummy], weight 0); not after shard(model, "replicate"), where no forward is a
+    collective and a dummy would be a forward and backward for nothing. weights: each row counts that
+    much towards `size` (a packed row counts its turns). max_tokens with lengths (each row's tokens): a chunk also holds at most that many
     padded tokens, its rows x its longest row. A chunk holds at least one row."""
     chunks, cur, used, width = [], [], 0, 0
     for i, r in enumerate(rows):
@@ -96,8 +98,13 @@ def lockstep_chunks(rows: list, size: int, dummy=0, weights: list | None = None,
         cur.append(r)
         used, width = used + w, max(width, n)
     chunks += [(cur, 1.0)] if cur else []
+    if not _lockstep:  # shard() under trainer.strategy replicate: no forward is a collective
+        return chunks
     n = int(max(gather_objects(len(chunks))))
     return chunks + [([dummy], 0.0)] * (n - len(chunks))
+
+
+_lockstep = True  # whether lockstep_chunks pads ranks to one count; shard() clears it for a replicated model
 
 
 def backward(loss):
@@ -122,9 +129,12 @@ def shard(model, strategy: str = "fsdp2"):
     """Under torchrun, how the model is spread over the ranks (trainer.strategy). fsdp2: each decoder layer,
     then the root, is sharded (every forward and backward gathers the layer's weights). replicate: every rank
     keeps the whole model; the frozen base is never gathered or reduced, and only the trainable gradients are
-    averaged, once per optimizer step (average_grads)."""
+    averaged, once per optimizer step (average_grads), and ranks run only their own micro-batches
+    (lockstep_chunks pads none)."""
+    global _lockstep
     if not dist.is_initialized():
         return
+    _lockstep = strategy == "fsdp2"
     if strategy == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:

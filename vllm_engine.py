@@ -86,6 +86,10 @@ class VLLMEngine:
       KV-only release (`sleep(level=0)` + `release_kv_cache_memory`) refuses in process: a finished
       request stays in the scheduler until its next step. On CPU vLLM has no sleep mode: the engine core
       pauses and resumes, its worker frees nothing.
+    - Requests carry their own seeds (SamplingParams.seed: a resumed run draws the same tokens). vLLM 0.32's V1
+      sampler draws each seeded row's noise in a Python loop, one kernel a row (what the CPU runs); on GPUs
+      with Triton its default Model Runner V2 draws every row's Gumbel noise from its seed in one kernel
+      (vllm/v1/worker/gpu/sample/gumbel.py), so seeds cost no loop there. Not measured here.
     Needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here) so the engine core lives in this process.
     """
 

@@ -55,10 +55,11 @@ def _spread(r, strategy):
     net = Net()
     net.model.layers[1].requires_grad_(False)  # frozen: every rank's own (in troupe: read from the same files)
     collectives.shard(net, strategy)
+    chunks = collectives.lockstep_chunks(list(range(3 if r == 0 else 1)), 1, dummy=-1)  # rank 1 has fewer rows
     if strategy == "fsdp2":
-        return sorted({type(p).__name__ for p in net.parameters()})
+        return sorted({type(p).__name__ for p in net.parameters()}), chunks
     return (sorted({type(p).__name__ for p in net.parameters()}), float(net.model.layers[0].weight.sum()),
-            float(net.model.layers[1].weight.sum()))
+            float(net.model.layers[1].weight.sum()), chunks)
 
 
 def _fsdp2(r):
@@ -70,11 +71,16 @@ def _replicate(r):
 
 
 def test_replicate_leaves_every_rank_the_whole_model_where_fsdp2_shards_it():
-    assert on_two_ranks(_fsdp2)[0] == ["DTensor"]
+    """...and so only FSDP2's ranks run in lockstep: under replicate no forward is a collective, and a rank with
+    fewer rows runs only its own micro-batches, no zero-weight dummies."""
+    fsdp = on_two_ranks(_fsdp2)
+    assert fsdp[0][0] == ["DTensor"]
+    assert fsdp[1][1] == [([0], 1.0), ([-1], 0.0), ([-1], 0.0)]  # padded to rank 0's three
     got = on_two_ranks(_replicate)
     assert got[0][0] == got[1][0] == ["Parameter"]
     assert got[0][1] == got[1][1]  # the trainable weights are rank 0's on both
     assert got[0][2] != got[1][2]  # nothing frozen was sent
+    assert got[0][3] == [([0], 1.0), ([1], 1.0), ([2], 1.0)] and got[1][3] == [([0], 1.0)]
 
 
 def _clip_mixed(r):

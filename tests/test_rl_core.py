@@ -673,8 +673,11 @@ def test_every_estimator_learns_the_toy_reward(tmp_path, estimator):
 
 def test_two_ranks_equal_one_with_real_advantages(tmp_path):
     common = ["--config", TOY, "--trainer.total-steps", "3", "--trainer.save-freq", "3", "--lora.dropout", "0.05",
-              "--algo.mini-batch-size", "64", "--algo.micro-batch-size", "4", "--trainer.resume", "none"]
-    # one mini-batch per step: with several, the random split into mini-batches differs between 1 and 2 ranks
+              "--algo.mini-batch-size", "64", "--algo.micro-batch-size", "4", "--trainer.resume", "none",
+              "--data.batch-size", "7"]
+    # one mini-batch per step: with several, the random split into mini-batches differs between 1 and 2 ranks.
+    # 7 tasks: rank 0 rolls out 4 (16 turns, 4 micro-batches), rank 1 3 (12 turns, 3): under FSDP2 rank 1 runs a
+    # zero-weight dummy to stay in lockstep, under replicate it does not (tests/test_collectives.py)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, str(ROOT / "train.py"), *common, "--trainer.output-dir", str(tmp_path / "one")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
