@@ -231,6 +231,13 @@ class AlgoConfig:
     """also cap each forward/backward at this many padded tokens (rows x the longest row, prompt included:
     what memory and time scale with), verl's dynamic batch size: short turns go many to a micro-batch, long
     ones few; a row longer than the cap gets a micro-batch of its own. None: rows only (micro_batch_size)"""
+    logits_chunk_tokens: int = 256
+    """the update's vocabulary projection (old and new logprobs, entropy) runs this many tokens at a time, each
+    chunk recomputed in backward, so no micro-batch ever holds its whole (tokens x vocabulary) logits with their
+    fp32 copy and gradients (~12 bytes a token and vocabulary entry: 60 GB at 8 x 4,096 tokens and Qwen's 152k
+    vocabulary), for one more pass of the head's matmul in backward (ppo.HeadLogprobs; bench/logits_chunk.py on
+    CPU: 0.36x the update's peak at 1.06x its time for 4-row micro-batches, 0.17x at 0.72x for 8 rows of ~300
+    tokens). 0 = whole logits (the reference). Whole logits anyway for kl_kind full and a LoRA on lm_head"""
     pack_turns: bool = True
     """turns of one adapter that extend one another (a later turn's prompt starts with an earlier turn's
     prompt + reply: a tool agent's next step, a researcher's next round, another role on a shared adapter
@@ -308,6 +315,7 @@ class AlgoConfig:
     def check(self):
         if self.micro_batch_tokens is not None:
             at_least("algo", [("micro_batch_tokens", self.micro_batch_tokens, 1)])
+        at_least("algo", [("logits_chunk_tokens", self.logits_chunk_tokens, 0)])
         at_least("algo", [("mini_batch_size", self.mini_batch_size, 1), ("micro_batch_size", self.micro_batch_size, 1),
                            ("ppo_epochs", self.ppo_epochs, 1), ("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, 0),
                            ("warmup_steps", self.warmup_steps, 0)])

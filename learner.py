@@ -3,6 +3,8 @@ the optimizer lives here, on top of the math in ppo.py:
 
   AdapterBatch        one adapter's turns as right-padded tensors (mask = 1 on tokens it generated)
   score            old / reference logprobs under an adapter (None = the base), in micro-batches
+  forward_logprobs a micro-batch's token logprobs and entropies through the vocabulary projection in chunks
+                   of tokens (algo.logits_chunk_tokens; ppo.head_logprobs): never the whole logits
   advantages       token rewards (outcome on the last token, minus the KL when it is in the reward)
                    -> ppo.ADVANTAGES[the adapter's estimator]
   informative, mixed_label_groups, dapo_batch
@@ -194,23 +196,55 @@ class Packed:
         return t[rows] * ((cols >= first) & (cols <= last))
 
 
+def _micro_ids(pieces: list[tuple[AdapterBatch, list[int]]], device):
+    """One micro-batch's ids (b, L) on the device, its first generated column `start`, L and the rows' temperatures."""
+    L = max(batch.rows_len[r] for batch, rows in pieces for r in rows)
+    ids = torch.cat([batch.micro(rows, L)[0] for batch, rows in pieces])
+    start = min(batch.first[r] for batch, rows in pieces for r in rows)
+    temps = to_device(torch.cat([batch.temps[rows] for batch, rows in pieces]), device)
+    return to_device(ids, device), start, L, temps
+
+
 def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
     """ONE forward over rows of one or more AdapterBatches, padded together; each row wears the adapter
     already set (lora.set_adapter / set_row_adapters). Logits are computed only from the first
     generated column on (`logits_to_keep`: prompt columns never reach the vocabulary projection).
     Returns (logits (b, T - start, V) / temperature, targets (b, T - start), start, T): column j is
     target column start + j of the batch."""
-    L = max(batch.rows_len[r] for batch, rows in pieces for r in rows)
-    parts = [batch.micro(rows, L) for batch, rows in pieces]
-    ids = torch.cat([p[0] for p in parts])
-    start = min(batch.first[r] for batch, rows in pieces for r in rows)
-    temps = to_device(torch.cat([batch.temps[rows] for batch, rows in pieces]), device)
+    ids, start, L, temps = _micro_ids(pieces, device)
     # no attention mask: rows are right-padded and attention is causal, so no real token sees a pad, and
     # positions count from 0 as the mask would make them; with a mask, transformers asks the device
     # whether any row is padded (a host sync in every micro-batch of the update)
-    ids = to_device(ids, device)
     logits = model(input_ids=ids, logits_to_keep=L - start).logits[:, :-1]
     return logits.float() / temps[:, None, None], ids[:, start + 1:], start, L - 1
+
+
+def head_weight(model, cfg: Config):
+    """The vocabulary projection's weight when the update may apply it in chunks (algo.logits_chunk_tokens > 0,
+    no full-vocabulary KL in the loss, a plain lm_head), else None. Under FSDP2 gathered whole, once per call:
+    a collective every rank joins, outside the micro-batch loops."""
+    a = cfg.algo
+    full_kl = a.kl_coef > 0 and not a.kl_in_reward and a.kl_kind == "full"
+    if not a.logits_chunk_tokens or full_kl or type(model.lm_head) is not torch.nn.Linear:
+        return None
+    W = model.lm_head.weight
+    return (W.full_tensor() if hasattr(W, "full_tensor") else W).detach()
+
+
+def forward_logprobs(model, pieces: list[tuple[AdapterBatch, list[int]]], device, W, chunk_tokens: int):
+    """forward_logits' forward, the logits never made whole: each token's logprob of its target and its entropy,
+    (b, T - start) fp32 each, with targets, start and T. The final norm's output is taken by a hook (the model
+    projects one column) and goes through W chunk_tokens tokens at a time (ppo.head_logprobs)."""
+    ids, start, L, temps = _micro_ids(pieces, device)
+    got = []
+    hook = model.get_decoder().norm.register_forward_hook(lambda mod, args, out: got.append(out))
+    try:
+        model(input_ids=ids, logits_to_keep=1)  # no attention mask: as forward_logits
+    finally:
+        hook.remove()
+    h, targets = got[-1][:, start:L - 1], ids[:, start + 1:]
+    logp, ent = ppo.head_logprobs(h, W, targets, temps, chunk_tokens)
+    return logp, ent, targets, start, L - 1
 
 
 @torch.no_grad()
@@ -219,15 +253,19 @@ def score(model, batch: AdapterBatch, adapter, cfg, device, full_kl_to_ref=False
     full_kl_to_ref: instead, the exact KL(adapter || ref) over the vocabulary per token (ref None = the base)."""
     out = torch.zeros_like(batch.sample_logp)
     order = by_length(batch, range(len(batch.samples)))
+    W = None if full_kl_to_ref else head_weight(model, cfg)
     for rows, w in lockstep_chunks(order, cfg.algo.micro_batch_size, weights=[batch.row_turns[i] for i in order],
                                    lengths=[batch.rows_len[i] for i in order], max_tokens=cfg.algo.micro_batch_tokens):
         lora.set_adapter(model, adapter)
-        logits, tgt, start, T = forward_logits(model, [(batch, rows)], device)
-        if full_kl_to_ref:
-            lora.set_adapter(model, ref)
-            val = ppo.full_kl(logits, forward_logits(model, [(batch, rows)], device)[0])
+        if W is not None:
+            val, _, _, start, T = forward_logprobs(model, [(batch, rows)], device, W, cfg.algo.logits_chunk_tokens)
         else:
-            val = ppo.token_logprobs(logits, tgt)
+            logits, tgt, start, T = forward_logits(model, [(batch, rows)], device)
+            if full_kl_to_ref:
+                lora.set_adapter(model, ref)
+                val = ppo.full_kl(logits, forward_logits(model, [(batch, rows)], device)[0])
+            else:
+                val = ppo.token_logprobs(logits, tgt)
         if w:
             out[rows, start:T] = val.cpu()
     return out
@@ -339,21 +377,21 @@ class UpdateStats:
     skipped: int = 0
 
 
-def adapter_loss(part: AdapterUpdate, rows, logits, targets, start, T, weight, on_policy, denom, cfg, kl_coef, ref_logits,
-                 device):
+def adapter_loss(part: AdapterUpdate, rows, logp, entropy, logits, start, T, weight, on_policy, denom, cfg, kl_coef,
+                 ref_logits, device):
     """One adapter's loss on its rows of a micro-batch: the clipped policy term, minus the entropy bonus,
-    plus the KL term when the KL is in the loss. Returns (loss, its token-weighted sums, the max ratio), the
+    plus the KL term when the KL is in the loss. logp, entropy: each token's (b, T - start); logits: the
+    whole logits, only for kl_kind full (else None). Returns (loss, its token-weighted sums, the max ratio), the
     sums and the ratio as detached device tensors: nothing here waits for the device.
     on_policy: this forward IS the policy that sampled (first mini-batch of the first epoch): ratio 1."""
     a = cfg.algo
     (clip_low, clip_high), agg, norm_len = a.clip, a.agg, part.batch.norm_len
-    logp = ppo.token_logprobs(logits, targets)  # (b, T - start)
     mask = to_device(window(part.batch.mask, rows, start, T), device) * weight
     old_logp = logp.detach() if on_policy else to_device(window(part.old_logp, rows, start, T), device)
     advantages = to_device(window(part.adv, rows, start, T), device)
     pg_loss, pg_stats = ppo.LOSSES[a.policy_loss](logp, old_logp, advantages, mask, clip_low, clip_high, a.dual_clip,
                                                   agg, denom, norm_len)
-    entropy = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), mask)  # a metric always
+    entropy = (entropy if a.entropy_coef > 0 else entropy.detach()) * mask  # a metric always
     loss = pg_loss - a.entropy_coef * ppo.agg_loss(entropy, mask, agg, denom, norm_len)
     n = mask.sum()
     sums = {"pg_loss": pg_loss.detach(), "tokens": n, "entropy": (entropy.detach() * mask).sum(),
@@ -407,6 +445,7 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
     model.train()  # policy adapters have no dropout, so this forward is the network old_logp came from
     lora.set_adapter(model, parts[0].adapter if len(parts) == 1 else None)
     params = {p.adapter: lora.adapter_parameters(model, p.adapter) for p in parts}
+    W = head_weight(model, cfg)  # None: whole logits
     n_rows = {p.adapter: len(p.batch.samples) for p in parts}
     n_mb = {p.adapter: max(1, math.ceil(n / a.mini_batch_size)) for p, n in zip(parts, all_sum([float(n_rows[p.adapter]) for p in parts]))}
     stats = {p.adapter: UpdateStats(lr=p.opt.param_groups[0]["lr"]) for p in parts}
@@ -428,16 +467,23 @@ def policy_update(model, parts: list[AdapterUpdate], cfg, device, kl_coef) -> di
                 pieces = [(p, [r for q, r in chunk if q is p]) for p in mb if any(q is p for q, _ in chunk)]
                 if len(parts) > 1:
                     lora.set_row_adapters(model, [p.adapter for p, rs in pieces for _ in rs])
-                logits, targets, start, T = forward_logits(model, [(p.batch, rs) for p, rs in pieces], device)
-                ref_logits = reference_logits(model, pieces, parts, device) if a.kl_coef > 0 and not a.kl_in_reward \
-                    and a.kl_kind == "full" else None
+                if W is not None:
+                    logits, ref_logits = None, None
+                    logp, ent, targets, start, T = forward_logprobs(model, [(p.batch, rs) for p, rs in pieces], device,
+                                                                    W, a.logits_chunk_tokens)
+                else:
+                    logits, targets, start, T = forward_logits(model, [(p.batch, rs) for p, rs in pieces], device)
+                    logp = ppo.token_logprobs(logits, targets)  # (b, T - start)
+                    ent = ppo.entropy(logits if a.entropy_coef > 0 else logits.detach(), 1.0)
+                    ref_logits = reference_logits(model, pieces, parts, device) if a.kl_coef > 0 and not a.kl_in_reward \
+                        and a.kl_kind == "full" else None
                 loss, off = 0.0, 0
                 for p, rs in pieces:  # each adapter's own loss on its own rows
                     sl = slice(off, off + len(rs))
                     off += len(rs)
-                    part_loss, sums, ratio_max = adapter_loss(p, rs, logits[sl], targets[sl], start, T, weight,
-                                                              epoch == 0 and k == 0, denom[p], cfg, kl_coef,
-                                                              None if ref_logits is None else ref_logits[sl], device)
+                    part_loss, sums, ratio_max = adapter_loss(p, rs, logp[sl], ent[sl], None if logits is None else logits[sl],
+                                                              start, T, weight, epoch == 0 and k == 0, denom[p], cfg,
+                                                              kl_coef, None if ref_logits is None else ref_logits[sl], device)
                     nonfinite[p] = ~torch.isfinite(part_loss.detach()) | nonfinite[p]
                     for key, v in sums.items():
                         stats[p.adapter].sums[key] = stats[p.adapter].sums[key] + v  # not +=: v may share the loss's storage

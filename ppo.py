@@ -23,6 +23,10 @@ whose expectation on-policy is the gradient of KL(pi || ref); k1's and k3's are 
 coefficient) or in the reward (Fixed or Adaptive controller, fed as verl feeds it:
 `sequence_mean_kl`).
 
+Token logprobs and entropies: `token_logprobs` and `entropy` from logits; `head_logprobs` from the final
+hidden states and the vocabulary projection's weight, by chunks of tokens with a hand-written backward
+(`HeadLogprobs`), so the whole (tokens x vocabulary) logits never exist (algo.logits_chunk_tokens).
+
 Losses return (loss, metrics): `policy_loss` (PPO clip with separate low/high epsilon, dual-clip),
 `gspo_loss` (sequence-level ratio), `value_loss` (clipped), `entropy`, all aggregated by `agg_loss`.
 
@@ -570,6 +574,59 @@ def token_logprobs(logits, targets, temperature=1.0, chunk_rows=1024):
             x = x / temperature
         outs.append(torch.gather(x, -1, tgt[i:i + chunk_rows, None]).squeeze(-1) - torch.logsumexp(x, -1))
     return torch.cat(outs).reshape(shape)
+
+
+def head_logprobs(h, W, targets, temps, chunk_tokens: int):
+    """log softmax(h W^T / temperature)[target] and the entropy of softmax(h W^T / temperature) per token, from the
+    final hidden states h (b, n, d) (learner.forward_logprobs), chunk_tokens tokens at a time (HeadLogprobs): at
+    most one chunk's (chunk_tokens, vocabulary) logits exist at a time, forward or backward. (b, n) fp32 each; the numbers
+    ppo.token_logprobs and ppo.entropy give on forward_logits' logits, and their gradients."""
+    b, n, d = h.shape
+    lp, ent = HeadLogprobs.apply(h.reshape(-1, d), W, targets.reshape(-1), temps[:, None].expand(b, n).reshape(-1),
+                                 chunk_tokens)
+    return lp.view(b, n), ent.view(b, n)
+
+
+class HeadLogprobs(torch.autograd.Function):
+    """Token logprobs and entropies through the frozen vocabulary projection W, by chunks of tokens, with a
+    hand-written backward that recomputes each chunk's logits: nothing (tokens x vocabulary) is saved, and
+    a chunk's backward holds two fp32 (chunk x vocabulary) buffers, worked on in place (float64 for a float64
+    input: what gradcheck needs). With z the chunk's
+    logits / temperature, log p = z - logsumexp(z), H = -sum p log p:
+        d log p_y / dz = onehot(y) - p,    dH / dz = -p (log p + H),
+    so dL/dz = -p (g_lp + g_H (log p + H)) + g_lp onehot(y), and dL/dh = (dL/dz / temperature) W.
+    W gets no gradient (the base is frozen; learner.head_weight hands over a detached weight)."""
+
+    @staticmethod
+    def forward(ctx, h, W, tgt, t, chunk):
+        acc = torch.promote_types(h.dtype, torch.float32)  # fp32 for a bf16 or fp32 model (float64 stays)
+        lps, ents, lses = (torch.empty(h.shape[0], device=h.device, dtype=acc) for _ in range(3))
+        for i in range(0, h.shape[0], chunk):
+            j = slice(i, i + chunk)
+            z = F.linear(h[j], W).to(acc).div_(t[j, None])
+            lse = torch.logsumexp(z, -1)
+            lps[j] = z.gather(-1, tgt[j, None]).squeeze(-1) - lse
+            logp = z.sub_(lse[:, None])
+            ents[j] = -torch.bmm(logp.exp()[:, None], logp[:, :, None]).view(-1)
+            lses[j] = lse
+        ctx.save_for_backward(h, W, tgt, t, lses, ents)
+        ctx.chunk = chunk
+        return lps, ents
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        h, W, tgt, t, lses, ents = ctx.saved_tensors
+        g_lp = torch.zeros_like(lses) if g_lp is None else g_lp.to(lses.dtype)
+        g_ent = torch.zeros_like(lses) if g_ent is None else g_ent.to(lses.dtype)
+        grad = torch.empty_like(h)
+        for i in range(0, h.shape[0], ctx.chunk):
+            j = slice(i, i + ctx.chunk)
+            logp = F.linear(h[j], W).to(lses.dtype).div_(t[j, None]).sub_(lses[j, None])
+            p = logp.exp()
+            dz = logp.add_(ents[j, None]).mul_(g_ent[j, None]).add_(g_lp[j, None]).mul_(p).neg_()
+            dz.scatter_add_(-1, tgt[j, None], g_lp[j, None])
+            grad[j] = F.linear(dz.div_(t[j, None]).to(W.dtype), W.t())
+        return grad, None, None, None, None
 
 
 def explained_variance(values, returns, mask):

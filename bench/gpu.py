@@ -200,15 +200,16 @@ def static_equals_eager(device, capture) -> bool:
     return [r.completion_ids for r in a] == [r.completion_ids for r in b]
 
 
-def update_setup(m, rows_per_adapter, prompt_len, reply_len, micro):
+def update_setup(m, rows_per_adapter, prompt_len, reply_len, micro, chunk=256):
     """A fused 3-adapter update on random tokens -> (config, parts()): each call of parts() makes a fresh batch of
-    rows_per_adapter rows per adapter (prompt ~prompt_len, reply ~reply_len) for learner.policy_update."""
+    rows_per_adapter rows per adapter (prompt ~prompt_len, reply ~reply_len) for learner.policy_update.
+    chunk: algo.logits_chunk_tokens (0 = whole logits)."""
     from learner import AdapterBatch
     from config import AlgoConfig, Config, LoRAConfig, RoleConfig
     roles = tuple(RoleConfig(n, max_tokens=reply_len) for n in ADAPTERS)
     cfg = Config(roles=roles, lora=LoRAConfig(rank=16, alpha=32, dropout=0.0, targets=TARGETS),
                  algo=AlgoConfig(adv_estimator="grpo", mini_batch_size=rows_per_adapter, micro_batch_size=micro,
-                                 ppo_epochs=1, fused_update=True))
+                                 ppo_epochs=1, fused_update=True, logits_chunk_tokens=chunk))
     g = torch.Generator().manual_seed(0)
     V = m.config.vocab_size
     opts = {n: torch.optim.AdamW(lora.adapter_parameters(m, n), lr=1e-5) for n in ADAPTERS}
@@ -230,9 +231,10 @@ def update_setup(m, rows_per_adapter, prompt_len, reply_len, micro):
     return cfg, parts
 
 
-def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats):
-    """Seconds per fused policy_update (3 adapters) and its model FLOPs."""
-    cfg, parts = update_setup(m, rows_per_adapter, prompt_len, reply_len, micro)
+def train_bench(m, device, rows_per_adapter, prompt_len, reply_len, micro, repeats, chunk=256):
+    """Seconds per fused policy_update (3 adapters) and its model FLOPs (the chunked head's recomputation in
+    backward not counted: the same model FLOPs either way)."""
+    cfg, parts = update_setup(m, rows_per_adapter, prompt_len, reply_len, micro, chunk)
     m.train()
     ps = parts()
     learner.policy_update(m, ps, cfg, device, 0.0)  # warm-up

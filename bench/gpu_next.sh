@@ -14,6 +14,7 @@
 #   P. kernel profile of one decode step (graph replays and the same static step run eagerly): kernels/step,
 #      summed kernel time/step vs wall ms/step (the launch-bound share), top kernels, the attention kernel's name.
 #   B. the fused 3-adapter update (bench/gpu.py's train_bench): micro-batch 8 (published: 3.44 s, 6.9% MFU) vs 32,
+#      each with the chunked vocabulary projection (algo.logits_chunk_tokens 256) and with whole logits (0),
 #      and 8 with gradient checkpointing (what configs/math_3agent.py turns on); MFU + peak memory; plus (part U) a
 #      profile of a 3-micro-batch update: kernel-time sum vs wall (host-bound or not), launches and device->host syncs,
 #      with its host-to-device copies pinned (what the learner does) and pageable, side by side.
@@ -264,24 +265,28 @@ for B in BATCHES if "A" in PARTS else ():
 
 # ---- B: the fused update ---------------------------------------------------------------------------------------
 ROWS, TP, TR = (4, 12, 8) if SMOKE else (32, 256, 256)
-for micro, ckpt in ([(4, False), (4, True)] if SMOKE else [(8, False), (32, False), (8, True)]) if "B" in PARTS else ():
+# chunk: algo.logits_chunk_tokens (0 = whole logits, the code before 2026-12-05), side by side at micro-batch 8 and 32
+UPDATES = [(4, False, 4), (4, False, 0), (4, True, 4)] if SMOKE else \
+    [(8, False, 256), (8, False, 0), (32, False, 256), (32, False, 0), (8, True, 256)]
+for micro, ckpt, chunk in UPDATES if "B" in PARTS else ():
     if time.perf_counter() - t_start > DEADLINE * 0.5:
-        res["errors"].append(f"update micro={micro} ckpt={ckpt}: skipped, harness time"); continue
+        res["errors"].append(f"update micro={micro} ckpt={ckpt} chunk={chunk}: skipped, harness time"); continue
     try:
         peak_reset()
         if ckpt:
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        t, flops, prime = G.train_bench(m, dev, ROWS, TP, TR, micro, 1 if SMOKE else 2)
+        t, flops, prime = G.train_bench(m, dev, ROWS, TP, TR, micro, 1 if SMOKE else 2, chunk)
         if ckpt:
             m.gradient_checkpointing_disable()
-        row = dict(micro=micro, grad_ckpt=ckpt, step_s=t, tflops=flops / t / 1e12, mfu_pct=100 * flops / t / 1e12 / PEAK,
-                   prime_mfu_pct=100 * prime / t / 1e12 / PEAK,
+        row = dict(micro=micro, grad_ckpt=ckpt, logits_chunk_tokens=chunk, step_s=t, tflops=flops / t / 1e12,
+                   mfu_pct=100 * flops / t / 1e12 / PEAK, prime_mfu_pct=100 * prime / t / 1e12 / PEAK,
                    peak_GB=peak_gb())
         res["update"].append(row)
-        print(f"[{time.perf_counter() - t_start:.0f}s] update micro={micro} ckpt={ckpt}: {t:.3f} s, {row['tflops']:.1f} TFLOP/s, "
-              f"MFU {row['mfu_pct']:.1f}% (prime-rl's count {row['prime_mfu_pct']:.1f}%), peak {row['peak_GB']:.1f} GB", flush=True)
+        print(f"[{time.perf_counter() - t_start:.0f}s] update micro={micro} ckpt={ckpt} chunk={chunk}: {t:.3f} s, "
+              f"{row['tflops']:.1f} TFLOP/s, MFU {row['mfu_pct']:.1f}% (prime-rl's count {row['prime_mfu_pct']:.1f}%), "
+              f"peak {row['peak_GB']:.1f} GB", flush=True)
     except Exception as e:  # noqa: BLE001
-        res["errors"].append(f"update micro={micro} ckpt={ckpt}: {type(e).__name__}: {e}")
+        res["errors"].append(f"update micro={micro} ckpt={ckpt} chunk={chunk}: {type(e).__name__}: {e}")
         traceback.print_exc()
         if dev.type == "cuda":
             torch.cuda.empty_cache()
@@ -393,9 +398,11 @@ for r in res["profile"]:
         L.append(f"| {r['what']} | {r['kernels']} | {r['kernel_ms']:.0f} ms of {r['wall_ms']:.0f} ms wall ({r['gpu_busy_pct']:.0f}%) | "
                  f"{r['launches']} | {r['syncs']} | {'; '.join(f'{k} x{n}' for k, n, _ in r['top'][:4])} |")
 L += [f"\n## B. fused update, 3 adapters x {ROWS} rows (prompt ~{TP}, reply ~{TR}), peak {PEAK:.0f} TFLOP/s\n",
-      "| micro-batch | grad ckpt | step s | TFLOP/s | MFU | MFU, prime-rl's LoRA count | peak GB |", "|---|---|---|---|---|---|---|"]
+      "| micro-batch | grad ckpt | logits chunk | step s | TFLOP/s | MFU | MFU, prime-rl's LoRA count | peak GB |",
+      "|---|---|---|---|---|---|---|---|"]
 for r in res["update"]:
-    L.append(f"| {r['micro']} | {r['grad_ckpt']} | {r['step_s']:.3f} | {r['tflops']:.1f} | {r['mfu_pct']:.1f}% | {r['prime_mfu_pct']:.1f}% | {r['peak_GB']:.1f} |")
+    L.append(f"| {r['micro']} | {r['grad_ckpt']} | {r['logits_chunk_tokens'] or 'whole'} | {r['step_s']:.3f} | {r['tflops']:.1f} | "
+             f"{r['mfu_pct']:.1f}% | {r['prime_mfu_pct']:.1f}% | {r['peak_GB']:.1f} |")
 if res["errors"]:
     L += ["\nerrors:"] + [f"- {x}" for x in res["errors"]]
 with open(os.path.join(OUT, "summary.md"), "a") as f:

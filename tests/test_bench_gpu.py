@@ -125,11 +125,11 @@ def test_train_step_bench_runs_the_current_update_on_the_run_object_train_builds
 
 
 def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
-    """bench/gpu_next.sh's CPU smoke form (SMOKE=1: tiny shapes, no capture) of parts F, P and U: the plain static step and
+    """bench/gpu_next.sh's CPU smoke form (SMOKE=1: tiny shapes, no capture) of parts B, F, P and U: the plain static step and
     rollout.fuse's compiled one, side by side, with the fused rows' tokens checked against the plain step's, and the
     small update with pinned and with pageable copies. The GPU figures in docs/benchmarks.md come from the same
     script on a GPU."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "SMOKE": "1", "PARTS": "FPU",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "SMOKE": "1", "PARTS": "BFPU",
            "FORMS": "none", "OUT": str(tmp_path), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_next.sh")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600, check=False)
@@ -149,7 +149,24 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     ups = [p for p in res["profile"] if "copies" in p]
     assert [p["copies"] for p in ups] == ["pinned", "pageable"] and all(len(p["walls_ms"]) == 3 for p in ups), ups
     assert "pageable copies" in summary
+    # part B: the update with the chunked vocabulary projection and with whole logits, side by side
+    assert [(u["micro"], u["grad_ckpt"], u["logits_chunk_tokens"]) for u in res["update"]] == [
+        (4, False, 4), (4, False, 0), (4, True, 4)] and all(u["step_s"] > 0 for u in res["update"]), res["update"]
+    assert "| 4 | False | whole |" in summary
     # part P: each fused row profiled on its own engine, and PROFILES' cell (SMOKE: "1x3:static-eager")
     profiled = [(p["batch"], p["adapters"], p["mode"]) for p in res["profile"] if "mode" in p]
     assert profiled == [(1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "fused-3mm"), (4, 3, "fused"),
                         (1, 3, "static-eager")], profiled
+
+
+def test_logits_chunk_bench_runs_both_forms_and_they_train_alike():
+    """bench/logits_chunk.py, cut to seconds: the chunked vocabulary projection and whole logits, each in its own
+    process, the same pg_loss (the same update), a peak and a time for each."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "logits_chunk.py"), "--chunks", "8,0", "--rows", "1",
+                        "--micro", "1", "--prompt", "8", "--reply", "16", "--layers", "1", "--repeats", "1"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in r.stdout.splitlines() if line.startswith("| 8 ") or line.startswith("| whole ")]
+    assert [x[0].strip() for x in rows] == ["8", "whole"], r.stdout
+    assert rows[0][3] == rows[1][3] and all(float(x[1]) > 0 and float(x[2]) >= 0 for x in rows), r.stdout

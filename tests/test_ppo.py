@@ -351,6 +351,30 @@ def test_entropy_and_token_logprobs():
     close(ppo.token_logprobs(logits.detach(), tgt, temperature=0.7, chunk_rows=4), want)
 
 
+def test_head_logprobs_equal_the_whole_logits_and_their_hand_written_gradient_is_autograds():
+    """ppo.head_logprobs / HeadLogprobs, by chunks of 3 tokens (7 tokens: a short last chunk), against
+    log_softmax and the entropy on the whole logits h W^T / temperature, per-row temperatures; its backward
+    (written by hand, recomputing each chunk) checked by torch.autograd.gradcheck in float64 with weights on
+    both outputs, the logprob and the entropy."""
+    g = torch.Generator().manual_seed(3)
+    b, n, d, V = 2, 4, 5, 11
+    h = torch.randn(b, n, d, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(V, d, generator=g, dtype=torch.float64)
+    tgt = torch.randint(0, V, (b, n), generator=g)
+    temps = torch.tensor([1.0, 0.7], dtype=torch.float64)
+    lp, ent = ppo.head_logprobs(h, W, tgt, temps, 3)
+    z = (h @ W.T) / temps[:, None, None]
+    logp = torch.log_softmax(z, -1)
+    close(lp.double(), logp.gather(-1, tgt[..., None])[..., 0])
+    close(ent.double(), -(logp.exp() * logp).sum(-1))
+    wl, we = torch.randn(b * n, generator=g, dtype=torch.float64), torch.randn(b * n, generator=g, dtype=torch.float64)
+
+    def f(x):  # in float64 throughout: HeadLogprobs computes in float64 for a float64 input
+        lp, ent = ppo.HeadLogprobs.apply(x, W, tgt.reshape(-1), temps[:, None].expand(b, n).reshape(-1), 3)
+        return (lp * wl).sum() + (ent * we).sum()
+    assert torch.autograd.gradcheck(f, (h.detach().reshape(-1, d).requires_grad_(),), eps=1e-6, atol=1e-5)
+
+
 def test_explained_variance():
     r = torch.tensor([[1., 2., 3., 4.]])
     assert ppo.explained_variance(r, r, torch.ones(1, 4)) == 1.0

@@ -182,6 +182,80 @@ def test_fused_update_equals_updating_adapters_one_by_one(tiny, algo):
 
 
 
+@pytest.mark.parametrize("algo, checkpointing", [
+    (dict(), False), (dict(), True), (dict(entropy_coef=0.05), False), (dict(kl_coef=0.5, kl_kind="low_var_kl+"), False),
+    (dict(policy_loss="gspo", ppo_epochs=2, mini_batch_size=3, micro_batch_size=2), False)])
+def test_the_chunked_head_gives_the_update_whole_logits_give(tiny, algo, checkpointing):
+    """algo.logits_chunk_tokens: the vocabulary projection run 5 tokens at a time (recomputed in backward) gives the
+    logprobs, entropies, metrics and updated weights the whole (b, T, V) logits give (0), for a fused update of two
+    adapters at temperatures 1 and 0.7, with and without gradient checkpointing (math_3agent's); and the old
+    logprobs (learner.score) too."""
+    m, tok = tiny
+    if checkpointing:
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora.add_lora(m, ["a", "b", "ref"], rank=4, alpha=8)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(m, "a") + lora.adapter_parameters(m, "b"):
+            p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    out = []
+    for chunk in (5, 0):
+        mm = __import__("copy").deepcopy(m)
+        parts = two_adapter_parts(mm, tok, ref="ref")
+        parts[1].batch.temps[:] = 0.7
+        cfg = Config(algo=AlgoConfig(**{"micro_batch_size": 4, "mini_batch_size": 64, "logits_chunk_tokens": chunk, **algo}))
+        assert (learner.head_weight(mm, cfg) is None) == (chunk == 0)
+        old = learner.score(mm, parts[1].batch, "b", cfg, torch.device("cpu"))
+        metrics = learner.policy_update(mm, parts, cfg, torch.device("cpu"), 0.5)
+        out.append((old, metrics, [torch.cat([p.detach().flatten() for p in lora.adapter_parameters(mm, x)]) for x in "ab"]))
+    (old5, met5, w5), (old0, met0, w0) = out
+    torch.testing.assert_close(old5, old0, rtol=1e-5, atol=1e-5)
+    for x, y, before in zip(w5, w0, ("a", "b")):
+        assert not torch.equal(x, torch.cat([p.detach().flatten() for p in lora.adapter_parameters(m, before)]))
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)
+    for name in "ab":
+        assert met5[name].keys() == met0[name].keys()
+        for k, v in met0[name].items():
+            assert met5[name][k] == pytest.approx(v, rel=1e-4, abs=1e-6), (name, k)
+
+
+def test_the_chunked_head_never_holds_a_micro_batchs_whole_logits(tiny):
+    """What algo.logits_chunk_tokens is for, counted: during a fused update no tensor with a vocabulary-sized last
+    dimension has more rows than the chunk (or the micro-batch's rows, for the one column the model still projects);
+    with whole logits (0) some tensor holds every token of the micro-batch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Widest(TorchDispatchMode):
+        def __init__(self, vocab):
+            super().__init__()
+            self.vocab, self.rows = vocab, 0
+
+        SHAPES = {"t", "transpose", "expand", "view", "_unsafe_view", "permute", "slice", "select", "unsqueeze",
+                  "squeeze", "as_strided", "detach", "alias"}  # W.t(), the attention mask's expand: no new numbers
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == self.vocab and \
+                        func.overloadpacket.__name__ not in self.SHAPES:
+                    self.rows = max(self.rows, t.numel() // self.vocab)
+            return out
+
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
+    vocab = m.lm_head.weight.shape[0]
+    rows = {}
+    for chunk in (4, 0):
+        mm = __import__("copy").deepcopy(m)
+        parts = two_adapter_parts(mm, tok)
+        cfg = Config(algo=AlgoConfig(micro_batch_size=6, mini_batch_size=64, logits_chunk_tokens=chunk, entropy_coef=0.01))
+        with Widest(vocab) as w:
+            learner.policy_update(mm, parts, cfg, torch.device("cpu"), 0.0)
+        rows[chunk] = w.rows
+        tokens = max(len(s.prompt_ids) + len(s.completion_ids) for p in parts for s in p.batch.samples)
+    assert rows[4] <= 6, rows  # a chunk of 4 tokens, or the 6 rows' one projected column
+    assert rows[0] >= 6 * (tokens - max(len(s.prompt_ids) for p in parts for s in p.batch.samples)), rows
+
+
 def test_micro_batches_by_token_budget():
     """algo.micro_batch_tokens: a micro-batch holds at most that many padded tokens (rows x its longest row),
     short rows many to a micro-batch, long ones few, a row over the budget alone; the update is the one
