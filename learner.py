@@ -48,6 +48,7 @@ from collectives import (
     to_device,
 )
 from config import Config, ConfigError
+from engines import SUPPORTED
 from idle import moves
 from rollout import Sample
 
@@ -221,12 +222,16 @@ def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
 
 def head_weight(model, cfg: Config):
     """The vocabulary projection's weight when the update may apply it in chunks (algo.logits_chunk_tokens > 0,
-    no full-vocabulary KL in the loss, a plain lm_head), else None. Under FSDP2 gathered whole, once per call:
+    no full-vocabulary KL in the loss, a plain lm_head without bias, a Llama-family model), else None. Under FSDP2 gathered whole, once per call:
     a collective every rank joins, outside the micro-batch loops."""
     a = cfg.algo
     full_kl = a.kl_coef > 0 and not a.kl_in_reward and a.kl_kind == "full"
-    if not a.logits_chunk_tokens or full_kl or type(model.lm_head) is not torch.nn.Linear:
+    head = model.lm_head
+    if not a.logits_chunk_tokens or full_kl or type(head) is not torch.nn.Linear or head.bias is not None:
         return None
+    if getattr(model.config, "model_type", None) not in SUPPORTED or not hasattr(model.get_decoder(), "norm"):
+        return None  # only where logits = lm_head(norm(h)) and nothing after it (Gemma2's softcap, Granite's and
+        # Cohere's logit scales, Phi's final_layernorm would be missed): the Llama family TorchEngine runs
     W = model.lm_head.weight
     return (W.full_tensor() if hasattr(W, "full_tensor") else W).detach()
 

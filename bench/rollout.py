@@ -148,7 +148,8 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
     ve = None
     if "vllm" in engines or "vllm-reload" in engines:
         from vllm_engine import VLLMEngine
-        ve = VLLMEngine(m, tok, adapters=ROLES, max_model_len=512, max_num_seqs=max(batches))
+        ve = VLLMEngine(m, tok, adapters=ROLES, max_model_len=512, max_num_seqs=max(batches), sleep=True)
+        ve.sleep = False  # built able to sleep (on CUDA vLLM's sleep-mode allocator); only vllm_sleep_line sleeps it
     print(f"[{spec}] torch threads {torch.get_num_threads()}, TorchEngine sync_every {te.sync_every}", flush=True)
 
     def count(engine, reqs):
@@ -215,7 +216,9 @@ def bench(spec, batches, engines, n_new, repeats, sync_every, single=True):
 
 def vllm_sleep_line(ve, spec) -> str:
     """rollout.vllm_sleep's cost and gain: release() (sleep, level 1) then the sync that wakes vLLM, against
-    a plain sync in the same run, and the device memory the sleep handed back (CUDA; CPU frees nothing)."""
+    a plain sync in the same run, and the device memory the sleep handed back (CUDA; CPU frees nothing). `ve`
+    must have been built with sleep=True: on CUDA only then does vLLM allocate through its sleep-mode allocator,
+    and a sleep of an engine built without it frees nothing."""
     ve.sleep, asleep, free = True, [], []
     try:
         for _ in range(3):

@@ -218,6 +218,32 @@ def test_the_chunked_head_gives_the_update_whole_logits_give(tiny, algo, checkpo
             assert met5[name][k] == pytest.approx(v, rel=1e-4, abs=1e-6), (name, k)
 
 
+def test_the_chunked_head_is_used_only_where_logits_are_the_heads_product_of_the_final_norm():
+    """A Llama-family model (here a tied Llama, SmolLM2's kind) takes the chunked head and scores what whole logits
+    score; Gemma2 (a softcap after the head), Phi (its final norm is not `norm`, the head has a bias) keep whole
+    logits, or their logprobs would be wrong (Gemma2 by up to ~3 nats at its real softcap, as a review measured)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, PhiConfig, PhiForCausalLM
+
+    small = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, max_position_embeddings=64)
+    torch.manual_seed(0)
+    models = {"llama": LlamaForCausalLM(LlamaConfig(**small, tie_word_embeddings=True)),
+              "gemma2": Gemma2ForCausalLM(Gemma2Config(**small, head_dim=8, final_logit_softcapping=0.3)),
+              "phi": PhiForCausalLM(PhiConfig(**small))}
+    cfg = Config()
+    samples = [Sample(0, 0, "r", 0, [1, 2, 3], [4, 5, 6, 7], [-1.0] * 4, reward=1.0),
+               Sample(1, 0, "r", 0, [1, 2], [9, 8, 7], [-1.0] * 3, reward=0.0)]
+    batch = learner.AdapterBatch(samples, [0.8, 1.0], 0, 8)
+    for name, m in models.items():
+        m.eval()
+        assert (learner.head_weight(m, cfg) is not None) == (name == "llama"), name
+        got = learner.score(m, batch, None, cfg, torch.device("cpu"))
+        whole = learner.score(m, batch, None, dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, logits_chunk_tokens=0)),
+                              torch.device("cpu"))
+        torch.testing.assert_close(got, whole, rtol=1e-5, atol=1e-5)
+        assert (got * batch.mask).abs().sum() > 0
+
+
 def test_the_chunked_head_never_holds_a_micro_batchs_whole_logits(tiny):
     """What algo.logits_chunk_tokens is for, counted: during a fused update no tensor with a vocabulary-sized last
     dimension has more rows than the chunk (or the micro-batch's rows, for the one column the model still projects);
