@@ -388,9 +388,10 @@ class RolloutConfig:
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     vllm_sleep: bool = False
     """vLLM sleeps between the rollout and the update (sleep level 1: its KV cache discarded, its weights and
-    adapters copied to host memory) and wakes at the engine sync, so the update gets the memory back (at
-    vllm_gpu_memory_utilization 0.4, ~50 GB of KV on an H200) and vLLM may take a larger share. Costs a
-    host copy of the weights each way per step (vllm_engine.VLLMEngine). Not yet measured on a GPU here.
+    adapters copied to host memory); the engine sync wakes the weights, the next rollout the KV cache. The
+    update gets the memory back (at vllm_gpu_memory_utilization 0.4, ~50 GB of KV on an H200) and vLLM may
+    take a larger share. Costs a host copy of the weights each way per step (vllm_engine.VLLMEngine). Not yet
+    measured on a GPU here.
     On CPU vLLM has no sleep mode: the engine pauses and resumes and frees nothing (a warning says so)"""
     progress: bool = True
     """progress bars on rank 0 (stderr): rollout and eval episodes, the update over adapters"""

@@ -80,8 +80,8 @@ class VLLMEngine:
       64 MB), else to the ordinary temp dir.
     - enforce_eager None = eager on CPU, CUDA graphs on GPU (vLLM 0.32 runs LoRA under CUDA graphs).
     - sleep=True (rollout.vllm_sleep): `release()` puts vLLM to sleep at level 1 (its KV cache discarded,
-      its weights and adapters copied to host memory), so the update has that memory; the next `sync`,
-      `sync_full_weights` or `generate` wakes it first. Level 1, not 2: the frozen base is never re-sent
+      its weights and adapters copied to host memory), so the update has that memory; the next `sync` or
+      `sync_full_weights` wakes the weights, the next `generate` whatever still sleeps. Level 1, not 2: the frozen base is never re-sent
       (verl's choice for LoRA), at the cost of a host copy of the weights each way per step. vLLM 0.32's
       KV-only release (`sleep(level=0)` + `release_kv_cache_memory`) refuses in process: a finished
       request stays in the scheduler until its next step. On CPU vLLM has no sleep mode: the engine core
@@ -118,7 +118,7 @@ class VLLMEngine:
         if self.adapters:
             lora_kw = dict(enable_lora=True, max_loras=len(self.adapters) + 1,  # + the identity adapter
                            max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= rank))
-        self.sleep, self._asleep = sleep, False
+        self.sleep, self._asleep = sleep, set()  # the vLLM memory tags asleep
         if sleep:
             from vllm.platforms import current_platform
             if current_platform.is_sleep_mode_available():  # CUDA, ROCm: the cumem allocator that can free
@@ -177,18 +177,21 @@ class VLLMEngine:
         without, vLLM keeps its KV pool."""
         if self.sleep and not self._asleep:
             self.llm.sleep(level=1)
-            self._asleep = True
+            self._asleep = {"weights", "kv_cache"}
 
-    def _wake(self):
-        if self._asleep:
-            self.llm.wake_up()
-            self._asleep = False
+    def _wake(self, tags=("weights", "kv_cache")):
+        """Wake what `tags` name of what sleeps: a sync needs only the weights (the adapters live there), so the
+        KV cache comes back at the next generate, after whatever the trainer still does (a checkpoint)."""
+        tags = [x for x in tags if x in self._asleep]
+        if tags:
+            self.llm.wake_up(tags=tags)  # vLLM resumes scheduling once nothing sleeps
+            self._asleep -= set(tags)
 
     def sync(self) -> float:
         """Push every adapter's current weights into the running engine (waking it first). Returns seconds
         taken."""
         t = time.perf_counter()
-        self._wake()
+        self._wake(["weights"])
         for name in self.adapters:
             req = self._lora_request(name, reload=True)
             lora.save_adapter(self.model, name, req.lora_path, every_rank=True, dtype=self.dtype)
@@ -199,7 +202,7 @@ class VLLMEngine:
     def sync_full_weights(self, adapter: str | None = None) -> float:
         """Reload the base weights (with `adapter` merged, if given) in process. Returns seconds."""
         t = time.perf_counter()
-        self._wake()
+        self._wake(["weights"])
         weights = list(lora.merged_state_dict(self.model, adapter).items())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})  # private worker API
         for name in self.adapters + [self.BASE] * bool(self.adapters):  # the reload dropped vLLM's loaded adapters

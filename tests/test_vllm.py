@@ -151,8 +151,8 @@ def test_sampled_logprobs_match_trainer(engines):
 
 def test_sleep_holds_vllm_between_rollout_and_update_and_every_later_call_wakes_it(engines):
     """rollout.vllm_sleep: release() (after a rollout, after an eval) puts vLLM to sleep; the sync after
-    the update and a generate straight after an eval (the next step's rollout) wake it first, and what it
-    serves then is the trainer's current adapters. On CPU the engine core pauses and resumes for real and
+    the update wakes its weights, the next generate (also one straight after an eval: the next step's rollout)
+    the rest, and what it serves then is the trainer's current adapters. On CPU the engine core pauses and resumes for real and
     vLLM's worker frees nothing; a generate into a paused engine would wait forever, hence the alarm."""
     import signal
 
@@ -173,13 +173,14 @@ def test_sleep_holds_vllm_between_rollout_and_update_and_every_later_call_wakes_
         v.release()
         _randomize(m, "a", 91)  # the update, while vLLM sleeps
         assert core.is_sleeping()
-        v.sync()
-        assert not core.is_sleeping()
+        v.sync()  # wakes the weights (the adapters live there); the KV cache sleeps on until the next generate
+        assert v._asleep == {"kv_cache"} and core.is_sleeping()
         after = _ids(v.generate(reqs))
+        assert not core.is_sleeping() and not v._asleep
         assert after == _ids(te.generate(reqs)) and after[0] != before[0]
         v.release()
         v.sync_full_weights()
-        assert not core.is_sleeping() and _ids(v.generate(reqs)) == after
+        assert v._asleep == {"kv_cache"} and _ids(v.generate(reqs)) == after and not core.is_sleeping()
     finally:
         signal.alarm(0)
         v.sleep = False
