@@ -222,8 +222,8 @@ def forward_logits(model, pieces: list[tuple[AdapterBatch, list[int]]], device):
 
 def head_weight(model, cfg: Config):
     """The vocabulary projection's weight when the update may apply it in chunks (algo.logits_chunk_tokens > 0,
-    no full-vocabulary KL in the loss, a plain lm_head without bias, a Llama-family model), else None. Under FSDP2 gathered whole, once per call:
-    a collective every rank joins, outside the micro-batch loops."""
+    no full-vocabulary KL in the loss, a plain lm_head without bias, a Llama-family model), else None. Under
+    FSDP2 gathered whole, once per call: a collective every rank joins, outside the micro-batch loops."""
     a = cfg.algo
     full_kl = a.kl_coef > 0 and not a.kl_in_reward and a.kl_kind == "full"
     head = model.lm_head
@@ -232,7 +232,7 @@ def head_weight(model, cfg: Config):
     if getattr(model.config, "model_type", None) not in SUPPORTED or not hasattr(model.get_decoder(), "norm"):
         return None  # only where logits = lm_head(norm(h)) and nothing after it (Gemma2's softcap, Granite's and
         # Cohere's logit scales, Phi's final_layernorm would be missed): the Llama family TorchEngine runs
-    W = model.lm_head.weight
+    W = head.weight
     return (W.full_tensor() if hasattr(W, "full_tensor") else W).detach()
 
 
