@@ -162,7 +162,7 @@ def test_sleep_holds_vllm_between_rollout_and_update_and_every_later_call_wakes_
     before = _ids(v.generate(reqs))
     v.release()
     assert not core.is_sleeping()  # sleep off: vLLM keeps its KV pool, release() does nothing
-    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("generate on a sleeping engine")))
+    handler = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("generate on a sleeping engine")))
     signal.alarm(120)
     v.sleep = True
     try:
@@ -183,6 +183,7 @@ def test_sleep_holds_vllm_between_rollout_and_update_and_every_later_call_wakes_
         assert v._asleep == {"kv_cache"} and _ids(v.generate(reqs)) == after and not core.is_sleeping()
     finally:
         signal.alarm(0)
+        signal.signal(signal.SIGALRM, handler)
         v.sleep = False
 
 
