@@ -226,14 +226,31 @@ def head_weight(model, cfg: Config):
     FSDP2 gathered whole, once per call: a collective every rank joins, outside the micro-batch loops."""
     a = cfg.algo
     full_kl = a.kl_coef > 0 and not a.kl_in_reward and a.kl_kind == "full"
+    return None if not a.logits_chunk_tokens or full_kl else chunkable_head(model)
+
+
+def chunkable_head(model):
+    """lm_head's weight (gathered whole under FSDP2, detached) where the logits are exactly lm_head(norm(h)) with
+    nothing after it: a plain lm_head without bias on a Llama-family model; else None (Gemma2's softcap, Granite's
+    and Cohere's logit scales, Phi's final_layernorm and head bias would be missed)."""
     head = model.lm_head
-    if not a.logits_chunk_tokens or full_kl or type(head) is not torch.nn.Linear or head.bias is not None:
+    if type(head) is not torch.nn.Linear or head.bias is not None:
         return None
     if getattr(model.config, "model_type", None) not in SUPPORTED or not hasattr(model.get_decoder(), "norm"):
-        return None  # only where logits = lm_head(norm(h)) and nothing after it (Gemma2's softcap, Granite's and
-        # Cohere's logit scales, Phi's final_layernorm would be missed): the Llama family TorchEngine runs
+        return None
     W = head.weight
     return (W.full_tensor() if hasattr(W, "full_tensor") else W).detach()
+
+
+def final_hidden(model, **inputs):
+    """The final norm's output (b, L, d), what lm_head would project, from one forward that projects one column."""
+    got = []
+    hook = model.get_decoder().norm.register_forward_hook(lambda mod, args, out: got.append(out))
+    try:
+        model(**inputs, logits_to_keep=1)
+    finally:
+        hook.remove()
+    return got[-1]
 
 
 def forward_logprobs(model, pieces: list[tuple[AdapterBatch, list[int]]], device, W, chunk_tokens: int):
@@ -241,13 +258,7 @@ def forward_logprobs(model, pieces: list[tuple[AdapterBatch, list[int]]], device
     (b, T - start) fp32 each, with targets, start and T. The final norm's output is taken by a hook (the model
     projects one column) and goes through W chunk_tokens tokens at a time (ppo.head_logprobs)."""
     ids, start, L, temps = _micro_ids(pieces, device)
-    got = []
-    hook = model.get_decoder().norm.register_forward_hook(lambda mod, args, out: got.append(out))
-    try:
-        model(input_ids=ids, logits_to_keep=1)  # no attention mask: as forward_logits
-    finally:
-        hook.remove()
-    h, targets = got[-1][:, start:L - 1], ids[:, start + 1:]
+    h, targets = final_hidden(model, input_ids=ids)[:, start:L - 1], ids[:, start + 1:]  # no attention mask: as forward_logits
     logp, ent = ppo.head_logprobs(h, W, targets, temps, chunk_tokens)
     return logp, ent, targets, start, L - 1
 

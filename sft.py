@@ -166,6 +166,10 @@ class SFTConfig:
     """examples per forward/backward"""
     grad_accum: int = 4
     """micro-batches per optimizer step"""
+    logits_chunk_tokens: int = 256
+    """the loss's vocabulary projection runs this many tokens at a time, its backward by hand (ppo.head_logprobs):
+    the whole (tokens x vocabulary) logits are never made, as algo.logits_chunk_tokens in RL. 0 = whole logits
+    (also used for a model whose logits are not lm_head(norm(h)) alone)"""
     grad_clip: float = 1.0
     """max gradient norm per optimizer step"""
     warmup_steps: int = 0
@@ -295,7 +299,7 @@ def check_options(cfg: SFTConfig):
     num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
     for name, lo in [("epochs", 1), ("min_steps", 0), ("micro_batch_size", 1), ("grad_accum", 1), ("max_len", 2),
                      ("rejection_k", 0), ("rejection_tasks", 0), ("teacher_tasks", 0), ("warmup_steps", 0),
-                     ("eval_every", 0), ("seed", 0)]:
+                     ("eval_every", 0), ("seed", 0), ("logits_chunk_tokens", 0)]:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             bad(name, f"must be an integer >= {lo}")

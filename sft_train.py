@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import lora
+import ppo
+from learner import chunkable_head, final_hidden
 from sft_teachers import Example
 
 
@@ -90,26 +92,34 @@ def batch(examples: list[Example], pad_id: int, device):
     return ids.to(device), attn.to(device), mask.to(device)
 
 
-def loss_sum(model, examples: list[Example], pad_id: int, device) -> tuple[torch.Tensor, int]:
-    """(sum of the reply tokens' cross-entropy, their number) over one micro-batch."""
+def loss_sum(model, examples: list[Example], pad_id: int, device, chunk: int = 256) -> tuple[torch.Tensor, int]:
+    """(sum of the reply tokens' cross-entropy, their number) over one micro-batch. chunk (SFTConfig's
+    logits_chunk_tokens): the vocabulary projection runs that many tokens at a time, its backward by hand
+    (ppo.head_logprobs), so the whole (tokens x vocabulary) logits are never made; 0, or a model whose logits are
+    not lm_head(norm(h)) alone (learner.chunkable_head): whole logits."""
     ids, attn, mask = batch(examples, pad_id, device)
     start = min(e.reply_spans()[0][0] for e in examples) - 1  # no logits before the first reply token
-    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - start).logits[:, :-1]  # (B, T, V)
-    ce = F.cross_entropy(logits.float().flatten(0, 1), ids[:, start + 1:].flatten(), reduction="none")
+    W = chunkable_head(model) if chunk else None
+    if W is not None:
+        h = final_hidden(model, input_ids=ids, attention_mask=attn)[:, start:-1]
+        ce = -ppo.head_logprobs(h, W, ids[:, start + 1:], torch.ones(len(examples), device=h.device), chunk)[0]
+    else:
+        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - start).logits[:, :-1]  # (B, T, V)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), ids[:, start + 1:].flatten(), reduction="none")
     m = mask[:, start:]  # (B, T)
     return (ce.view_as(m) * m).sum(), int(m.sum())
 
 
 @torch.no_grad()
-def mean_loss(model, adapter: str, examples: list[Example], mb: int, pad_id: int, device) -> float | None:
-    """Token-mean loss of `adapter` on `examples` (None when there are none)."""
+def mean_loss(model, adapter: str, examples: list[Example], mb: int, pad_id: int, device, chunk: int = 256) -> float | None:
+    """Token-mean loss of `adapter` on `examples` (None when there are none); chunk: as loss_sum."""
     if not examples:
         return None
     lora.set_adapter(model, adapter)
     model.eval()
     tot, n = 0.0, 0
     for i in range(0, len(examples), mb):
-        s, k = loss_sum(model, examples[i:i + mb], pad_id, device)
+        s, k = loss_sum(model, examples[i:i + mb], pad_id, device, chunk)
         tot, n = tot + float(s), n + k
     return tot / max(n, 1)
 
@@ -128,7 +138,7 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
 
     def evaluate():
         row = {"adapter": adapter, "step": step, "val_loss": mean_loss(model, adapter, val, cfg.micro_batch_size,
-                                                                       pad_id, device)}
+                                                                       pad_id, device, cfg.logits_chunk_tokens)}
         if eval_hook is not None:
             row.update(eval_hook(model, adapter, step) or {})
         log(row)
@@ -148,7 +158,7 @@ def train_adapter(model, adapter: str, train: list[Example], val: list[Example],
             model.train()  # LoRA dropout, if the role asked for it
             step_loss = 0.0
             for i in range(0, len(group), cfg.micro_batch_size):
-                ls, _ = loss_sum(model, group[i:i + cfg.micro_batch_size], pad_id, device)
+                ls, _ = loss_sum(model, group[i:i + cfg.micro_batch_size], pad_id, device, cfg.logits_chunk_tokens)
                 (ls / n_tok).backward()
                 step_loss += float(ls.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))

@@ -504,6 +504,46 @@ def _conversation(tok, n, observation="doc {i} says {v}."):
     return out
 
 
+def test_the_chunked_head_gives_sft_the_loss_and_gradient_whole_logits_give(tiny):
+    """SFTConfig.logits_chunk_tokens: loss_sum with the vocabulary projection 5 tokens at a time (ppo.head_logprobs)
+    gives the loss, token count and adapter gradient of whole logits (0), on packed and padded rows; and no
+    vocabulary-wide tensor has more rows than the chunk or the rows' one projected column."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Widest(TorchDispatchMode):
+        def __init__(self, vocab):
+            super().__init__()
+            self.vocab, self.rows = vocab, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dim() and out.shape[-1] == self.vocab and \
+                    func.overloadpacket.__name__ not in ("t", "transpose", "expand", "view", "_unsafe_view", "slice"):
+                self.rows = max(self.rows, out.numel() // self.vocab)
+            return out
+
+    model, tok = tiny
+    exs = sft.pack_conversations(_conversation(tok, 3) + [sft.tokenize(sft.Example(
+        "a", "a", short_chat(tok, "a", "What is 2 + 3?"), "It is 5.", True, "y"), tok)])
+    lora.add_lora(model, ["a"], 4, 8.0, 0.0, ("q_proj", "v_proj"), seed=0)
+    with torch.no_grad():
+        for p in lora.adapter_parameters(model, "a"):
+            p.normal_(0, 0.05)
+    lora.set_adapter(model, "a")
+    out = {}
+    for chunk in (5, 0):
+        model.zero_grad(set_to_none=True)
+        with Widest(model.lm_head.weight.shape[0]) as w:
+            s, n = sft.loss_sum(model, exs, tok.pad_token_id, "cpu", chunk)
+            (s / n).backward()
+        out[chunk] = (float(s.detach()), n, [p.grad.clone() for p in lora.adapter_parameters(model, "a")], w.rows)
+    (s5, n5, g5, w5), (s0, n0, g0, w0) = out[5], out[0]
+    assert n5 == n0 and s5 == pytest.approx(s0, rel=1e-5)
+    for x, y in zip(g5, g0):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)
+    assert w5 <= max(5, len(exs)) < n0 <= w0, (w5, w0)
+
+
 def test_pack_turns_gives_every_reply_the_loss_and_gradient_it_has_alone(tiny):
     model, tok = tiny
     conv = _conversation(tok, 3)
