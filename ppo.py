@@ -611,19 +611,24 @@ class HeadLogprobs(torch.autograd.Function):
             lses[j] = lse
         ctx.save_for_backward(h, W, tgt, t, lses, ents)
         ctx.chunk = chunk
+        ctx.set_materialize_grads(False)  # an output the loss does not use comes back as None, not zeros
         return lps, ents
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
         h, W, tgt, t, lses, ents = ctx.saved_tensors
         g_lp = torch.zeros_like(lses) if g_lp is None else g_lp.to(lses.dtype)
-        g_ent = torch.zeros_like(lses) if g_ent is None else g_ent.to(lses.dtype)
+        if g_ent is not None:  # None: the entropy is only a metric (entropy_coef 0, SFT), its term is skipped
+            g_ent = g_ent.to(lses.dtype)
         grad = torch.empty_like(h)
         for i in range(0, h.shape[0], ctx.chunk):
             j = slice(i, i + ctx.chunk)
             logp = F.linear(h[j], W).to(lses.dtype).div_(t[j, None]).sub_(lses[j, None])
             p = logp.exp()
-            dz = logp.add_(ents[j, None]).mul_(g_ent[j, None]).add_(g_lp[j, None]).mul_(p).neg_()
+            if g_ent is None:
+                dz = p.mul_(g_lp[j, None]).neg_()
+            else:
+                dz = logp.add_(ents[j, None]).mul_(g_ent[j, None]).add_(g_lp[j, None]).mul_(p).neg_()
             dz.scatter_add_(-1, tgt[j, None], g_lp[j, None])
             grad[j] = F.linear(dz.div_(t[j, None]).to(W.dtype), W.t())
         return grad, None, None, None, None
