@@ -221,7 +221,9 @@ class TorchEngine:
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
       The step multiplies by the q, k and v base weights as one concatenated matrix (_refresh_qkv;
       `_qkv_matmul=False` keeps three, for benchmarks): on an H200, 1.07x the graph's tok/s at batch
-      1 and 1.05x at batch 256 (docs/benchmarks.md), for a copy of those weights.
+      1 and 1.05x at batch 256 (docs/benchmarks.md), for a copy of those weights. Routed adapters on
+      projections that share an input run as one group (_refresh_lora_groups; `_lora_group=False` runs
+      them one projection at a time, for benchmarks): 13 LoRA ops a layer instead of 21.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
       first appears: batch 1 or more, routing on/off, top-k/top-p or not; ~40-85 s each on an H200),
@@ -249,7 +251,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
                  sync_every: int | None = None, prefix_cache_tokens: int = 65536, fuse: bool = False, *,
-                 _capture: bool = True, _qkv_matmul: bool = True):
+                 _capture: bool = True, _qkv_matmul: bool = True, _lora_group: bool = True):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -269,6 +271,7 @@ class TorchEngine:
         self.max_batch_size, self.compile, self.sync_every = max_batch_size, compile, sync_every
         self._capture = _capture
         self._qkv_matmul = _qkv_matmul  # False: the static step's q, k, v as three matmuls (a benchmark's A/B hook)
+        self._lora_group = _lora_group  # False: the static step's routed LoRA one projection at a time (A/B hook)
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
         # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
@@ -288,6 +291,8 @@ class TorchEngine:
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
         self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
         self._qkv = []  # static path: per layer [key, q+k+v base weights, biases] (_refresh_qkv)
+        self._lora_groups = {}  # static path: (layer, "qkv" | "mlp") -> (A_group, B block-diagonal | None)
+        self._lora_group_keys = {}  # ... -> the members' routed buffers' (data_ptr, version) at the last copy
         self.prefix = PrefixCache(prefix_cache_tokens)
         self._weights_seen = None  # (data_ptr, version) of every parameter when the cache was filled
         self.prefilled_tokens = self.cached_tokens = 0  # prompt tokens forwarded / restored from the cache
@@ -381,8 +386,15 @@ class TorchEngine:
             hs = (B, q, -1, a.head_dim)
             if static and self._qkv_matmul:  # one matmul for q, k and v (the concatenated base weights), then each projection's adapters
                 W, bias = self._qkv[li][1:]
-                y = F.linear(h, W, bias).split([p.out_features for p in (a.q_proj, a.k_proj, a.v_proj)], -1)
-                qs, ks, vs = (p.add_delta(h, yp) if isinstance(p, lora.LoRALinear) else yp
+                y = F.linear(h, W, bias)
+                g = self._lora_groups.get((li, "qkv"))  # (only there with two or more adapted projections)
+                rmask = None if g is None else next(p for p in (a.q_proj, a.k_proj, a.v_proj)
+                                                    if isinstance(p, lora.LoRALinear)).row_mask
+                grouped = rmask is not None
+                if grouped:  # the routed adapters of q, k and v in 3 ops, not 9
+                    y = self._group_delta(h, y, *g, rmask)
+                y = y.split([p.out_features for p in (a.q_proj, a.k_proj, a.v_proj)], -1)
+                qs, ks, vs = (p.add_delta(h, yp) if isinstance(p, lora.LoRALinear) and not grouped else yp
                               for p, yp in zip((a.q_proj, a.k_proj, a.v_proj), y))
                 qs, ks, vs = qs.reshape(hs), ks.reshape(hs), vs.reshape(hs)
             else:
@@ -406,7 +418,17 @@ class TorchEngine:
             o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
                                                attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
             h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            g = self._lora_groups.get((li, "mlp")) if static else None
+            if g is not None and layer.mlp.gate_proj.row_mask is not None:  # gate and up's adapters: 4 ops, not 6
+                mlp, x_ = layer.mlp, layer.post_attention_layernorm(h)
+                gu = self._group_delta(x_, None, g[0], None, mlp.gate_proj.row_mask)  # (B, 2R), both rows' masks
+                R = gu.shape[-1] // 2
+                gate, up = (torch.addmm(p.base_layer(x_).flatten(0, -2), gu[:, i * R:(i + 1) * R],
+                                        p._routed[x_.dtype][2].t()).view(B, q, -1)
+                            for i, p in enumerate((mlp.gate_proj, mlp.up_proj)))
+                h = h + mlp.down_proj(mlp.act_fn(gate) * up)
+            else:
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only
 
     def _sample_into(self, b: _Rows, logits, step, filtered):
@@ -660,6 +682,7 @@ class TorchEngine:
                 with torch.no_grad():
                     for m in mods:
                         m.routed_weights(self.model.model.embed_tokens.weight.dtype)
+                self._refresh_lora_groups()
             decode = decode_step
             if self._capture:
                 side = torch.cuda.Stream()
@@ -669,6 +692,7 @@ class TorchEngine:
                         decode_step()
                 torch.cuda.current_stream().wait_stream(side)
                 lora.refresh_routed(self.model)  # the graph reads the routed buffers; nothing to copy inside it
+                self._refresh_lora_groups()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     decode_step()
@@ -682,6 +706,7 @@ class TorchEngine:
             for m in mods:
                 m.row_mask = static_mask
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
+        self._refresh_lora_groups()
         return decode, b, step, P
 
     def _refresh_qkv(self):
@@ -716,6 +741,55 @@ class TorchEngine:
                 if bs is not None:
                     torch.cat(bs, out=buf[2])
             buf[0] = key
+
+    @staticmethod
+    def _group_delta(x, y, A, B, mask):
+        """The routed adapters of k projections that read the same input x (B, 1, in) in two ops, x A^T and the row
+        mask (broadcast over the k blocks of A = [A_cat of each member], (kR, in)) -> h (B, kR); then, with y (B, 1,
+        out) the members' base outputs side by side, one addmm y + h B^T, B the members' B_cat block-diagonal
+        (out, kR): its zeros add exact zeros."""
+        h = (x.flatten(0, -2) @ A.t()).view(x.shape[0], -1, mask.shape[-1]) * mask.to(x.dtype).view(x.shape[0], 1, -1)
+        if y is None:
+            return h.flatten(1)
+        return torch.addmm(y.flatten(0, -2), h.flatten(1), B.t()).view(y.shape)
+
+    def _refresh_lora_groups(self):
+        """The static step's grouped adapters, per layer: q, k and v's routed A_cat stacked (one x A^T for all
+        three, where the base is one matmul too) with their B_cat block-diagonal over the q/k/v output, and gate and
+        up's A_cat stacked (one x A^T; each member's addmm reads its own B_cat). Persistent buffers in the compute
+        dtype, copied in place from the modules' routed buffers (lora.refresh_routed, called first) whenever those
+        changed, outside any graph: 13 LoRA ops a layer instead of 21 with all seven projections adapted. A group
+        needs two members with adapters; with one, its projection adds its delta alone."""
+        if not self._lora_group:
+            return
+        dtype = self.model.model.embed_tokens.weight.dtype
+        for li, layer in enumerate(self.model.model.layers):
+            a, mlp = layer.self_attn, layer.mlp
+            for kind, projs in (("qkv", (a.q_proj, a.k_proj, a.v_proj) if self._qkv_matmul else ()),
+                                ("mlp", (mlp.gate_proj, mlp.up_proj))):
+                mods = [p for p in projs if isinstance(p, lora.LoRALinear) and dtype in p._routed]
+                if len(mods) < 2 or (kind == "mlp" and len(mods) != len(projs)):
+                    self._lora_groups.pop((li, kind), None)
+                    continue
+                bufs = [p._routed[dtype] for p in mods]
+                key = tuple((t.data_ptr(), t._version) for _, A, B in bufs for t in (A, B))
+                if self._lora_group_keys.get((li, kind)) == key and (li, kind) in self._lora_groups:
+                    continue
+                R, d = bufs[0][1].shape
+                g = self._lora_groups.get((li, kind))
+                if g is None or g[0].shape != (len(mods) * R, d) or g[0].device != bufs[0][1].device:
+                    out = sum(p.out_features for p in projs)
+                    g = self._lora_groups[(li, kind)] = (bufs[0][1].new_empty(len(mods) * R, d),
+                                                         bufs[0][1].new_zeros(out, len(mods) * R) if kind == "qkv" else None)
+                with torch.no_grad():  # in place: what a captured graph reads
+                    torch.cat([A for _, A, _ in bufs], out=g[0])
+                    o = 0
+                    for p in projs if kind == "qkv" else ():  # B's diagonal blocks (the rest stays zero)
+                        if p in mods:
+                            j = mods.index(p)
+                            g[1][o:o + p.out_features, j * R:(j + 1) * R].copy_(bufs[j][2])
+                        o += p.out_features
+                self._lora_group_keys[(li, kind)] = key
 
     def _step_body(self, b: _Rows, step, P, filtered: bool):
         """One static decode step: the forward of every row's last token at its cache column, then token `step`
