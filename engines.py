@@ -171,6 +171,18 @@ def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 
 
+def cache_window(L: int, need: int) -> int:
+    """The static decode step's attention window: the first of 64, 128, 192, 256, 384, 512, 768, 1024, ... columns
+    (64 x 1, 2, 3, 4, 6, 8, 12, ...: a power of two or 1.5 times one) that holds `need` columns, at most the cache
+    length L. A step reads the KV of at most 1.5x the columns written past 128 (64 or 128 before), not the whole
+    cache sized for max_new_tokens; a cache of L columns takes about 2 log2(L / 64) windows (graphs), each captured when the
+    generation first reaches it."""
+    m = 1
+    while 64 * m < need:
+        m = 2 if m == 1 else (m * 3 // 2 if m & (m - 1) == 0 else m * 4 // 3)
+    return min(64 * m, L)
+
+
 @dataclass
 class _Rows:
     """The device state of one batch, one entry per batch slot (dim 0 of every tensor)."""
@@ -215,7 +227,10 @@ class TorchEngine:
     - static, compile=True (CUDA only): fixed shapes, gpt-fast style. The batch is padded to a
       power-of-two number of slots (dummy rows finish at once), the cache length is rounded up to
       a multiple of 64, rows keep their slots (no compaction: finished rows run on, their tokens
-      are dropped), attention reads the whole cache under a mask, and the decode step (forward +
+      are dropped), attention reads a window of the cache that holds the columns written so far
+      (cache_window: 64, 128, 192, 256, 384, ... columns, never the whole cache sized for
+      max_new_tokens unless the generation got there; `_cache_windows=False` reads the whole cache, for
+      benchmarks) under a mask, and the decode step (forward +
       sampling + stop-id checks, all on device) is captured once per shape in a CUDA graph and
       replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
@@ -251,7 +266,7 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
                  sync_every: int | None = None, prefix_cache_tokens: int = 65536, fuse: bool = False, *,
-                 _capture: bool = True, _qkv_matmul: bool = True, _lora_group: bool = True):
+                 _capture: bool = True, _qkv_matmul: bool = True, _lora_group: bool = True, _cache_windows: bool = True):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -272,19 +287,22 @@ class TorchEngine:
         self._capture = _capture
         self._qkv_matmul = _qkv_matmul  # False: the static step's q, k, v as three matmuls (a benchmark's A/B hook)
         self._lora_group = _lora_group  # False: the static step's routed LoRA one projection at a time (A/B hook)
+        self._cache_windows = _cache_windows  # False: the static step attends to the whole cache at every step (A/B hook)
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
         # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
         # that rounds where the eager bf16 ops round (emulate_precision_casts): on CPU the forward is bit-exact.
-        # The first batch shape compiles with static sizes; a second recompiles with the batch and cache sizes
-        # symbolic (torch.compile's automatic dynamic shapes), which every later shape reuses
+        # The first batch shape compiles with static sizes but the attention window (symbolic from the start: it
+        # changes within a call); a second recompiles with the batch and cache sizes symbolic too (torch.compile's
+        # automatic dynamic shapes), which every later shape reuses
         self._step_fn = self._step_body
         if fuse:
             compiled = torch.compile(self._step_body, fullgraph=True, options=dict(FUSE_OPTIONS))
 
-            def _step_fn(*args):  # batch 1, sampling filters, routing on/off specialise: up to 8 graphs, dynamo's limit
+            def _step_fn(b, step, P, filtered, key_ok):  # batch 1, sampling filters, routing on/off specialise: up
+                torch._dynamo.maybe_mark_dynamic(key_ok, 1)  # to 8 graphs, dynamo's limit
                 with torch._dynamo.config.patch(recompile_limit=64):
-                    return compiled(*args)
+                    return compiled(b, step, P, filtered, key_ok)
             self._step_fn = _step_fn
         self.fuse = fuse
         self._compact_div = 8  # compact when >= 1/this of the batch has finished
@@ -468,7 +486,8 @@ class TorchEngine:
         if static:
             decode, b, step, P_t = self._static_step(B, L, S, filtered)
             for k, v in init.items():
-                getattr(b, k).copy_(v)
+                t = getattr(b, k)
+                (t if t.shape == v.shape else t[:, :v.shape[1]]).copy_(v)  # key_ok: L of the L + 1 columns
             P_t.fill_(P)
             step.zero_()
         else:
@@ -502,8 +521,8 @@ class TorchEngine:
                         for mod in mods:
                             mod.row_mask = mask
                     n_left = max(sps[i].max_new_tokens for i in alive)
-            if static:
-                decode()  # the graph's replay (or the same step run eagerly)
+            if static:  # the graph's replay (or the same step run eagerly) over the cache columns written so far
+                decode(cache_window(L, P + s) if self._cache_windows else L)
             else:
                 col = P + s - 1  # the cache column of the token sampled last
                 logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
@@ -649,13 +668,15 @@ class TorchEngine:
                      out_lp=torch.zeros(B, N, dtype=torch.float32, device=dev))
 
     def _static_step(self, B, L, S, filtered):
-        """The static path's decode step for this shape -> (decode(), static _Rows, step, P): the
-        caller fills the static tensors, then each decode() samples token `step` of every row and
-        advances `step`. With capture (CUDA) decode() replays a CUDA graph captured on first use;
-        it reads the weights, the routed LoRA buffers (lora.refresh_routed: refreshed in place before
-        every call, outside the graph) and the routing mask in place, so an optimizer step is seen at
-        the next replay; it is captured again when the parameters are new tensors (FSDP gathering, a
-        reloaded model). The last two shapes are kept (each holds its own KV cache)."""
+        """The static path's decode step for this shape -> (decode(W), static _Rows, step, P): the caller fills the
+        static tensors, then each decode(W) samples token `step` of every row attending to the first W cache columns
+        (cache_window) and advances `step`. With capture (CUDA) decode(W) replays a CUDA graph, one per window,
+        captured the first time the window is needed (mid-generation: its warm-up runs the step once and restores
+        the token and the step counter, so the replay redoes the same step; the windows' graphs share one memory
+        pool, as they never run at once). It reads the weights, the routed LoRA buffers (lora.refresh_routed:
+        refreshed in place before every call, outside the graph) and the routing mask in place, so an optimizer
+        step is seen at the next replay; it is captured again when the parameters are new tensors (FSDP gathering,
+        a reloaded model). The last two shapes are kept (each holds its own KV cache)."""
         if self._qkv_matmul:
             self._refresh_qkv()  # outside the step: the concatenated q/k/v weights it reads, current
         mods = list(lora.lora_modules(self.model).values())
@@ -664,17 +685,23 @@ class TorchEngine:
         if key not in self._graphs:
             dev = self.model.device
             init = dict(tok=torch.zeros(B, dtype=torch.long), pad=torch.zeros(B, dtype=torch.long),
-                        key_ok=torch.ones(B, L, dtype=torch.bool), temp=torch.ones(B, 1),
+                        key_ok=torch.ones(B, L + 1, dtype=torch.bool), temp=torch.ones(B, 1),
                         top_k=torch.zeros(B, 1, dtype=torch.long), top_p=torch.ones(B, 1),
                         greedy=torch.zeros(B, dtype=torch.bool), seed=torch.zeros(B, dtype=torch.long),
                         stop_ids=torch.full((B, S), -1), end=torch.full((B,), L), by_id=torch.zeros(B, dtype=torch.bool))
-            b = self._alloc(B, L, L, init)
+            # one column more than any window (W <= L), never attended: a window never spans the whole cache, so the
+            # fused step's window size stays one symbol (W == the cache length would specialise another graph)
+            b = self._alloc(B, L + 1, L, init)
             step = torch.ones((), dtype=torch.long, device=dev)  # the token being sampled
             P = torch.ones((), dtype=torch.long, device=dev)  # the prompt width (the cache column of token 0)
             static_mask = mask.clone() if mask is not None else None
+            graphs, pool = {}, []  # window -> the step's replay; the graphs' shared memory pool
 
-            def decode_step():
-                self._step_fn(b, step, P, filtered)
+            def decode(W):
+                fn = graphs.get(W)
+                if fn is None:
+                    fn = graphs[W] = self._capture_window(b, step, P, filtered, W, pool)
+                fn()
 
             for m in mods:
                 m.row_mask = static_mask
@@ -683,20 +710,6 @@ class TorchEngine:
                     for m in mods:
                         m.routed_weights(self.model.model.embed_tokens.weight.dtype)
                 self._refresh_lora_groups()
-            decode = decode_step
-            if self._capture:
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):  # warm-up (cuBLAS handles, lazy inits) off the capture
-                    for _ in range(2):
-                        decode_step()
-                torch.cuda.current_stream().wait_stream(side)
-                lora.refresh_routed(self.model)  # the graph reads the routed buffers; nothing to copy inside it
-                self._refresh_lora_groups()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    decode_step()
-                decode = graph.replay
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
             self._graphs[key] = (decode, b, step, P, static_mask)
@@ -708,6 +721,32 @@ class TorchEngine:
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         self._refresh_lora_groups()
         return decode, b, step, P
+
+    def _capture_window(self, b: _Rows, step, P, filtered: bool, W: int, pool: list):
+        """The static step over the first W cache columns as a function that runs it: the step itself without capture
+        (the CPU test hook); else a CUDA graph of it, captured now, mid-generation: a warm-up on a side stream (lazy
+        inits, cuBLAS handles; the fused step's compilation) runs the step for real, so the sampled token and the
+        step counter are restored after it and the replay redoes that step (same inputs: same KV, same token)."""
+        def run():
+            self._step_fn(b, step, P, filtered, b.key_ok[:, :W])
+
+        if not self._capture:
+            return run
+        saved = b.tok.clone(), step.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                run()
+                b.tok.copy_(saved[0])
+                step.copy_(saved[1])
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool[0] if pool else None):
+            run()
+        if not pool:
+            pool.append(graph.pool())
+        return graph.replay
 
     def _refresh_qkv(self):
         """The static path's q, k and v base weights (and biases) concatenated per layer into persistent buffers
@@ -791,11 +830,12 @@ class TorchEngine:
                         o += p.out_features
                 self._lora_group_keys[(li, kind)] = key
 
-    def _step_body(self, b: _Rows, step, P, filtered: bool):
-        """One static decode step: the forward of every row's last token at its cache column, then token `step`
-        sampled into b; advances `step`. Device ops only (captured in the CUDA graph; compiled when fuse)."""
+    def _step_body(self, b: _Rows, step, P, filtered: bool, key_ok):
+        """One static decode step: the forward of every row's last token at its cache column, attending to the cache
+        columns of the window key_ok = b.key_ok[:, :W] (W > that column: cache_window), then token `step` sampled into
+        b; advances `step`. Device ops only (captured in the CUDA graph; compiled when fuse)."""
         col = P + step - 1  # the cache column of the token sampled last
-        logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, b.key_ok)
+        logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, key_ok)
         self._sample_into(b, logits, step, filtered)
         step.add_(1)
 

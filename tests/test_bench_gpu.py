@@ -136,18 +136,19 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
     assert not [e for e in res["errors"] if "skipped" not in e], res["errors"]
-    # SMOKE's FUSED: "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup 4x3" (a cell alone: graph, then fused)
+    # SMOKE's FUSED: "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole 4x3" (a cell alone:
+    # graph, then fused)
     forms = [d for d in res["decode"] if d["mode"] != "graph"]
     assert [(d["batch"], d["adapters"], d["mode"]) for d in forms] == [
         (1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "graph-3mm"), (1, 3, "fused-3mm"),
-        (1, 3, "graph-nogroup"), (4, 3, "fused")]
-    # compiled or not, tuned or not, q/k/v in one matmul or three, LoRA grouped or not: on CPU bit for bit the plain
-    # graph step's rows
+        (1, 3, "graph-nogroup"), (1, 3, "graph-whole"), (4, 3, "fused")]
+    # compiled or not, tuned or not, q/k/v in one matmul or three, LoRA grouped or not, windowed or not: on CPU bit
+    # for bit the plain graph step's rows
     assert all(d["tok_s"] > 0 and d["x_graph"] > 0 and d["same_tokens_rows"] == 1.0 and d["max_lp_diff"] == 0.0
                for d in forms), forms
     summary = (tmp_path / "summary.md").read_text()
     assert "| 4 | 3 |" in summary and "| 1 | 3 | graph-3mm |" in summary and "| 1 | 3 | fused-cdt |" in summary
-    assert "| 1 | 3 | graph-nogroup |" in summary
+    assert "| 1 | 3 | graph-nogroup |" in summary and "| 1 | 3 | graph-whole |" in summary
     # part U: the small update with its copies pinned and pageable, three timed runs each
     ups = [p for p in res["profile"] if "copies" in p]
     assert [p["copies"] for p in ups] == ["pinned", "pageable"] and all(len(p["walls_ms"]) == 3 for p in ups), ups
@@ -173,3 +174,14 @@ def test_logits_chunk_bench_runs_both_forms_and_they_train_alike():
     rows = [line.split("|")[1:-1] for line in r.stdout.splitlines() if line.startswith("| 8 ") or line.startswith("| whole ")]
     assert [x[0].strip() for x in rows] == ["8", "whole"], r.stdout
     assert rows[0][3] == rows[1][3] and all(float(x[1]) > 0 and float(x[2]) >= 0 for x in rows), r.stdout
+
+
+def test_cache_window_bench_reads_fewer_columns_for_the_same_tokens():
+    """bench/cache_window.py, cut to seconds: the windowed static step and the whole-cache one, the same tokens, the
+    KV columns read over 130 new tokens from a 28-token prompt (cache 192 columns): 0.65x."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "cache_window.py"), "--model", "tiny", "--new", "130",
+                        "--rounds", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "window / whole: KV columns 0.65x" in r.stdout and "same tokens: True" in r.stdout, r.stdout
+    assert "16,064 KV columns" in r.stdout and "24,768 KV columns" in r.stdout, r.stdout

@@ -3,6 +3,7 @@ import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import CountingEngine
 
 import lora
@@ -367,6 +368,60 @@ def test_static_path_equals_eager_path(setup, form):
     assert ([r.completion_ids for r in static.generate([Request(p, "a", sp) for p in prompts])]
             == _hf_greedy(m, tok, prompts, 12, "a"))
 
+
+
+def test_cache_window_grid():
+    """64, 128, 192, 256, 384, 512, 768, 1024, ...: at most L, and past 128 columns never more than 1.5x those needed."""
+    from engines import cache_window
+    got = sorted({cache_window(4224, n) for n in range(1, 4225)})
+    assert got == [64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 4224]
+    assert all(n <= cache_window(4224, n) <= max(128, 1.5 * n) for n in range(1, 4225))
+    assert cache_window(192, 150) == 192 and cache_window(320, 300) == 320
+
+
+def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, monkeypatch):
+    """compile=True's step (run eagerly through the test hook) over a cache sized for 150 new tokens reads, at each
+    decode step, the KV of the window cache_window gives for the columns written so far (64, 128, 192, then the whole
+    cache), not the whole cache from the first step, and gives the eager path's tokens and logprobs and the same as
+    with the whole cache read at every step (`_cache_windows=False`)."""
+    from engines import cache_window
+
+    m, tok, prompts = setup
+    reqs = [Request(p, a, SamplingParams(max_new_tokens=150, seed=i, top_p=0.9 if i == 2 else 1.0, stop_token_ids=[]))
+            for i, (p, a) in enumerate(zip(prompts, ["a", "b", None, "a"]))]
+    P, N = max(len(p) for p in prompts), 150
+    L = -(-(P + N) // 64) * 64
+    cols = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        cols.append((q.shape[2], k.shape[2]))
+        return sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    windowed = TorchEngine(m, tok, compile=True, _capture=False).generate(reqs)
+    layers = m.config.num_hidden_layers
+    steps = [k for q, k in cols[::layers] if q == m.config.num_attention_heads // m.config.num_key_value_heads]
+    assert steps == [cache_window(L, P + s) for s in range(1, N)], steps  # decode steps 1 .. N-1 (0: the prefill)
+    assert steps[0] == 64 and steps[-1] == L and sum(steps) < 0.75 * L * len(steps)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    # the eager path reads [0, column] unmasked, the static one a masked window: other reductions, whose rounding
+    # drifts over 150 tokens (2.7e-4 here, the same with the whole cache; 1e-5 over the 20 tokens of the tests above)
+    _assert_same(windowed, TorchEngine(m, tok).generate(reqs), atol=1e-3)
+    _assert_same(windowed, TorchEngine(m, tok, compile=True, _capture=False, _cache_windows=False).generate(reqs), atol=0)
+    # the fused (compiled) step: the window is a symbolic size from the first compilation, so its four windows
+    # here share one graph (the cache has a column more than the largest window, which therefore never spans it)
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False)
+    _assert_same(fused.generate(reqs), windowed, atol=1e-3)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters)
+    # another batch and cache size: the one recompile with those symbolic too (as without windows), then reused
+    for rows, n in ((2, 100), (3, 40), (4, 300)):
+        fused.generate([Request(r.prompt_ids, r.adapter, SamplingParams(max_new_tokens=n, seed=7, stop_token_ids=[]))
+                        for r in reqs[:rows]])
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"], dict(counters)
 
 
 def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
