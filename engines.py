@@ -131,6 +131,14 @@ BLOCK = 1024  # sampling: vocabulary block of the two-level inverse CDF
 # kernel time (2.04 ms), ran 424 against 445 tok/s and compiled in 76 s against 37 (docs/benchmarks.md).
 FUSE_OPTIONS = {"emulate_precision_casts": True}
 
+# The fused static step's attention at this many batch slots or more: two batched matmuls and an fp32 softmax, which
+# inductor fuses with the mask, instead of SDPA's kernel. On an H200 at batch 256 (Qwen2.5-1.5B's shape, cache 192
+# columns) the attention kernels took 630 us a step that way against 949 for cuDNN's flash kernel, which runs the 6
+# queries of a KV head in a 64-query tile; at batch 1 the matmuls ran 0.92x SDPA's tok/s; in plain graphs (unfused)
+# 1.01x and 0.99x (docs/benchmarks.md). Between 1 and 256 nothing was measured: 64 is a guess, and
+# bench/gpu_next.sh's fused-sdpa / fused-matmul forms A/B it.
+ATTN_MATMUL_MIN_BATCH = 64
+
 
 def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
     """One token per row -> (tokens (B,), logprobs (B,)), with no host sync and no loop over rows.
@@ -238,7 +246,8 @@ class TorchEngine:
       `_qkv_matmul=False` keeps three, for benchmarks): on an H200, 1.07x the graph's tok/s at batch
       1 and 1.05x at batch 256 (docs/benchmarks.md), for a copy of those weights. Routed adapters on
       projections that share an input run as one group (_refresh_lora_groups; `_lora_group=False` runs
-      them one projection at a time, for benchmarks): 13 LoRA ops a layer instead of 21.
+      them one projection at a time, for benchmarks): 13 LoRA ops a layer instead of 21. The fused
+      step attends with two batched matmuls and a softmax from ATTN_MATMUL_MIN_BATCH slots, SDPA below.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
       first appears: batch 1 or more, routing on/off, top-k/top-p or not; ~40-85 s each on an H200),
@@ -266,7 +275,8 @@ class TorchEngine:
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, seed: int = 0, compile: bool = False,
                  sync_every: int | None = None, prefix_cache_tokens: int = 65536, fuse: bool = False, *,
-                 _capture: bool = True, _qkv_matmul: bool = True, _lora_group: bool = True, _cache_windows: bool = True):
+                 _capture: bool = True, _qkv_matmul: bool = True, _lora_group: bool = True, _cache_windows: bool = True,
+                 _attention: str = "auto"):
         mt = getattr(model.config, "model_type", None)
         if mt not in SUPPORTED:
             raise NotImplementedError(f"TorchEngine supports {SUPPORTED} decoder layers, not {mt!r}; use VLLMEngine")
@@ -288,6 +298,9 @@ class TorchEngine:
         self._qkv_matmul = _qkv_matmul  # False: the static step's q, k, v as three matmuls (a benchmark's A/B hook)
         self._lora_group = _lora_group  # False: the static step's routed LoRA one projection at a time (A/B hook)
         self._cache_windows = _cache_windows  # False: the static step attends to the whole cache at every step (A/B hook)
+        if _attention not in ("auto", "sdpa", "matmul"):
+            raise ValueError(f"TorchEngine: _attention is 'auto', 'sdpa' or 'matmul', not {_attention!r}")
+        self._attention = _attention  # the static step's attention form (_matmul_attention; sdpa/matmul: A/B hooks)
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
         # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
@@ -433,8 +446,12 @@ class TorchEngine:
             # the G query heads of a KV head attend as G*q queries of one head: no K/V repeat, and no
             # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
             gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
-            o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
-                                               attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
+            if static and self._matmul_attention(B):  # two batched matmuls and an fp32 softmax (q = 1)
+                sc = (qs.reshape(B, Hkv, G, -1) @ K[:, :, :Lc].transpose(-1, -2)) * a.scaling  # (B, Hkv, G, Lc)
+                o = sc.masked_fill(~mask, float("-inf")).float().softmax(-1).to(V.dtype) @ V[:, :, :Lc]
+            else:
+                o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
+                                                   attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
             h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
             g = self._lora_groups.get((li, "mlp")) if static else None
             if g is not None and layer.mlp.gate_proj.row_mask is not None:  # gate and up's adapters: 4 ops, not 6
@@ -780,6 +797,14 @@ class TorchEngine:
                 if bs is not None:
                     torch.cat(bs, out=buf[2])
             buf[0] = key
+
+    def _matmul_attention(self, B) -> bool:
+        """Whether the static step attends with two batched matmuls and a softmax (which inductor fuses with the mask)
+        instead of SDPA's kernel: under fuse at B >= ATTN_MATMUL_MIN_BATCH slots ("auto"), or always / never (the
+        "matmul" / "sdpa" hooks)."""
+        if self._attention != "auto":
+            return self._attention == "matmul"
+        return self.fuse and B >= ATTN_MATMUL_MIN_BATCH
 
     @staticmethod
     def _group_delta(x, y, A, B, mask):

@@ -44,7 +44,8 @@
 # "1x0:graph,graph-3mm,fused-cdt": the rows to run, in order. A form is graph or fused, plus -3mm (q, k and v as three
 # matmuls, TorchEngine(_qkv_matmul=False)), -nogroup (each projection's routed LoRA alone, 21 ops a layer instead of 13,
 # TorchEngine(_lora_group=False)), -whole (attention over the whole cache at every step, not the window of the columns
-# written so far, TorchEngine(_cache_windows=False): with NEW=512 or more the windows matter), -cdt (inductor's
+# written so far, TorchEngine(_cache_windows=False): with NEW=512 or more the windows matter), -sdpa / -matmul (the
+# attention form forced; by default the fused step takes matmuls from engines.ATTN_MATMUL_MIN_BATCH slots), -cdt (inductor's
 # coordinate descent tuning on); with P in PARTS each fused
 # row is profiled too), PROFILES (part P's, default
 # "1x0:graph 256x3:graph"),
@@ -114,7 +115,7 @@ def cells(var, default):  # "1x0 256x3:graph,fused-3mm" -> [(1, 0, None), (256, 
     return out
 # F's cells: a plain graph row, then the fused step (engines.FUSE_OPTIONS), or the forms named, all on the same
 # seeded requests
-FUSED = cells("FUSED", "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole 4x3" if SMOKE else "1x0 1x3 256x0 256x3")
+FUSED = cells("FUSED", "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole,graph-matmul 4x3" if SMOKE else "1x0 1x3 256x0 256x3")
 PROFILES = cells("PROFILES", "1x3:static-eager" if SMOKE else "1x0:graph 256x3:graph")  # part F profiles its fused rows
 DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
 outs = {}
@@ -204,7 +205,8 @@ def profile_engine(eng, B, nad, mode, prompts):
 graph_tok_s = {}  # (B, adapters) -> the last graph row's tok/s
 
 def engine_for(B, mode, **kw):
-    """A TorchEngine for `mode` (FUSED's forms): graph or fused (engines.FUSE_OPTIONS), -3mm, -nogroup, -whole, -cdt."""
+    """A TorchEngine for `mode` (FUSED's forms): graph or fused (engines.FUSE_OPTIONS), -3mm, -nogroup, -whole,
+    -sdpa / -matmul, -cdt."""
     saved = dict(engines.FUSE_OPTIONS)
     if "-cdt" in mode:
         if not mode.startswith("fused"):
@@ -213,7 +215,8 @@ def engine_for(B, mode, **kw):
     try:
         return TorchEngine(m, G.IdTokenizer(), max_batch_size=B, fuse=mode.startswith("fused"), prefix_cache_tokens=0,
                            _qkv_matmul="-3mm" not in mode, _lora_group="-nogroup" not in mode,
-                           _cache_windows="-whole" not in mode, **kw)
+                           _cache_windows="-whole" not in mode,
+                           _attention="sdpa" if "-sdpa" in mode else "matmul" if "-matmul" in mode else "auto", **kw)
     finally:
         engines.FUSE_OPTIONS.clear(); engines.FUSE_OPTIONS.update(saved)
 
@@ -386,7 +389,8 @@ for B in BATCHES:
                  f"{fu.get('same_tokens_rows', '–') if fu else '–'} (max lp diff {fu.get('max_lp_diff') if fu else '–'}) | {f(fu, 'peak_GB', '%.1f')} |")
 L += ["\n## F. forms of the static step, each row against the graph row measured before it (fused: compiled with "
       "engines.FUSE_OPTIONS; -3mm: q, k, v as three matmuls; -nogroup: each projection's routed LoRA alone; "
-      "-whole: attention over the whole cache; -cdt: coordinate descent tuning)\n",
+      "-whole: attention over the whole cache; -sdpa / -matmul: the attention form forced; -cdt: coordinate descent "
+      "tuning)\n",
       "| batch | adapters | mode | tok/s | x graph | ms/step | % ideal roofline | first call s | rows = graph's | max lp diff | peak GB |",
       "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in res["decode"]:

@@ -136,19 +136,21 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
     assert not [e for e in res["errors"] if "skipped" not in e], res["errors"]
-    # SMOKE's FUSED: "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole 4x3" (a cell alone:
-    # graph, then fused)
+    # SMOKE's FUSED: "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole,graph-matmul 4x3"
+    # (a cell alone: graph, then fused)
     forms = [d for d in res["decode"] if d["mode"] != "graph"]
     assert [(d["batch"], d["adapters"], d["mode"]) for d in forms] == [
         (1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "graph-3mm"), (1, 3, "fused-3mm"),
-        (1, 3, "graph-nogroup"), (1, 3, "graph-whole"), (4, 3, "fused")]
+        (1, 3, "graph-nogroup"), (1, 3, "graph-whole"), (1, 3, "graph-matmul"), (4, 3, "fused")]
     # compiled or not, tuned or not, q/k/v in one matmul or three, LoRA grouped or not, windowed or not: on CPU bit
     # for bit the plain graph step's rows
-    assert all(d["tok_s"] > 0 and d["x_graph"] > 0 and d["same_tokens_rows"] == 1.0 and d["max_lp_diff"] == 0.0
-               for d in forms), forms
+    # the attention as matmuls rounds otherwise (bf16 here): the same tokens, logprobs within 0.01 (5.8e-4 seen)
+    assert all(d["tok_s"] > 0 and d["x_graph"] > 0 and d["same_tokens_rows"] == 1.0
+               and d["max_lp_diff"] <= (0.01 if "matmul" in d["mode"] else 0.0) for d in forms), forms
     summary = (tmp_path / "summary.md").read_text()
     assert "| 4 | 3 |" in summary and "| 1 | 3 | graph-3mm |" in summary and "| 1 | 3 | fused-cdt |" in summary
     assert "| 1 | 3 | graph-nogroup |" in summary and "| 1 | 3 | graph-whole |" in summary
+    assert "| 1 | 3 | graph-matmul |" in summary
     # part U: the small update with its copies pinned and pageable, three timed runs each
     ups = [p for p in res["profile"] if "copies" in p]
     assert [p["copies"] for p in ups] == ["pinned", "pageable"] and all(len(p["walls_ms"]) == 3 for p in ups), ups

@@ -349,7 +349,7 @@ def test_sample_does_not_depend_on_the_batch(setup):
         _assert_same([batch[2]], alone)
 
 
-@pytest.mark.parametrize("form", [{}, {"_qkv_matmul": False}])
+@pytest.mark.parametrize("form", [{}, {"_qkv_matmul": False}, {"_attention": "matmul"}])
 def test_static_path_equals_eager_path(setup, form):
     """compile=True's static decode step (fixed slots and cache length, whole-cache masked
     attention, no compaction, one step function) run eagerly on CPU (the test hook _capture=False)
@@ -422,6 +422,50 @@ def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, 
         fused.generate([Request(r.prompt_ids, r.adapter, SamplingParams(max_new_tokens=n, seed=7, stop_token_ids=[]))
                         for r in reqs[:rows]])
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"], dict(counters)
+
+
+def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
+    """rollout.fuse's step at >= engines.ATTN_MATMUL_MIN_BATCH (64) batch slots attends with two batched matmuls and a
+    softmax instead of SDPA's kernel (on an H200 at batch 256: 630 against 949 us of attention kernels a step); below
+    it, and in the plain graph step at any size, with SDPA. The fused engine's step is run uncompiled here (the same
+    Python, so the same decision): at 64 rows its decode steps call no SDPA, at 32 they do, and the tokens are the
+    plain step's."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    m, tok = tiny
+    assert engines.ATTN_MATMUL_MIN_BATCH == 64
+    with pytest.raises(ValueError, match="_attention"):
+        TorchEngine(m, tok, compile=True, _capture=False, _attention="flash")
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    prompts = [tok.encode(t) for t in TEXTS]
+    fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False)
+    fused._step_fn = fused._step_body  # the fused step's Python, not compiled: its ops are visible here
+    plain = TorchEngine(m, tok, compile=True, _capture=False)
+    L = m.config.num_hidden_layers
+    for rows, fused_sdpa in ((64, 0), (32, 4 * L)):
+        sdpa_ops, outs = {}, {}
+        for name, eng in (("fused", fused), ("plain", plain)):
+            counts = []
+            for n in (2, 6):
+                reqs = [Request(prompts[i % 4], None, SamplingParams(max_new_tokens=n, seed=i, stop_token_ids=[]))
+                        for i in range(rows)]
+                with Ops() as c:
+                    outs[name] = eng.generate(reqs)
+                counts.append(sum(v for k, v in c.ops.items() if "scaled_dot_product" in k))
+            sdpa_ops[name] = counts[1] - counts[0]  # the decode steps' SDPA calls (the prefill's cancel out)
+        assert sdpa_ops == {"fused": fused_sdpa, "plain": 4 * L}, (rows, sdpa_ops)
+        _assert_same(outs["fused"], outs["plain"])
 
 
 def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
