@@ -196,7 +196,7 @@ class _Rows:
     """The device state of one batch, one entry per batch slot (dim 0 of every tensor)."""
     tok: torch.Tensor  # (B,) the last sampled token (the next forward's input)
     pad: torch.Tensor  # (B,) left padding of each prompt
-    key_ok: torch.Tensor  # (B, L) real (non-pad) cache columns
+    key_ok: torch.Tensor  # (B, L) real (non-pad) cache columns (static path: L + 1, the last never attended)
     kv: list  # per layer (K, V), each (B, Hkv, L, D)
     temp: torch.Tensor  # (B, 1)
     top_k: torch.Tensor  # (B, 1)
@@ -239,7 +239,7 @@ class TorchEngine:
       (cache_window: 64, 128, 192, 256, 384, ... columns, never the whole cache sized for
       max_new_tokens unless the generation got there; `_cache_windows=False` reads the whole cache, for
       benchmarks) under a mask, and the decode step (forward +
-      sampling + stop-id checks, all on device) is captured once per shape in a CUDA graph and
+      sampling + stop-id checks, all on device) is captured once per shape and window in a CUDA graph and
       replayed. On another device compile=True is an error, not a silent fallback. (`_capture`
       is a test hook: False runs the same static step eagerly, so CPU tests can compare paths.)
       The step multiplies by the q, k and v base weights as one concatenated matrix (_refresh_qkv;
@@ -250,7 +250,8 @@ class TorchEngine:
       step attends with two batched matmuls and a softmax from ATTN_MATMUL_MIN_BATCH slots, SDPA below.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
-      first appears: batch 1 or more, routing on/off, top-k/top-p or not; ~40-85 s each on an H200),
+      first appears: batch 1, 2-63 or 64+ slots (the attention form), routing on/off, top-k/top-p or
+      not; ~40-85 s each on an H200),
       then captures it: 1.4-2.1x the plain graph's tok/s there. Same logprobs as the plain step to
       rounding: on CPU the forward is bit for bit (tested, bf16 base), and the sampler's sums run in
       another order, so a top-p row can keep another set at its boundary and draw another token (1
@@ -312,8 +313,8 @@ class TorchEngine:
         if fuse:
             compiled = torch.compile(self._step_body, fullgraph=True, options=dict(FUSE_OPTIONS))
 
-            def _step_fn(b, step, P, filtered, key_ok):  # batch 1, sampling filters, routing on/off specialise: up
-                torch._dynamo.maybe_mark_dynamic(key_ok, 1)  # to 8 graphs, dynamo's limit
+            def _step_fn(b, step, P, filtered, key_ok):  # batch 1 / 2-63 / 64+, sampling filters, routing on/off
+                torch._dynamo.maybe_mark_dynamic(key_ok, 1)  # specialise: up to 12 kinds, each 1-2 graphs
                 with torch._dynamo.config.patch(recompile_limit=64):
                     return compiled(b, step, P, filtered, key_ok)
             self._step_fn = _step_fn
@@ -390,7 +391,7 @@ class TorchEngine:
     def _forward(self, x, pos, col, kv, key_ok):
         """col an int: prefill (q > 1) or an eager decode step; attends to the columns [0, col+q).
         col a 0-dim tensor (static path): one token per row written at column col with index_copy_,
-        attending to the whole cache under the mask key_ok & (column <= col)."""
+        attending to the window of the cache key_ok spans (b.key_ok[:, :W]) under the mask key_ok & (column <= col)."""
         m = self.model.model
         if torch.compiler.is_compiling():  # the fused step: the lookup without the module's hooks (gradient
             h = F.embedding(x, m.embed_tokens.weight)  # checkpointing's requires_grad_ hook breaks dynamo 2.11's graph)
@@ -447,7 +448,9 @@ class TorchEngine:
             # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
             gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
             if static and self._matmul_attention(B):  # two batched matmuls and an fp32 softmax (q = 1)
-                sc = (qs.reshape(B, Hkv, G, -1) @ K[:, :, :Lc].transpose(-1, -2)) * a.scaling  # (B, Hkv, G, Lc)
+                # the scale on q (one rounding, the smaller tensor); the scores are rounded to the compute dtype as
+                # in HF's eager attention (SDPA's kernels keep them in fp32), then softmaxed in fp32
+                sc = (qs.reshape(B, Hkv, G, -1) * a.scaling) @ K[:, :, :Lc].transpose(-1, -2)  # (B, Hkv, G, Lc)
                 o = sc.masked_fill(~mask, float("-inf")).float().softmax(-1).to(V.dtype) @ V[:, :, :Lc]
             else:
                 o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
@@ -740,23 +743,31 @@ class TorchEngine:
         return decode, b, step, P
 
     def _capture_window(self, b: _Rows, step, P, filtered: bool, W: int, pool: list):
-        """The static step over the first W cache columns as a function that runs it: the step itself without capture
-        (the CPU test hook); else a CUDA graph of it, captured now, mid-generation: a warm-up on a side stream (lazy
-        inits, cuBLAS handles; the fused step's compilation) runs the step for real, so the sampled token and the
-        step counter are restored after it and the replay redoes that step (same inputs: same KV, same token)."""
+        """The static step over the first W cache columns as a function that runs it: a CUDA graph of it, captured
+        now, mid-generation; without capture (the CPU test hook) the step itself. First a warm-up (lazy inits, cuBLAS
+        handles, the fused step's compilation; on a side stream on CUDA) runs the step for real, so what it changes
+        that the step reads or keeps (the last token, the step counter, the rows' ends and stop flags) is restored
+        after it and the replay redoes that step; the KV column and the sampled token it wrote are written again.
+        The CPU hook runs the same warm-up and restore, so tests see them."""
         def run():
             self._step_fn(b, step, P, filtered, b.key_ok[:, :W])
 
+        state = (b.tok, step, b.end, b.by_id)
+        saved = [t.clone() for t in state]
+
+        def warm_up():
+            for _ in range(2):
+                run()
+                for t, v in zip(state, saved):
+                    t.copy_(v)
+
         if not self._capture:
+            warm_up()
             return run
-        saved = b.tok.clone(), step.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                run()
-                b.tok.copy_(saved[0])
-                step.copy_(saved[1])
+            warm_up()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool[0] if pool else None):
@@ -831,8 +842,9 @@ class TorchEngine:
             a, mlp = layer.self_attn, layer.mlp
             for kind, projs in (("qkv", (a.q_proj, a.k_proj, a.v_proj) if self._qkv_matmul else ()),
                                 ("mlp", (mlp.gate_proj, mlp.up_proj))):
-                mods = [p for p in projs if isinstance(p, lora.LoRALinear) and dtype in p._routed]
-                if len(mods) < 2 or (kind == "mlp" and len(mods) != len(projs)):
+                mods = [p for p in projs if isinstance(p, lora.LoRALinear)]  # the forward skips these ones' add_delta
+                if (len(mods) < 2 or (kind == "mlp" and len(mods) != len(projs))
+                        or any(dtype not in p._routed for p in mods)):
                     self._lora_groups.pop((li, kind), None)
                     continue
                 bufs = [p._routed[dtype] for p in mods]

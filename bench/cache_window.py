@@ -56,7 +56,8 @@ def main():
     print(f"{a.model}, {a.rows} rows, prompt {P}, {a.new} new tokens, cache {L} columns, {a.rounds} rounds, "
           f"{torch.get_num_threads()} threads")
     for k in engines:
-        print(f"  {k:6s}: {cols[k]:,} KV columns read a row, {a.rows * a.new / med[k]:.1f} tok/s ({med[k]:.2f} s)")
+        print(f"  {k:6s}: {cols[k]:,} KV columns read a row (from the windows), {a.rows * a.new / med[k]:.1f} tok/s "
+              f"({med[k]:.2f} s)")
     print(f"window / whole: KV columns {cols['window'] / cols['whole']:.2f}x, time {med['window'] / med['whole']:.2f}x; "
           f"same tokens: {same}")
     if not same:

@@ -381,8 +381,8 @@ def test_cache_window_grid():
 
 def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, monkeypatch):
     """compile=True's step (run eagerly through the test hook) over a cache sized for 150 new tokens reads, at each
-    decode step, the KV of the window cache_window gives for the columns written so far (64, 128, 192, then the whole
-    cache), not the whole cache from the first step, and gives the eager path's tokens and logprobs and the same as
+    decode step, the KV of the window cache_window gives for the columns written so far (64, 128, then 192, the
+    whole cache), not the whole cache from the first step, and gives the eager path's tokens and logprobs and the same as
     with the whole cache read at every step (`_cache_windows=False`)."""
     from engines import cache_window
 
@@ -402,14 +402,18 @@ def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, 
     windowed = TorchEngine(m, tok, compile=True, _capture=False).generate(reqs)
     layers = m.config.num_hidden_layers
     steps = [k for q, k in cols[::layers] if q == m.config.num_attention_heads // m.config.num_key_value_heads]
-    assert steps == [cache_window(L, P + s) for s in range(1, N)], steps  # decode steps 1 .. N-1 (0: the prefill)
-    assert steps[0] == 64 and steps[-1] == L and sum(steps) < 0.75 * L * len(steps)
+    want = []  # decode steps 1 .. N-1 (0: the prefill); a window's first step follows its capture's two warm-up runs
+    for s in range(1, N):
+        W = cache_window(L, P + s)
+        want += [W] * (3 if W not in want else 1)
+    assert steps == want, steps
+    assert steps[0] == 64 and steps[-1] == L and sum(steps) < 0.75 * L * len(steps) and len(set(steps)) == 3
     monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
     # the eager path reads [0, column] unmasked, the static one a masked window: other reductions, whose rounding
     # drifts over 150 tokens (2.7e-4 here, the same with the whole cache; 1e-5 over the 20 tokens of the tests above)
     _assert_same(windowed, TorchEngine(m, tok).generate(reqs), atol=1e-3)
     _assert_same(windowed, TorchEngine(m, tok, compile=True, _capture=False, _cache_windows=False).generate(reqs), atol=0)
-    # the fused (compiled) step: the window is a symbolic size from the first compilation, so its four windows
+    # the fused (compiled) step: the window is a symbolic size from the first compilation, so its three windows
     # here share one graph (the cache has a column more than the largest window, which therefore never spans it)
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
@@ -457,6 +461,8 @@ def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
         sdpa_ops, outs = {}, {}
         for name, eng in (("fused", fused), ("plain", plain)):
             counts = []
+            eng.generate([Request(prompts[i % 4], None, SamplingParams(max_new_tokens=6, stop_token_ids=[]))
+                          for i in range(rows)])  # the shape's window captured (its warm-up steps), not counted
             for n in (2, 6):
                 reqs = [Request(prompts[i % 4], None, SamplingParams(max_new_tokens=n, seed=i, stop_token_ids=[]))
                         for i in range(rows)]
@@ -581,6 +587,27 @@ def test_routed_adapters_take_13_ops_a_layer_in_the_static_decode_step_not_21(ti
     assert torch.equal(group_A, torch.cat([torch.cat(list(p.lora_A.values())) for p in (a.q_proj, a.k_proj, a.v_proj)]).bfloat16())
     B_want = torch.block_diag(*[torch.cat(list(p.lora_B.values()), 1) for p in (a.q_proj, a.k_proj, a.v_proj)]).bfloat16()
     assert torch.equal(group_B, B_want)
+
+
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("q_proj", "v_proj", "gate_proj", "up_proj"),
+                                     ("k_proj", "v_proj", "up_proj", "down_proj")])
+def test_grouped_adapters_on_some_projections_equal_one_at_a_time(tiny, targets):
+    """LoRA on some projections only (q and v: the common setting; k a plain Linear inside the q/k/v group, its rows
+    of the block-diagonal B zero; gate without up: no MLP group): the grouped static step gives the tokens and
+    logprobs of the ungrouped one and of the eager path, mixed adapters per row."""
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8, targets=targets)
+    _randomize(m, "a", 1)
+    _randomize(m, "b", 2)
+    prompts = [tok.encode(t) for t in TEXTS]
+    reqs = [Request(p, a, SamplingParams(max_new_tokens=10, seed=i, stop_token_ids=[]))
+            for i, (p, a) in enumerate(zip(prompts, ["a", "b", None, "a"]))]
+    grouped = TorchEngine(m, tok, compile=True, _capture=False)
+    out = grouped.generate(reqs)
+    groups = {k for (_, k) in grouped._lora_groups}
+    assert groups == ({"qkv"} | ({"mlp"} if {"gate_proj", "up_proj"} <= set(targets) else set())), groups
+    _assert_same(out, TorchEngine(m, tok, compile=True, _capture=False, _lora_group=False).generate(reqs))
+    _assert_same(out, TorchEngine(m, tok).generate(reqs))
 
 
 def test_the_static_step_projects_q_k_v_in_one_matmul_and_sees_a_base_update(tiny, monkeypatch):
