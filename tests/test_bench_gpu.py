@@ -187,3 +187,27 @@ def test_cache_window_bench_reads_fewer_columns_for_the_same_tokens():
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "window / whole: KV columns 0.65x" in r.stdout and "same tokens: True" in r.stdout, r.stdout
     assert "16,064 KV columns" in r.stdout and "24,768 KV columns" in r.stdout, r.stdout
+
+
+def test_attention_forms_bench_compares_the_matmul_form_with_sdpa_and_the_eager_loop():
+    """bench/attention_forms.py on the tiny model: in fp32 the matmul form, the static SDPA step and the eager loop give
+    the same tokens (logprobs to 1e-4); in bf16 the matmul form differs from SDPA by no more than twice the static
+    SDPA step's own spread against the eager loop (docs/benchmarks.md reports SmolLM2's figures)."""
+    import re
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run(dtype):
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "attention_forms.py"), "--model", "tiny", "--new", "12",
+                            "--dtype", dtype], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        got = {m[0]: (int(m[1]), int(m[2]), float(m[3])) for m in re.findall(
+            r"(\w+ vs \w+): rows identical (\d+)/8, tokens agreeing before the first difference (\d+)/96, "
+            r"max \|dlogprob\| over them ([\d.]+)", r.stdout)}
+        assert set(got) == {"matmul vs sdpa", "sdpa vs eager", "matmul vs eager"}, r.stdout
+        return got
+
+    fp32 = run("float32")
+    assert all(v[0] == 8 and v[1] == 96 and v[2] <= 1e-4 for v in fp32.values()), fp32
+    bf16 = run("bfloat16")
+    assert bf16["matmul vs sdpa"][2] <= 2 * bf16["sdpa vs eager"][2], bf16
