@@ -720,7 +720,7 @@ class TorchEngine:
             def decode(W):
                 fn = graphs.get(W)
                 if fn is None:
-                    fn = graphs[W] = self._capture_window(b, step, P, filtered, W, pool)
+                    fn = graphs[W] = self._capture_window(b, step, P, filtered, W, pool, warmups=1 if graphs else 2)
                 fn()
 
             for m in mods:
@@ -742,12 +742,13 @@ class TorchEngine:
         self._refresh_lora_groups()
         return decode, b, step, P
 
-    def _capture_window(self, b: _Rows, step, P, filtered: bool, W: int, pool: list):
+    def _capture_window(self, b: _Rows, step, P, filtered: bool, W: int, pool: list, warmups: int = 2):
         """The static step over the first W cache columns as a function that runs it: a CUDA graph of it, captured
-        now, mid-generation; without capture (the CPU test hook) the step itself. First a warm-up (lazy inits, cuBLAS
-        handles, the fused step's compilation; on a side stream on CUDA) runs the step for real, so what it changes
-        that the step reads or keeps (the last token, the step counter, the rows' ends and stop flags) is restored
-        after it and the replay redoes that step; the KV column and the sampled token it wrote are written again.
+        now, mid-generation; without capture (the CPU test hook) the step itself. First a warm-up runs the step for
+        real: lazy inits, cuBLAS handles, the fused step's compilation; on a side stream on CUDA; twice for a shape's
+        first window, once for each later one, whose only new work is a size (the fused step's window is symbolic).
+        So what the step reads back or keeps (the last token, the step counter, the rows' ends and stop flags) is
+        restored after it and the replay redoes that step; the KV column and the token it wrote are written again.
         The CPU hook runs the same warm-up and restore, so tests see them."""
         def run():
             self._step_fn(b, step, P, filtered, b.key_ok[:, :W])
@@ -756,7 +757,7 @@ class TorchEngine:
         saved = [t.clone() for t in state]
 
         def warm_up():
-            for _ in range(2):
+            for _ in range(warmups):
                 run()
                 for t, v in zip(state, saved):
                     t.copy_(v)
