@@ -1,10 +1,12 @@
 import importlib.util
 import os
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers import CountingEngine
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import lora
 import ppo
@@ -12,6 +14,25 @@ import engines
 from rollout import Prompt, Request, RoleSpec, SamplingParams, TorchEngine, run_episodes
 
 TEXTS = ["What is 3 + 4?", "the answer is", "Solve: 12 * 9 = ? then check the result twice", "def f"]
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it, by name (view ops too)."""
+    views = True
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.views or not func.is_view:
+            self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _NonViewOps(_Ops):
+    """_Ops without the view ops (they launch no kernel)."""
+    views = False
 
 
 def _randomize(m, name, seed, scale=0.2):
@@ -434,23 +455,10 @@ def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
     it, and in the plain graph step at any size, with SDPA. The fused engine's step is run uncompiled here (the same
     Python, so the same decision): at 64 rows its decode steps call no SDPA, at 32 they do, and the tokens are the
     plain step's."""
-    from collections import Counter
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     m, tok = tiny
     assert engines.ATTN_MATMUL_MIN_BATCH == 64
     with pytest.raises(ValueError, match="_attention"):
         TorchEngine(m, tok, compile=True, _capture=False, _attention="flash")
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops[func.overloadpacket.__name__] += 1
-            return func(*args, **(kwargs or {}))
 
     prompts = [tok.encode(t) for t in TEXTS]
     fused = TorchEngine(m, tok, compile=True, fuse=True, _capture=False)
@@ -466,7 +474,7 @@ def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
             for n in (2, 6):
                 reqs = [Request(prompts[i % 4], None, SamplingParams(max_new_tokens=n, seed=i, stop_token_ids=[]))
                         for i in range(rows)]
-                with Ops() as c:
+                with _Ops() as c:
                     outs[name] = eng.generate(reqs)
                 counts.append(sum(v for k, v in c.ops.items() if "scaled_dot_product" in k))
             sdpa_ops[name] = counts[1] - counts[0]  # the decode steps' SDPA calls (the prefill's cancel out)
@@ -527,26 +535,12 @@ def test_routed_adapters_take_13_ops_a_layer_in_the_static_decode_step_not_21(ti
     concatenated into persistent buffers outside the step, only when they change, and the groups' buffers are
     copied from those in place (what a captured graph reads). Before that, each projection re-cast and
     re-concatenated them on every replay (9.4 ops)."""
-    from collections import Counter
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     m, tok = tiny
     lora.add_lora(m, ["a", "b", "c"], rank=4, alpha=8)
     m = m.to(torch.bfloat16)
     for name in "abc":
         for p in lora.adapter_parameters(m, name):
             p.data = p.data.float().normal_(0, 0.05)  # fp32 master weights beside the bf16 base
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not func.is_view:
-                self.ops[func.overloadpacket.__name__] += 1
-            return func(*args, **(kwargs or {}))
 
     prompt = tok.encode("What is 3 + 4?")
 
@@ -555,7 +549,7 @@ def test_routed_adapters_take_13_ops_a_layer_in_the_static_decode_step_not_21(ti
         for n in (1, 5):
             reqs = [Request(prompt, a, SamplingParams(max_new_tokens=n, greedy=True, stop_token_ids=[])) for a in adapters]
             eng.generate(reqs)  # warm: the step's shapes, the routed buffers
-            with Ops() as c:
+            with _NonViewOps() as c:
                 out = eng.generate(reqs)
             counts.append(c.ops)
         return Counter({k: (counts[1][k] - counts[0][k]) / 4 for k in counts[1]}), [r.completion_ids for r in out]
@@ -615,10 +609,6 @@ def test_the_static_step_projects_q_k_v_in_one_matmul_and_sees_a_base_update(tin
     concatenated matrix: 5 matmuls a layer, not 7 (batch 1's GEMVs are latency-bound on a GPU). With adapters on
     q and v only (k a plain Linear), routed per row, it equals the eager path; an in-place update of a base weight
     (full-weight training) reaches the next call through the refreshed buffer, and so does a changed bias."""
-    from collections import Counter
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     m, tok = tiny
     lora.add_lora(m, ["a", "b"], rank=4, alpha=8, targets=("q_proj", "v_proj"))
     _randomize(m, "a", 1)
@@ -629,20 +619,11 @@ def test_the_static_step_projects_q_k_v_in_one_matmul_and_sees_a_base_update(tin
     reqs = [Request(p, a, sp) for p, a in zip(prompts, ["a", "b", None, "a"])]
     _assert_same(static.generate(reqs), eager.generate(reqs))
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops[func.overloadpacket.__name__] += 1
-            return func(*args, **(kwargs or {}))
-
     one = [Request(prompts[0], None, SamplingParams(max_new_tokens=n, greedy=True, stop_token_ids=[])) for n in (1, 5)]
     counts = []
     for r in one:
         static.generate([r])
-        with Ops() as c:
+        with _Ops() as c:
             static.generate([r])
         counts.append(c.ops)
     step = Counter({k: (counts[1][k] - counts[0][k]) / 4 for k in counts[1]})  # per decode step
