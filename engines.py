@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 import lora
 from prefix_kv import PrefixCache
+from sampling import sample
 
 # --------------------------------------------------------------------------------------------
 # the interface
@@ -76,54 +77,6 @@ class Result:
     text: str = ""
 
 
-# --------------------------------------------------------------------------------------------
-# sampling: vectorised, and per row reproducible whatever else is in the batch
-
-_M64 = 2**64
-
-
-def _i64(c: int) -> int:
-    """An unsigned 64-bit constant as the signed int64 with the same bits."""
-    return c - _M64 if c >= 2**63 else c
-
-
-_GOLDEN, _MIX1, _MIX2 = _i64(0x9E3779B97F4A7C15), _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
-
-
-def _splitmix64(z):
-    """splitmix64's finaliser on int64 tensors (multiplication wraps mod 2^64; `>>` is
-    arithmetic on int64, so each shift is masked down to the logical shift)."""
-    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * _MIX1
-    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * _MIX2
-    return z ^ ((z >> 31) & ((1 << 33) - 1))
-
-
-def uniform(seed, step):
-    """Counter-based uniform in [0, 1) for every row: a hash of (row seed, step), float64 with
-    53 random bits. seed (B,) int64, step int64 (0-dim or (B,)) -> (B,). Nothing but the row's
-    own seed and step enters, so a row draws the same number in any batch, on any device."""
-    z = _splitmix64(_splitmix64(seed) + (step + 1) * _GOLDEN)
-    return ((z >> 11) & ((1 << 53) - 1)).double() * 2.0**-53
-
-
-def _filter_logits(logits, temp, top_k, top_p, filtered: bool):
-    """Temperature, then top-k, then top-p (nucleus), per row. (B, V) -> (B, V) with -inf outside.
-    temp, top_k, top_p (B, 1); `filtered` (any row with top_k > 0 or top_p < 1) is decided on
-    the host from the requests, so this never syncs."""
-    logits = logits / temp
-    if filtered:
-        sorted_l, idx = logits.sort(-1, descending=True)  # (B, V)
-        rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_l)
-        drop = (top_k > 0) & (rank >= top_k)
-        probs = sorted_l.softmax(-1)
-        drop |= ((probs.cumsum(-1) - probs) >= top_p) & (top_p < 1)  # smallest prefix with mass >= top_p
-        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
-        logits = torch.empty_like(logits).scatter_(-1, idx, sorted_l)
-    return logits
-
-
-BLOCK = 1024  # sampling: vocabulary block of the two-level inverse CDF
-
 # torch.compile's inductor options for the fused decode step (TorchEngine(fuse=True), rollout.fuse), read when an
 # engine is built. emulate_precision_casts: inductor rounds where the eager bf16 ops round (the forward is bit for bit
 # the plain step's on CPU). Not coordinate_descent_tuning (gpt-fast's setting, under which inductor writes batch 1's
@@ -138,39 +91,6 @@ FUSE_OPTIONS = {"emulate_precision_casts": True}
 # 1.01x and 0.99x (docs/benchmarks.md). Between 1 and 256 nothing was measured: 64 is a guess, and
 # bench/gpu_next.sh's fused-sdpa / fused-matmul forms A/B it.
 ATTN_MATMUL_MIN_BATCH = 64
-
-
-def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
-    """One token per row -> (tokens (B,), logprobs (B,)), with no host sync and no loop over rows.
-
-    logits (B, V) fp32; temp/top_k/top_p (B, 1) (greedy rows: 1 / 0 / 1); greedy (B,) bool;
-    seed (B,) int64; step: the index of the token being sampled (int64 tensor).
-    Inverse-CDF sampling: the row's uniform u = uniform(seed, step) picks the first token whose
-    cumulative probability exceeds u * total, so a row's token depends only on its own logits,
-    seed and step. Two levels, so the (B, V) probabilities are read about once (a 150k vocabulary
-    at batch 256 is ~150 MB per step): float64 cumulative sums over blocks of BLOCK tokens pick
-    the block, then over that block's tokens. A token is picked with its probability to ~1e-12
-    whatever the vocabulary size, and a token with probability 0 (filtered) never is.
-    Logprobs are under the distribution actually sampled from (temperature, top-k, top-p
-    applied); greedy rows report the plain model logprob (temperature 1) instead of 0.
-    """
-    logp = _filter_logits(logits, temp, top_k, top_p, filtered).log_softmax(-1)  # (B, V)
-    B, V = logp.shape
-    nb = -(-V // BLOCK)
-    probs = logp.exp()  # (B, V)
-    if nb * BLOCK != V:
-        probs = F.pad(probs, (0, nb * BLOCK - V))  # zeros past V
-    probs = probs.view(B, nb, BLOCK)  # (B, nb, BLOCK)
-    bcdf = probs.sum(-1, dtype=torch.float64).cumsum(-1)  # (B, nb)
-    total = bcdf[:, -1]  # (B,) ~1
-    u = torch.minimum(uniform(seed, step) * total, total.nextafter(torch.zeros_like(total)))  # (B,) in [0, total)
-    blk = torch.searchsorted(bcdf, u[:, None], right=True)  # (B, 1) first block with cdf > u: its mass is > 0
-    u = u[:, None] - torch.where(blk > 0, bcdf.gather(-1, (blk - 1).clamp(min=0)), 0.0)  # (B, 1) mass into the block
-    cdf = probs.gather(1, blk[:, :, None].expand(B, 1, BLOCK)).squeeze(1).double().cumsum(-1)  # (B, BLOCK)
-    j = torch.searchsorted(cdf, u, right=True)  # (B, 1) first token with cdf > u ...
-    j = torch.minimum(j, (cdf < cdf[:, -1:]).sum(-1, keepdim=True))  # ... never past the block's last token with p > 0
-    tok = torch.where(greedy, logits.argmax(-1), (blk * BLOCK + j).squeeze(-1))  # (B,)
-    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
 # --------------------------------------------------------------------------------------------

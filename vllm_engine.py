@@ -1,7 +1,7 @@
 """VLLMEngine: vLLM's `LLM` in this process, serving every role's adapter from one engine, behind the
 engines' interface (engines.py: Request -> Result). vLLM is imported only when one is built.
 
-Split from engines.py (the embedded TorchEngine and the sampler) along the seam the lazy import already
+Split from engines.py (the embedded TorchEngine; its sampler is sampling.py) along the seam the lazy import already
 drew: nothing here runs unless `rollout.engine = "vllm"`.
 """
 from __future__ import annotations

@@ -206,11 +206,11 @@ def test_truncated_sampling_is_refused_where_the_engines_logprobs_enter_the_loss
     logprobs taken from the engine), allowed where the trainer recomputes them and no IS weight is applied."""
     import torch
 
-    import engines
+    import sampling
     logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(0)) * 3  # (B, V)
     one, zero = torch.ones(4, 1), torch.zeros(4, 1, dtype=torch.long)
-    tok, lp = engines.sample(logits, one, zero, one * 0.8, torch.zeros(4, dtype=torch.bool), torch.arange(4),
-                             torch.tensor(0), True)
+    tok, lp = sampling.sample(logits, one, zero, one * 0.8, torch.zeros(4, dtype=torch.bool), torch.arange(4),
+                              torch.tensor(0), True)
     full = logits.log_softmax(-1)  # (B, V) what the trainer scores
     probs = full.exp().sort(-1, descending=True).values  # (B, V)
     kept = (probs * ((probs.cumsum(-1) - probs) < 0.8)).sum(-1)  # (B,) the nucleus's mass

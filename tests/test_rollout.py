@@ -8,9 +8,10 @@ import torch.nn.functional as F
 from helpers import CountingEngine
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import engines
 import lora
 import ppo
-import engines
+import sampling
 from rollout import Prompt, Request, RoleSpec, SamplingParams, TorchEngine, run_episodes
 
 TEXTS = ["What is 3 + 4?", "the answer is", "Solve: 12 * 9 = ? then check the result twice", "def f"]
@@ -212,10 +213,10 @@ def test_uniform_is_splitmix64_of_seed_and_step():
     unsigned Python ints, for seeds and steps with the top bit set too."""
     seeds = [0, 1, 11, 2**62 + 12345, 2**63 - 1]
     for step in (0, 1, 7, 1000):
-        got = engines.uniform(torch.tensor(seeds, dtype=torch.long), torch.tensor(step)).tolist()
+        got = sampling.uniform(torch.tensor(seeds, dtype=torch.long), torch.tensor(step)).tolist()
         want = [(_splitmix64_py(_splitmix64_py(s) + (step + 1) * 0x9E3779B97F4A7C15) >> 11) * 2.0**-53 for s in seeds]
         assert got == want
-    u = engines.uniform(torch.arange(20000), torch.tensor(3))
+    u = sampling.uniform(torch.arange(20000), torch.tensor(3))
     assert 0 <= float(u.min()) and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.01
 
 
@@ -234,7 +235,7 @@ def _draws(logits, n, **kw):
         return torch.full((B, 1), v, dtype=dt)
 
     for step in range(3):
-        tok, lp = engines.sample(logits.expand(B, V), col(kw.get("temp", 1.0)), col(kw.get("top_k", 0), torch.long),
+        tok, lp = sampling.sample(logits.expand(B, V), col(kw.get("temp", 1.0)), col(kw.get("top_k", 0), torch.long),
                                  col(kw.get("top_p", 1.0)), torch.zeros(B, dtype=torch.bool),
                                  torch.arange(B) * 7919 + 5, torch.tensor(step), kw.get("top_k", 0) > 0 or kw.get("top_p", 1.0) < 1)
         out.append((tok, lp))
@@ -243,12 +244,12 @@ def _draws(logits, n, **kw):
 
 @pytest.mark.parametrize("block", [1024, 3])  # one block; three blocks of 3 (padded) with zeros inside
 def test_sampling_distribution_temperature_top_k_top_p(monkeypatch, block):
-    monkeypatch.setattr(engines, "BLOCK", block)
+    monkeypatch.setattr(sampling, "BLOCK", block)
     logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, 1.5]])
     n = 30000
     cases = [dict(), dict(temp=0.7), dict(temp=1.6), dict(top_k=3), dict(top_p=0.8), dict(top_k=5, top_p=0.9, temp=1.3)]
     for kw in cases:
-        filt = engines._filter_logits(logits, torch.tensor([[kw.get("temp", 1.0)]]), torch.tensor([[kw.get("top_k", 0)]]),
+        filt = sampling._filter_logits(logits, torch.tensor([[kw.get("temp", 1.0)]]), torch.tensor([[kw.get("top_k", 0)]]),
                                       torch.tensor([[kw.get("top_p", 1.0)]]), True)
         probs = filt.softmax(-1)[0].double()
         tok, lp = _draws(logits, n, **kw)
@@ -276,11 +277,11 @@ def test_two_level_inverse_cdf_equals_one_level(monkeypatch):
     logits = torch.randn(B, 50, generator=g) * 3
     args = (logits, torch.full((B, 1), 0.9), torch.full((B, 1), 20), torch.full((B, 1), 0.95),
             torch.zeros(B, dtype=torch.bool), torch.arange(B) * 31 + 1, torch.tensor(5), True)
-    monkeypatch.setattr(engines, "BLOCK", 7)
-    tok, lp = engines.sample(*args)
-    logp = engines._filter_logits(*args[:4], True).log_softmax(-1)
+    monkeypatch.setattr(sampling, "BLOCK", 7)
+    tok, lp = sampling.sample(*args)
+    logp = sampling._filter_logits(*args[:4], True).log_softmax(-1)
     cdf = logp.exp().double().cumsum(-1)
-    u = engines.uniform(args[5], args[6]) * cdf[:, -1]
+    u = sampling.uniform(args[5], args[6]) * cdf[:, -1]
     assert tok.tolist() == torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1).tolist()
     assert torch.isfinite(lp).all()
 
