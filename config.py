@@ -383,7 +383,8 @@ class RolloutConfig:
     norms, RoPE, residual adds, activation, masking and sampling between the matmuls): 1.4-2.1x the graph's
     decode tok/s on an H200, for a compilation of ~40-85 s there per kind of batch when it first appears
     (batch 1, 2-63 or 64+ slots, routing on/off, top-k/top-p or not: at most 12); logprobs equal to rounding (within
-    0.008 there, on rows whose tokens agree). docs/benchmarks.md "GPU path" """
+    0.008 there, on rows whose tokens agree, measured with SDPA's attention; from 64 slots the fused step attends
+    with matmuls, not measured there). docs/benchmarks.md "GPU path" """
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM's share of GPU memory (the trainer needs the rest)"""
     vllm_sleep: bool = False

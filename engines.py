@@ -12,7 +12,7 @@ decode loop over the HF modules (gpt-fast style) instead of `model.generate`:
   - per-row stopping (EOS / stop ids / stop strings / length); finished rows are dropped from
     the batch (cache compaction) once they are 1/8 of it, so they stop costing compute;
   - no Python loop over rows on the hot path: per-row state lives in device tensors (_Rows),
-    sampling is vectorised (inverse CDF with a counter-based uniform keyed by (row seed, token
+    sampling (sampling.py) is vectorised (inverse CDF with a counter-based uniform keyed by (row seed, token
     index): a row's sample depends only on its own logits and seed, never on its batch), stop ids
     are checked on device, and the host syncs every `sync_every` steps (decoding text only for
     rows that have stop strings);
@@ -79,14 +79,15 @@ class Result:
 
 # torch.compile's inductor options for the fused decode step (TorchEngine(fuse=True), rollout.fuse), read when an
 # engine is built. emulate_precision_casts: inductor rounds where the eager bf16 ops round (the forward is bit for bit
-# the plain step's on CPU). Not coordinate_descent_tuning (gpt-fast's setting, under which inductor writes batch 1's
+# the plain step's on CPU below ATTN_MATMUL_MIN_BATCH slots; from there the two attend in other forms). Not coordinate_descent_tuning (gpt-fast's setting, under which inductor writes batch 1's
 # matmuls as its own fused reductions): on an H200 at batch 1 it cut the kernels of a step 413 -> 328 at the same
 # kernel time (2.04 ms), ran 424 against 445 tok/s and compiled in 76 s against 37 (docs/benchmarks.md).
 FUSE_OPTIONS = {"emulate_precision_casts": True}
 
 # The fused static step's attention at this many batch slots or more: two batched matmuls and an fp32 softmax, which
 # inductor fuses with the mask, instead of SDPA's kernel. On an H200 at batch 256 (Qwen2.5-1.5B's shape, cache 192
-# columns) the attention kernels took 630 us a step that way against 949 for cuDNN's flash kernel, which runs the 6
+# columns) the attention kernels took 630 us a step that way against 949 for cuDNN's flash kernel (two runs, the
+# first with q, k, v as three matmuls), which runs the 6
 # queries of a KV head in a 64-query tile; at batch 1 the matmuls ran 0.92x SDPA's tok/s; in plain graphs (unfused)
 # 1.01x and 0.99x (docs/benchmarks.md). Between 1 and 256 nothing was measured: 64 is a guess, and
 # bench/gpu_next.sh's fused-sdpa / fused-matmul forms A/B it.
@@ -117,7 +118,7 @@ class _Rows:
     tok: torch.Tensor  # (B,) the last sampled token (the next forward's input)
     pad: torch.Tensor  # (B,) left padding of each prompt
     key_ok: torch.Tensor  # (B, L) real (non-pad) cache columns (static path: L + 1, the last never attended)
-    kv: list  # per layer (K, V), each (B, Hkv, L, D)
+    kv: list  # per layer (K, V), each (B, Hkv, L, D) (static path: L + 1 columns, the last never attended)
     temp: torch.Tensor  # (B, 1)
     top_k: torch.Tensor  # (B, 1)
     top_p: torch.Tensor  # (B, 1)
@@ -166,14 +167,16 @@ class TorchEngine:
       `_qkv_matmul=False` keeps three, for benchmarks): on an H200, 1.07x the graph's tok/s at batch
       1 and 1.05x at batch 256 (docs/benchmarks.md), for a copy of those weights. Routed adapters on
       projections that share an input run as one group (_refresh_lora_groups; `_lora_group=False` runs
-      them one projection at a time, for benchmarks): 13 LoRA ops a layer instead of 21. The fused
+      them one projection at a time, for benchmarks): 13 LoRA ops a layer instead of 21 with all seven
+      projections adapted. The fused
       step attends with two batched matmuls and a softmax from ATTN_MATMUL_MIN_BATCH slots, SDPA below.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
       first appears: batch 1, 2-63 or 64+ slots (the attention form), routing on/off, top-k/top-p or
       not; ~40-85 s each on an H200),
       then captures it: 1.4-2.1x the plain graph's tok/s there. Same logprobs as the plain step to
-      rounding: on CPU the forward is bit for bit (tested, bf16 base), and the sampler's sums run in
+      rounding: on CPU the forward is bit for bit below ATTN_MATMUL_MIN_BATCH slots (tested, bf16 base;
+      from there the fused step attends with matmuls, the plain one with SDPA), and the sampler's sums run in
       another order, so a top-p row can keep another set at its boundary and draw another token (1
       of 4 SmolLM2 rows, at token 9); on an H200 (random weights of Qwen2.5-1.5B's shape) within
       0.008 on rows whose tokens agree, so seeded rows sample the same tokens until a near tie (a
@@ -185,7 +188,7 @@ class TorchEngine:
     prefix_cache_tokens (eager path only; 0 = off): a finished row's KV is kept (PrefixCache, an LRU
     of at most this many tokens), and a later request under the same adapter whose prompt extends a
     kept sequence restores that KV and prefills only the rest. Rows are prefilled in groups of similar
-    uncached suffix (_windows), each group in one forward over the window of its longest suffix (a row
+    uncached suffix (_prefill_groups), each group in one forward over the window of its longest suffix (a row
     with a shorter one recomputes the few cached tokens inside it), so ragged prefixes and misses share
     a batch. Same tokens and logprobs as without the cache (to float rounding). The cache is cleared by sync() (the trainer calls it after
     each update) and whenever a parameter's version counter or storage changed since the last call
@@ -225,7 +228,8 @@ class TorchEngine:
         # fuse: the static step's forward + sampling as ONE torch.compile graph (inductor fuses the norms, RoPE,
         # residual adds, SiLU * up, the mask and the sampler's elementwise work; fullgraph, so a break is an error,
         # not a silent eager fallback), then captured in the CUDA graph like the plain step, by an inductor
-        # that rounds where the eager bf16 ops round (emulate_precision_casts): on CPU the forward is bit-exact.
+        # that rounds where the eager bf16 ops round (emulate_precision_casts): on CPU the forward is bit-exact
+        # below ATTN_MATMUL_MIN_BATCH slots (from there the fused step's attention is matmuls, the plain step's SDPA).
         # The first batch shape compiles with static sizes but the attention window (symbolic from the start: it
         # changes within a call); a second recompiles with the batch and cache sizes symbolic too (torch.compile's
         # automatic dynamic shapes), which every later shape reuses
@@ -331,24 +335,15 @@ class TorchEngine:
             causal = torch.arange(Lc, device=x.device)[None, :] <= (col + torch.arange(q, device=x.device))[:, None]
             mask = causal[None, None] & key_ok[:, None, None, :Lc]  # (B, 1, q, L)
             mask[..., col:Lc] |= torch.eye(q, dtype=torch.bool, device=x.device)  # pad queries see themselves: no NaN
+        matmul_attention = static and self._matmul_attention(B)
+        masked_out = ~mask if matmul_attention else None  # once a step, not once a layer
         for li, layer in enumerate(m.layers):
             a = layer.self_attn
             r = h
             h = layer.input_layernorm(h)
             hs = (B, q, -1, a.head_dim)
-            if static and self._qkv_matmul:  # one matmul for q, k and v (the concatenated base weights), then each projection's adapters
-                W, bias = self._qkv[li][1:]
-                y = F.linear(h, W, bias)
-                g = self._lora_groups.get((li, "qkv"))  # (only there with two or more adapted projections)
-                rmask = None if g is None else next(p for p in (a.q_proj, a.k_proj, a.v_proj)
-                                                    if isinstance(p, lora.LoRALinear)).row_mask
-                grouped = rmask is not None
-                if grouped:  # the routed adapters of q, k and v in 3 ops, not 9
-                    y = self._group_delta(h, y, *g, rmask)
-                y = y.split([p.out_features for p in (a.q_proj, a.k_proj, a.v_proj)], -1)
-                qs, ks, vs = (p.add_delta(h, yp) if isinstance(p, lora.LoRALinear) and not grouped else yp
-                              for p, yp in zip((a.q_proj, a.k_proj, a.v_proj), y))
-                qs, ks, vs = qs.reshape(hs), ks.reshape(hs), vs.reshape(hs)
+            if static and self._qkv_matmul:  # one matmul for q, k and v (the concatenated base weights) + adapters
+                qs, ks, vs = (t.reshape(hs) for t in self._static_qkv(li, a, h))
             else:
                 qs, ks, vs = a.q_proj(h).view(hs), a.k_proj(h).view(hs), a.v_proj(h).view(hs)
             if hasattr(a, "q_norm"):  # qwen3
@@ -364,29 +359,20 @@ class TorchEngine:
                 V[:, :, col:Lc] = vs
             Hkv = K.shape[1]
             G = qs.shape[1] // Hkv
-            # the G query heads of a KV head attend as G*q queries of one head: no K/V repeat, and no
-            # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
-            gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
-            if static and self._matmul_attention(B):  # two batched matmuls and an fp32 softmax (q = 1)
+            if matmul_attention:  # two batched matmuls and an fp32 softmax (q = 1)
                 # the scale on q (one rounding, the smaller tensor); the scores are rounded to the compute dtype as
                 # in HF's eager attention (SDPA's kernels keep them in fp32), then softmaxed in fp32
                 sc = (qs.reshape(B, Hkv, G, -1) * a.scaling) @ K[:, :, :Lc].transpose(-1, -2)  # (B, Hkv, G, Lc)
-                o = sc.masked_fill(~mask, float("-inf")).float().softmax(-1).to(V.dtype) @ V[:, :, :Lc]
+                o = sc.masked_fill(masked_out, float("-inf")).float().softmax(-1).to(V.dtype) @ V[:, :, :Lc]
             else:
+                # the G query heads of a KV head attend as G*q queries of one head: no K/V repeat, and no
+                # enable_gqa, which together with a mask rules out the fused SDPA kernels (math fallback)
+                gmask = mask if q == 1 else mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * q, -1)
                 o = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G * q, -1), K[:, :, :Lc], V[:, :, :Lc],
                                                    attn_mask=gmask, scale=a.scaling)  # (B, Hkv, G*q, D)
             h = r + a.o_proj(o.reshape(B, -1, q, a.head_dim).transpose(1, 2).reshape(B, q, -1))
-            g = self._lora_groups.get((li, "mlp")) if static else None
-            if g is not None and layer.mlp.gate_proj.row_mask is not None:  # gate and up's adapters: 4 ops, not 6
-                mlp, x_ = layer.mlp, layer.post_attention_layernorm(h)
-                gu = self._group_delta(x_, None, g[0], None, mlp.gate_proj.row_mask)  # (B, 2R), both rows' masks
-                R = gu.shape[-1] // 2
-                gate, up = (torch.addmm(p.base_layer(x_).flatten(0, -2), gu[:, i * R:(i + 1) * R],
-                                        p._routed[x_.dtype][2].t()).view(B, q, -1)
-                            for i, p in enumerate((mlp.gate_proj, mlp.up_proj)))
-                h = h + mlp.down_proj(mlp.act_fn(gate) * up)
-            else:
-                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            x_ = layer.post_attention_layernorm(h)
+            h = h + (self._static_mlp(li, layer.mlp, x_) if static else layer.mlp(x_))
         return self.model.lm_head(m.norm(h[:, -1])).float()  # (B, V) last position only
 
     def _sample_into(self, b: _Rows, logits, step, filtered):
@@ -426,8 +412,7 @@ class TorchEngine:
         if static:
             decode, b, step, P_t = self._static_step(B, L, S, filtered)
             for k, v in init.items():
-                t = getattr(b, k)
-                (t if t.shape == v.shape else t[:, :v.shape[1]]).copy_(v)  # key_ok: L of the L + 1 columns
+                (b.key_ok[:, :L] if k == "key_ok" else getattr(b, k)).copy_(v)  # key_ok: L of the L + 1 columns
             P_t.fill_(P)
             step.zero_()
         else:
@@ -526,7 +511,7 @@ class TorchEngine:
         need = [len(r.prompt_ids) - n for r, (_, n) in zip(reqs, hits)] + [1] * (B - len(reqs))  # uncached suffixes
         pads, dev = pad.tolist(), self.model.device
         pos = (torch.arange(P)[None, :] - pad[:, None]).clamp(min=0)  # (B, P)
-        groups, logits = self._windows(need) if caching else [(list(range(B)), P)], None
+        groups, logits = self._prefill_groups(need) if caching else [(list(range(B)), P)], None
         for rows, q in groups:
             col = P - q
             self._restore(b, [(i, *hits[i]) for i in rows if i < len(reqs)], pads, col)
@@ -541,7 +526,7 @@ class TorchEngine:
         return logits, hits
 
     @staticmethod
-    def _windows(need: list[int]) -> list[tuple[list[int], int]]:
+    def _prefill_groups(need: list[int]) -> list[tuple[list[int], int]]:
         """Rows grouped by uncached suffix -> [(rows, the group's window q)]: longest first, a row opens a
         new group when its suffix is at most half the current window (it would waste over half its
         forward on tokens it has cached). One group when every row needs about the same."""
@@ -574,6 +559,16 @@ class TorchEngine:
             V[:, :, col:P].index_copy_(0, k, Vg[:, :, col:])
         return out
 
+    def _alloc(self, B, L, N, init) -> _Rows:
+        m, dev = self.model, self.model.device
+        shape = (B, m.config.num_key_value_heads, L, m.model.layers[0].self_attn.head_dim)
+        dtype = m.lm_head.weight.dtype
+        return _Rows(**{k: v.to(dev) for k, v in init.items()},
+                     kv=[(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
+                         for _ in m.model.layers],
+                     out_tok=torch.zeros(B, N, dtype=torch.long, device=dev),
+                     out_lp=torch.zeros(B, N, dtype=torch.float32, device=dev))
+
     # the prefix cache (eager path) -----------------------------------------------------------
     def _restore(self, b: _Rows, hits, pad: list[int], col: int):
         """Copy cached KV left of the prefill window into the cache columns [pad, col) of each row in
@@ -597,23 +592,14 @@ class TorchEngine:
             kv = torch.stack([torch.stack((K[j, :, pad[i]:end], V[j, :, pad[i]:end])) for K, V in b.kv])  # (layers, 2, Hkv, n, D)
             self.prefix.put(reqs[i].adapter, reqs[i].prompt_ids + comp, kv, replaces=hits[i][0])
 
-    def _alloc(self, B, L, N, init) -> _Rows:
-        m, dev = self.model, self.model.device
-        shape = (B, m.config.num_key_value_heads, L, m.model.layers[0].self_attn.head_dim)
-        dtype = m.lm_head.weight.dtype
-        return _Rows(**{k: v.to(dev) for k, v in init.items()},
-                     kv=[(torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
-                         for _ in m.model.layers],
-                     out_tok=torch.zeros(B, N, dtype=torch.long, device=dev),
-                     out_lp=torch.zeros(B, N, dtype=torch.float32, device=dev))
-
+    # the static decode step (compile=True) ------------------------------------------------------
     def _static_step(self, B, L, S, filtered):
         """The static path's decode step for this shape -> (decode(W), static _Rows, step, P): the caller fills the
         static tensors, then each decode(W) samples token `step` of every row attending to the first W cache columns
         (cache_window) and advances `step`. With capture (CUDA) decode(W) replays a CUDA graph, one per window,
-        captured the first time the window is needed (mid-generation: its warm-up runs the step once and restores
-        the token and the step counter, so the replay redoes the same step; the windows' graphs share one memory
-        pool, as they never run at once). It reads the weights, the routed LoRA buffers (lora.refresh_routed:
+        captured the first time the window is needed (mid-generation: _capture_window's warm-up runs the step and
+        restores what it changed, so the replay redoes that step; the windows' graphs share one memory pool, as
+        they never run at once). It reads the weights, the routed LoRA buffers (lora.refresh_routed:
         refreshed in place before every call, outside the graph) and the routing mask in place, so an optimizer
         step is seen at the next replay; it is captured again when the parameters are new tensors (FSDP gathering,
         a reloaded model). The last two shapes are kept (each holds its own KV cache)."""
@@ -697,6 +683,58 @@ class TorchEngine:
             pool.append(graph.pool())
         return graph.replay
 
+    def _step_body(self, b: _Rows, step, P, filtered: bool, key_ok):
+        """One static decode step: the forward of every row's last token at its cache column, attending to the cache
+        columns of the window key_ok = b.key_ok[:, :W] (W > that column: cache_window), then token `step` sampled into
+        b; advances `step`. Device ops only (captured in the CUDA graph; compiled when fuse)."""
+        col = P + step - 1  # the cache column of the token sampled last
+        logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, key_ok)
+        self._sample_into(b, logits, step, filtered)
+        step.add_(1)
+
+    def _static_qkv(self, li: int, a, h):
+        """The static step's q, k and v for h (B, 1, d): one matmul with the concatenated base weights
+        (_refresh_qkv), then the adapters: the q/k/v group's 3 ops where there is one (_refresh_lora_groups),
+        else each adapted projection's own delta."""
+        projs = (a.q_proj, a.k_proj, a.v_proj)
+        W, bias = self._qkv[li][1:]
+        y = F.linear(h, W, bias)
+        sizes = [p.out_features for p in projs]
+        g = self._lora_groups.get((li, "qkv"))  # (only there with two or more adapted projections)
+        mask = None if g is None else next(p for p in projs if isinstance(p, lora.LoRALinear)).row_mask
+        if mask is not None:  # routed per row: the group's x A^T, the mask, one addmm with B block-diagonal into y
+            A, B = g
+            return torch.addmm(y.flatten(0, -2), self._low_rank(h, A, mask), B.t()).view(y.shape).split(sizes, -1)
+        return [p.add_delta(h, yp) if isinstance(p, lora.LoRALinear) else yp for p, yp in zip(projs, y.split(sizes, -1))]
+
+    def _static_mlp(self, li: int, mlp, x):
+        """The static step's MLP of x (B, 1, d): gate and up's routed adapters as one group where there is one
+        (one x A^T, the mask, an addmm each: 4 ops, not 6), else the module itself."""
+        g = self._lora_groups.get((li, "mlp"))
+        if g is None or mlp.gate_proj.row_mask is None:
+            return mlp(x)
+        h = self._low_rank(x, g[0], mlp.gate_proj.row_mask)  # (B, 2R): both projections' masked activations
+        R = h.shape[-1] // 2
+        gate, up = (torch.addmm(p.base_layer(x).flatten(0, -2), h[:, i * R:(i + 1) * R],
+                                p._routed[x.dtype][2].t()).view(x.shape[0], 1, -1)
+                    for i, p in enumerate((mlp.gate_proj, mlp.up_proj)))
+        return mlp.down_proj(mlp.act_fn(gate) * up)
+
+    def _matmul_attention(self, B) -> bool:
+        """Whether the static step attends with two batched matmuls and a softmax (which inductor fuses with the mask)
+        instead of SDPA's kernel: under fuse at B >= ATTN_MATMUL_MIN_BATCH slots ("auto"), or always / never (the
+        "matmul" / "sdpa" hooks)."""
+        if self._attention != "auto":
+            return self._attention == "matmul"
+        return self.fuse and B >= ATTN_MATMUL_MIN_BATCH
+
+    @staticmethod
+    def _low_rank(x, A, mask):
+        """The masked low-rank activations of k projections that read the same input x (B, 1, in): x A^T with A the
+        members' A_cat stacked (kR, in), times the row mask (B, 1, R) broadcast over the k blocks -> (B, kR)."""
+        h = (x.flatten(0, -2) @ A.t()).view(x.shape[0], -1, mask.shape[-1]) * mask.to(x.dtype).view(x.shape[0], 1, -1)
+        return h.flatten(1)
+
     def _refresh_qkv(self):
         """The static path's q, k and v base weights (and biases) concatenated per layer into persistent buffers
         (self._qkv[layer] = [key, W (q+k+v out, in), bias or None]): one matmul a layer instead of three, which
@@ -730,31 +768,13 @@ class TorchEngine:
                     torch.cat(bs, out=buf[2])
             buf[0] = key
 
-    def _matmul_attention(self, B) -> bool:
-        """Whether the static step attends with two batched matmuls and a softmax (which inductor fuses with the mask)
-        instead of SDPA's kernel: under fuse at B >= ATTN_MATMUL_MIN_BATCH slots ("auto"), or always / never (the
-        "matmul" / "sdpa" hooks)."""
-        if self._attention != "auto":
-            return self._attention == "matmul"
-        return self.fuse and B >= ATTN_MATMUL_MIN_BATCH
-
-    @staticmethod
-    def _group_delta(x, y, A, B, mask):
-        """The routed adapters of k projections that read the same input x (B, 1, in) in two ops, x A^T and the row
-        mask (broadcast over the k blocks of A = [A_cat of each member], (kR, in)) -> h (B, kR); then, with y (B, 1,
-        out) the members' base outputs side by side, one addmm y + h B^T, B the members' B_cat block-diagonal
-        (out, kR): its zeros add exact zeros."""
-        h = (x.flatten(0, -2) @ A.t()).view(x.shape[0], -1, mask.shape[-1]) * mask.to(x.dtype).view(x.shape[0], 1, -1)
-        if y is None:
-            return h.flatten(1)
-        return torch.addmm(y.flatten(0, -2), h.flatten(1), B.t()).view(y.shape)
-
     def _refresh_lora_groups(self):
         """The static step's grouped adapters, per layer: q, k and v's routed A_cat stacked (one x A^T for all
         three, where the base is one matmul too) with their B_cat block-diagonal over the q/k/v output, and gate and
         up's A_cat stacked (one x A^T; each member's addmm reads its own B_cat). Persistent buffers in the compute
         dtype, copied in place from the modules' routed buffers (lora.refresh_routed, called first) whenever those
-        changed, outside any graph: 13 LoRA ops a layer instead of 21 with all seven projections adapted. A group
+        changed, outside any graph: 13 LoRA ops a layer instead of 21 with all seven projections adapted and q, k, v
+        in one matmul (with `_qkv_matmul=False` only gate and up group: 19). A group
         needs two members with adapters; with one, its projection adds its delta alone."""
         if not self._lora_group:
             return
@@ -774,7 +794,8 @@ class TorchEngine:
                     continue
                 R, d = bufs[0][1].shape
                 g = self._lora_groups.get((li, kind))
-                if g is None or g[0].shape != (len(mods) * R, d) or g[0].device != bufs[0][1].device:
+                if (g is None or g[0].shape != (len(mods) * R, d) or g[0].device != bufs[0][1].device
+                        or g[0].dtype != dtype):
                     out = sum(p.out_features for p in projs)
                     g = self._lora_groups[(li, kind)] = (bufs[0][1].new_empty(len(mods) * R, d),
                                                          bufs[0][1].new_zeros(out, len(mods) * R) if kind == "qkv" else None)
@@ -787,15 +808,6 @@ class TorchEngine:
                             g[1][o:o + p.out_features, j * R:(j + 1) * R].copy_(bufs[j][2])
                         o += p.out_features
                 self._lora_group_keys[(li, kind)] = key
-
-    def _step_body(self, b: _Rows, step, P, filtered: bool, key_ok):
-        """One static decode step: the forward of every row's last token at its cache column, attending to the cache
-        columns of the window key_ok = b.key_ok[:, :W] (W > that column: cache_window), then token `step` sampled into
-        b; advances `step`. Device ops only (captured in the CUDA graph; compiled when fuse)."""
-        col = P + step - 1  # the cache column of the token sampled last
-        logits = self._forward(b.tok[:, None], (col - b.pad)[:, None], col, b.kv, key_ok)
-        self._sample_into(b, logits, step, filtered)
-        step.add_(1)
 
     def _find_stop_string(self, stop, toks, start, limit):
         """The first position j in [start, limit) whose token completes one of the stop strings ->

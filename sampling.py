@@ -53,7 +53,8 @@ def _filter_logits(logits, temp, top_k, top_p, filtered: bool):
     return logits
 
 
-BLOCK = 1024  # sampling: vocabulary block of the two-level inverse CDF
+BLOCK = 1024  # the vocabulary block of the two-level inverse CDF
+
 
 def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
     """One token per row -> (tokens (B,), logprobs (B,)), with no host sync and no loop over rows.

@@ -120,7 +120,7 @@ PROFILES = cells("PROFILES", "1x3:static-eager" if SMOKE else "1x0:graph 256x3:g
 DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
 outs = {}
 PARTS = os.environ.get("PARTS", "ABFPU")  # the harness parts to run: A decode, B update, F fused, P profiles, U update profile
-NEW, PROMPT, REPS = (6, 8, 1) if SMOKE else (int(os.environ.get("NEW", "64")), 128, 2)  # NEW: new tokens a row
+NEW, PROMPT, REPS = (6, 60, 1) if SMOKE else (int(os.environ.get("NEW", "64")), 128, 2)  # NEW: new tokens a row
 SPEC_BW, PEAK = 4.8e12, (G.peak_tflops(torch.cuda.get_device_name()) if not SMOKE else None) or 989.0
 res = {"model": MODEL, "decode": [], "profile": [], "update": [], "errors": []}
 

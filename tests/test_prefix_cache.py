@@ -89,7 +89,7 @@ def test_a_prefix_shared_by_two_requests_and_a_miss_in_one_batch(setup):
     assert n[0] >= len(X) and n[1] == len(X + Y + first.completion_ids) - 1 and n[2] == 0
     assert cached.prefix.lookup("b", X + Z, len(X + Z) - 1) == (None, 0)
     need = [len(r.prompt_ids) - k for r, k in zip(batch, n)]
-    groups = TorchEngine._windows(need)  # the miss's short prompt does not set the hits' window
+    groups = TorchEngine._prefill_groups(need)  # the miss's short prompt does not set the hits' window
     assert len(groups) == 2 and groups[0][1] == max(need)
     window = {i: q for rows, q in groups for i in rows}
     before = cached.cached_tokens

@@ -373,8 +373,8 @@ def test_sample_does_not_depend_on_the_batch(setup):
 
 @pytest.mark.parametrize("form", [{}, {"_qkv_matmul": False}, {"_attention": "matmul"}])
 def test_static_path_equals_eager_path(setup, form):
-    """compile=True's static decode step (fixed slots and cache length, whole-cache masked
-    attention, no compaction, one step function) run eagerly on CPU (the test hook _capture=False)
+    """compile=True's static decode step (fixed slots and cache length, masked attention over a window of the
+    cache, no compaction, one step function) run eagerly on CPU (the test hook _capture=False)
     gives the eager path's tokens and logprobs: greedy and sampled, mixed adapters, ragged lengths,
     stop ids, stop strings; also across calls of other shapes (cached static buffers reused)."""
     m, tok, prompts = setup
@@ -455,7 +455,7 @@ def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
     softmax instead of SDPA's kernel (on an H200 at batch 256: 630 against 949 us of attention kernels a step); below
     it, and in the plain graph step at any size, with SDPA. The fused engine's step is run uncompiled here (the same
     Python, so the same decision): at 64 rows its decode steps call no SDPA, at 32 they do, and the tokens are the
-    plain step's."""
+    plain step's; then compiled at 64 rows: the plain step's tokens, one graph."""
     m, tok = tiny
     assert engines.ATTN_MATMUL_MIN_BATCH == 64
     with pytest.raises(ValueError, match="_attention"):
@@ -481,6 +481,14 @@ def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
             sdpa_ops[name] = counts[1] - counts[0]  # the decode steps' SDPA calls (the prefill's cancel out)
         assert sdpa_ops == {"fused": fused_sdpa, "plain": 4 * L}, (rows, sdpa_ops)
         _assert_same(outs["fused"], outs["plain"])
+    # and compiled, as a GPU runs it: the matmul form under torch.compile at 64 slots, one graph, no break
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = TorchEngine(m, tok, compile=True, fuse=True, _capture=False)
+    reqs = [Request(prompts[i % 4], None, SamplingParams(max_new_tokens=6, seed=i, stop_token_ids=[])) for i in range(64)]
+    _assert_same(compiled.generate(reqs), plain.generate(reqs))
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters)
 
 
 def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup):
