@@ -3,7 +3,7 @@
     python bench/attention_forms.py                         # SmolLM2-135M in bf16, 8 rows, 48 new tokens
     python bench/attention_forms.py --model tiny --new 12   # seconds: the form the tests run
 
-rollout.fuse's step attends with two batched matmuls and an fp32 softmax from engines.ATTN_MATMUL_MIN_BATCH slots
+rollout.fuse's step attends with two batched matmuls and an fp32 softmax from static_step.ATTN_MATMUL_MIN_BATCH slots
 (its scores rounded to the compute dtype first, as in HF's eager attention), with SDPA below. This runs the static
 step uncompiled on CPU (`_capture=False`) with each form forced (`_attention`), and the eager decode loop, on the same
 seeded requests, and prints for each pair: rows whose tokens agree throughout, tokens agreeing before each row's first

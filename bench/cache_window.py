@@ -3,7 +3,7 @@
     python bench/cache_window.py                                  # SmolLM2-135M, 8 rows, 512 new tokens, 3 rounds
     python bench/cache_window.py --model tiny --new 130 --rounds 1  # seconds: the form the tests run
 
-compile=True's step attends to a window of the KV cache that holds the columns written so far (engines.cache_window:
+compile=True's step attends to a window of the KV cache that holds the columns written so far (static_step.cache_window:
 64, 128, 192, 256, 384, ... columns) instead of the whole cache sized for max_new_tokens. On CPU the step runs eagerly
 (the `_capture=False` hook: no CUDA graph), so this measures the step's own work, not a GPU's; the two forms alternate
 round by round and the median is reported. Printed: the KV columns each form reads over the generation (from
@@ -21,7 +21,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [ROOT] + [x for x in sys.path if os.path.abspath(x or ".") != os.path.join(ROOT, "bench")]
-from engines import cache_window  # noqa: E402
+from static_step import cache_window  # noqa: E402
 from model import load_model  # noqa: E402
 from rollout import Request, SamplingParams, TorchEngine  # noqa: E402
 

@@ -45,7 +45,7 @@
 # matmuls, TorchEngine(_qkv_matmul=False)), -nogroup (each projection's routed LoRA alone, 21 ops a layer instead of 13,
 # TorchEngine(_lora_group=False)), -whole (attention over the whole cache at every step, not the window of the columns
 # written so far, TorchEngine(_cache_windows=False): with NEW=512 or more the windows matter), -sdpa / -matmul (the
-# attention form forced; by default the fused step takes matmuls from engines.ATTN_MATMUL_MIN_BATCH slots), -cdt (inductor's
+# attention form forced; by default the fused step takes matmuls from static_step.ATTN_MATMUL_MIN_BATCH slots), -cdt (inductor's
 # coordinate descent tuning on); with P in PARTS each fused
 # row is profiled too), PROFILES (part P's, default
 # "1x0:graph 256x3:graph"),

@@ -8,7 +8,7 @@ LAYERS = [
     ("leaves", ["lora", "ppo", "model", "trajectories", "config", "config_rules", "collectives", "chat"]),
     ("scoring, parsing, tools", ["rewards", "agents", "runtime", "rundir"]),
     ("workflows and data", ["envs", "data", "workflows", "sft_teachers"]),
-    ("engines and the episode driver", ["engines", "sampling", "prefix_kv", "vllm_engine", "rollout"]),
+    ("engines and the episode driver", ["engines", "sampling", "static_step", "prefix_kv", "vllm_engine", "rollout"]),
     ("the learner", ["idle", "learner", "critic", "sft_train"]),
     ("a run's live objects", ["session"]),
     ("entry points", ["train", "eval", "sft", "play", "export", "compare", "recipes"]),

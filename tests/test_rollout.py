@@ -12,6 +12,7 @@ import engines
 import lora
 import ppo
 import sampling
+import static_step
 from rollout import Prompt, Request, RoleSpec, SamplingParams, TorchEngine, run_episodes
 
 TEXTS = ["What is 3 + 4?", "the answer is", "Solve: 12 * 9 = ? then check the result twice", "def f"]
@@ -394,7 +395,7 @@ def test_static_path_equals_eager_path(setup, form):
 
 def test_cache_window_grid():
     """64, 128, 192, 256, 384, 512, 768, 1024, ...: at most L, and past 128 columns never more than 1.5x those needed."""
-    from engines import cache_window
+    from static_step import cache_window
     got = sorted({cache_window(4224, n) for n in range(1, 4225)})
     assert got == [64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 4224]
     assert all(n <= cache_window(4224, n) <= max(128, 1.5 * n) for n in range(1, 4225))
@@ -406,7 +407,7 @@ def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, 
     decode step, the KV of the window cache_window gives for the columns written so far (64, 128, then 192, the
     whole cache), not the whole cache from the first step, and gives the eager path's tokens and logprobs and the same as
     with the whole cache read at every step (`_cache_windows=False`)."""
-    from engines import cache_window
+    from static_step import cache_window
 
     m, tok, prompts = setup
     reqs = [Request(p, a, SamplingParams(max_new_tokens=150, seed=i, top_p=0.9 if i == 2 else 1.0, stop_token_ids=[]))
@@ -451,13 +452,13 @@ def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, 
 
 
 def test_the_fused_step_attends_with_matmuls_from_64_slots(tiny):
-    """rollout.fuse's step at >= engines.ATTN_MATMUL_MIN_BATCH (64) batch slots attends with two batched matmuls and a
+    """rollout.fuse's step at >= static_step.ATTN_MATMUL_MIN_BATCH (64) batch slots attends with two batched matmuls and a
     softmax instead of SDPA's kernel (on an H200 at batch 256: 630 against 949 us of attention kernels a step); below
     it, and in the plain graph step at any size, with SDPA. The fused engine's step is run uncompiled here (the same
     Python, so the same decision): at 64 rows its decode steps call no SDPA, at 32 they do, and the tokens are the
     plain step's; then compiled at 64 rows: the plain step's tokens, one graph."""
     m, tok = tiny
-    assert engines.ATTN_MATMUL_MIN_BATCH == 64
+    assert static_step.ATTN_MATMUL_MIN_BATCH == 64
     with pytest.raises(ValueError, match="_attention"):
         TorchEngine(m, tok, compile=True, _capture=False, _attention="flash")
 
