@@ -149,8 +149,8 @@ class TorchEngine(StaticDecode):
       1 and 1.05x at batch 256 (docs/benchmarks.md), for a copy of those weights. Routed adapters on
       projections that share an input run as one group (_refresh_lora_groups; `_lora_group=False` runs
       them one projection at a time, for benchmarks): 13 LoRA ops a layer instead of 21 with all seven
-      projections adapted. The fused
-      step attends with two batched matmuls and a softmax from ATTN_MATMUL_MIN_BATCH slots, SDPA below.
+      projections adapted. The fused step attends with two batched matmuls and a softmax from
+      ATTN_MATMUL_MIN_BATCH slots, SDPA below.
       fuse=True (with compile=True) compiles that step with torch.compile first (fullgraph; inductor
       fuses the elementwise work between the matmuls; one compilation per kind of batch, when it
       first appears: batch 1, 2-63 or 64+ slots (the attention form), routing on/off, top-k/top-p or

@@ -89,8 +89,7 @@ class StaticDecode:
             if static_mask is not None:  # the routed buffers exist before the step reads them (compiled or not)
                 with torch.no_grad():
                     for m in mods:
-                        m.routed_weights(self.model.model.embed_tokens.weight.dtype)
-                self._refresh_lora_groups()
+                        m.routed_weights(self.model.model.embed_tokens.weight.dtype)  # (grouped below, every call)
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
             self._graphs[key] = (decode, b, step, P, static_mask)
@@ -242,10 +241,11 @@ class StaticDecode:
                 if (len(mods) < 2 or (kind == "mlp" and len(mods) != len(projs))
                         or any(dtype not in p._routed for p in mods)):
                     self._lora_groups.pop((li, kind), None)
+                    self._lora_group_keys.pop((li, kind), None)
                     continue
                 bufs = [p._routed[dtype] for p in mods]
                 key = tuple((t.data_ptr(), t._version) for _, A, B in bufs for t in (A, B))
-                if self._lora_group_keys.get((li, kind)) == key and (li, kind) in self._lora_groups:
+                if self._lora_group_keys.get((li, kind)) == key:
                     continue
                 R, d = bufs[0][1].shape
                 g = self._lora_groups.get((li, kind))

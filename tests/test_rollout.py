@@ -395,11 +395,10 @@ def test_static_path_equals_eager_path(setup, form):
 
 def test_cache_window_grid():
     """64, 128, 192, 256, 384, 512, 768, 1024, ...: at most L, and past 128 columns never more than 1.5x those needed."""
-    from static_step import cache_window
-    got = sorted({cache_window(4224, n) for n in range(1, 4225)})
+    got = sorted({static_step.cache_window(4224, n) for n in range(1, 4225)})
     assert got == [64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 4224]
-    assert all(n <= cache_window(4224, n) <= max(128, 1.5 * n) for n in range(1, 4225))
-    assert cache_window(192, 150) == 192 and cache_window(320, 300) == 320
+    assert all(n <= static_step.cache_window(4224, n) <= max(128, 1.5 * n) for n in range(1, 4225))
+    assert static_step.cache_window(192, 150) == 192 and static_step.cache_window(320, 300) == 320
 
 
 def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, monkeypatch):
@@ -407,7 +406,6 @@ def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, 
     decode step, the KV of the window cache_window gives for the columns written so far (64, 128, then 192, the
     whole cache), not the whole cache from the first step, and gives the eager path's tokens and logprobs and the same as
     with the whole cache read at every step (`_cache_windows=False`)."""
-    from static_step import cache_window
 
     m, tok, prompts = setup
     reqs = [Request(p, a, SamplingParams(max_new_tokens=150, seed=i, top_p=0.9 if i == 2 else 1.0, stop_token_ids=[]))
@@ -427,7 +425,7 @@ def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, 
     steps = [k for q, k in cols[::layers] if q == m.config.num_attention_heads // m.config.num_key_value_heads]
     want = []  # decode steps 1 .. N-1 (0: the prefill); a window's first step follows its capture's warm-up runs: two
     for s in range(1, N):  # for the shape's first window, one for each later one
-        W = cache_window(L, P + s)
+        W = static_step.cache_window(L, P + s)
         want += [W] * (1 if W in want else 3 if not want else 2)
     assert steps == want, steps
     assert steps[0] == 64 and steps[-1] == L and sum(steps) < 0.75 * L * len(steps) and len(set(steps)) == 3
