@@ -66,24 +66,43 @@ def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
     seed and step. Two levels, so the (B, V) probabilities are read about once (a 150k vocabulary
     at batch 256 is ~150 MB per step): float64 cumulative sums over blocks of BLOCK tokens pick
     the block, then over that block's tokens. A token is picked with its probability to ~1e-12
-    whatever the vocabulary size, and a token with probability 0 (filtered) never is.
+    whatever the vocabulary size, and a token with probability 0 (filtered) never is. Compiled (the
+    fused decode step), nothing of (B, V) is written where no row filters: the logits are read by
+    reductions and gathers (test_the_compiled_sampler_writes_nothing_the_size_of_the_logits).
     Logprobs are under the distribution actually sampled from (temperature, top-k, top-p
     applied); greedy rows report the plain model logprob (temperature 1) instead of 0.
     """
-    logp = _filter_logits(logits, temp, top_k, top_p, filtered).log_softmax(-1)  # (B, V)
-    B, V = logp.shape
-    nb = -(-V // BLOCK)
-    probs = logp.exp()  # (B, V)
-    if nb * BLOCK != V:
-        probs = F.pad(probs, (0, nb * BLOCK - V))  # zeros past V
-    probs = probs.view(B, nb, BLOCK)  # (B, nb, BLOCK)
-    bcdf = probs.sum(-1, dtype=torch.float64).cumsum(-1)  # (B, nb)
+    x = _filter_logits(logits, temp, top_k, top_p, filtered)  # (B, V), -inf outside the kept tokens
+    B, V = x.shape
+    if torch.compiler.is_compiling():  # the fused step: the logits are read by reductions and gathers, nothing of
+        m = x.amax(-1, keepdim=True)  # (B, V) is written (a log_softmax would be, or probs read twice)
+        log_z = (x - m).exp().sum(-1, keepdim=True).log()  # (B, 1); x - m - log_z rounds as log_softmax does
+
+        def logp_at(cols):  # (B, n) columns -> their logprobs
+            return x.gather(-1, cols) - m - log_z
+
+        def probs_of(a, b):  # the probabilities of columns a:b
+            return (x[:, a:b] - m - log_z).exp()
+    else:  # eager: one fused kernel writes the logprobs once
+        logp = x.log_softmax(-1)
+
+        def logp_at(cols):
+            return logp.gather(-1, cols)
+
+        def probs_of(a, b):
+            return logp[:, a:b].exp()
+    nf = V // BLOCK  # whole blocks, then one shorter block: views, no padded copy
+    mass = [probs_of(0, nf * BLOCK).view(B, nf, BLOCK).sum(-1, dtype=torch.float64)] if nf else []
+    if nf * BLOCK < V:
+        mass.append(probs_of(nf * BLOCK, V).sum(-1, keepdim=True, dtype=torch.float64))
+    bcdf = (torch.cat(mass, -1) if len(mass) > 1 else mass[0]).cumsum(-1)  # (B, nb)
     total = bcdf[:, -1]  # (B,) ~1
     u = torch.minimum(uniform(seed, step) * total, total.nextafter(torch.zeros_like(total)))  # (B,) in [0, total)
     blk = torch.searchsorted(bcdf, u[:, None], right=True)  # (B, 1) first block with cdf > u: its mass is > 0
     u = u[:, None] - torch.where(blk > 0, bcdf.gather(-1, (blk - 1).clamp(min=0)), 0.0)  # (B, 1) mass into the block
-    cdf = probs.gather(1, blk[:, :, None].expand(B, 1, BLOCK)).squeeze(1).double().cumsum(-1)  # (B, BLOCK)
+    col = blk * BLOCK + torch.arange(BLOCK, device=x.device)  # (B, BLOCK) the block's columns, the last one's past V
+    cdf = torch.where(col < V, logp_at(col.clamp(max=V - 1)).exp(), 0.0).double().cumsum(-1)  # (B, BLOCK)
     j = torch.searchsorted(cdf, u, right=True)  # (B, 1) first token with cdf > u ...
     j = torch.minimum(j, (cdf < cdf[:, -1:]).sum(-1, keepdim=True))  # ... never past the block's last token with p > 0
     tok = torch.where(greedy, logits.argmax(-1), (blk * BLOCK + j).squeeze(-1))  # (B,)
-    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+    return tok, logp_at(tok[:, None]).squeeze(-1)

@@ -58,10 +58,11 @@ COMMON = dict(model_type="qwen2", rope_theta=1000000.0, rms_norm_eps=1e-6, max_p
 # bf16 dense peaks by device name, the more specific name first (an H100 PCIe card peaks at 756, not 989)
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200": 989.0, "H100": 989.0, "A100": 312.0,
                     "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
-# bytes one unfiltered sampling step moves per logit (sampling.sample): lm_head writes bf16 (2), .float()
-# reads it and writes fp32 (6), / temperature (8), log_softmax (two reads, one write: 12), exp (8), the
-# pad to whole blocks (8), the block sums (4), greedy's argmax (4)
-SAMPLING_BYTES_PER_LOGIT = 52
+# bytes one unfiltered sampling step moves per logit (sampling.sample, eager: the graph form): lm_head writes bf16 (2),
+# .float() reads it and writes fp32 (6), / temperature (8), log_softmax (two reads, one write: 12), exp (8), the block
+# sums (4), greedy's argmax (4). 52 before 2026-12-05, with a padded copy of the probabilities (8). The fused (compiled)
+# step writes nothing of (B, V) past the lm_head (tests/test_rollout.py), so this over-counts it
+SAMPLING_BYTES_PER_LOGIT = 44
 
 
 def peak_tflops(device_name: str) -> float | None:

@@ -5,7 +5,7 @@
 #
 #   A. decode tok/s, Qwen2.5-1.5B shape, bf16, prompt 128, 64 new tokens: batch 1 / 64 / 256 x adapters 0 / 3
 #      (3 = mixed per row) x eager loop (compile=False; not at 64) vs static step in a CUDA graph (compile=True); ms/step,
-#      peak memory, % of the bench's roofline (52 B/logit, measured copy bandwidth) AND of an ideal roofline
+#      peak memory, % of the bench's roofline (44 B/logit, 52 before 2026-12-05; measured copy bandwidth) AND of an ideal roofline
 #      (4 B/logit, bf16 adapters, 4.8 TB/s, max with 989 TFLOP/s compute).
 #   F. (rollout.fuse, run after B) the static decode step compiled by torch.compile before capture, beside a
 #      plain graph row measured again just before it (B changed the adapters): batch 1 / 256 x adapters 0 / 3,

@@ -143,10 +143,12 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
         (1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "graph-3mm"), (1, 3, "fused-3mm"),
         (1, 3, "graph-nogroup"), (1, 3, "graph-whole"), (1, 3, "graph-matmul"), (4, 3, "fused")]
     # compiled or not, tuned or not, q/k/v in one matmul or three, LoRA grouped or not, windowed or not (SMOKE's
-    # prompt 60 + 6 tokens: a cache of 128 columns, windows of 64 then 128): on CPU bit for bit the plain graph step's rows
+    # prompt 60 + 6 tokens: a cache of 128 columns, windows of 64 then 128): on CPU the plain graph step's rows, their
+    # logprobs bit for bit uncompiled; compiled, the sampler's normaliser sums in another order (an ulp: 4.8e-7 seen);
     # the attention as matmuls rounds otherwise (bf16 here): the same tokens, logprobs within 0.01 (5.8e-4 seen)
+    tol = {"fused": 1e-5, "matmul": 0.01}
     assert all(d["tok_s"] > 0 and d["x_graph"] > 0 and d["same_tokens_rows"] == 1.0
-               and d["max_lp_diff"] <= (0.01 if "matmul" in d["mode"] else 0.0) for d in forms), forms
+               and d["max_lp_diff"] <= max([0.0] + [t for k, t in tol.items() if k in d["mode"]]) for d in forms), forms
     summary = (tmp_path / "summary.md").read_text()
     assert "| 4 | 3 |" in summary and "| 1 | 3 | graph-3mm |" in summary and "| 1 | 3 | fused-cdt |" in summary
     assert "| 1 | 3 | graph-nogroup |" in summary and "| 1 | 3 | graph-whole |" in summary

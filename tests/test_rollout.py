@@ -287,6 +287,33 @@ def test_two_level_inverse_cdf_equals_one_level(monkeypatch):
     assert torch.isfinite(lp).all()
 
 
+@pytest.mark.parametrize("V", [5000, 3072])  # whole blocks and a shorter last one; whole blocks only
+def test_the_compiled_sampler_writes_nothing_the_size_of_the_logits(V):
+    """Compiled (as in the fused decode step), the unfiltered sampler reads the logits with reductions and gathers
+    and allocates no buffer with a vocabulary-sized dimension (a log_softmax, its exp and a padded copy were two
+    (B, V)-sized buffers); it draws the eager sampler's tokens with its logprobs, greedy rows, filtered rows too."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+    B = 6
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(B, V, generator=g) * 4).to(torch.bfloat16)
+    temp = torch.tensor([[1.0], [0.7], [1.3], [1.0], [0.9], [1.0]])
+    greedy = torch.tensor([False, False, False, True, False, False])
+    for filtered in (False, True):
+        args = (temp, torch.tensor([[0], [0], [5], [0], [0], [0]]) if filtered else torch.zeros(B, 1, dtype=torch.long),
+                torch.full((B, 1), 0.9 if filtered else 1.0), greedy, torch.arange(B) * 101 + 3, torch.tensor(7))
+        torch._dynamo.reset()
+        fn = torch.compile(lambda lg, *a: sampling.sample(lg.float(), *a, filtered), fullgraph=True, dynamic=False)
+        (tok, lp), code = run_and_get_code(fn, logits, *args)
+        etok, elp = sampling.sample(logits.float(), *args, filtered)
+        assert tok.tolist() == etok.tolist() and torch.allclose(lp, elp, atol=1e-5), filtered
+        if not filtered:
+            shapes = [tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+                      for dims in re.findall(r"empty_strided_\w+\(\(([^)]*)\)", "\n".join(code))]
+            assert shapes and not [s for s in shapes if any(d >= V for d in s)], shapes
+
+
 def _result_tuples(res):
     return [(r.completion_ids, r.finish_reason, r.stop_reason, r.text) for r in res]
 
@@ -399,6 +426,29 @@ def test_cache_window_grid():
     assert got == [64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 4224]
     assert all(n <= static_step.cache_window(4224, n) <= max(128, 1.5 * n) for n in range(1, 4225))
     assert static_step.cache_window(192, 150) == 192 and static_step.cache_window(320, 300) == 320
+
+
+@torch.no_grad()
+def test_a_window_capture_restores_what_its_warm_up_changed(setup):
+    """A window's graph is captured mid-generation after warm-up runs of the step itself. Whatever a warm-up wrote
+    that the step reads back or keeps (the last token, the step counter, the rows' ends and stop flags) is restored,
+    so the replay redoes that step: on a GPU a warm-up need not draw the replay's token (other kernels, other
+    rounding), and a row must not stay ended by a token it never kept. Here every token is a stop id, so the step
+    ends both rows; after the capture nothing has, and the step it returns ends them."""
+    m, tok, _ = setup
+    V = m.config.vocab_size
+    eng = TorchEngine(m, tok, compile=True, _capture=False)
+    _, b, step, P = eng._static_step(2, 64, V, False)
+    b.stop_ids.copy_(torch.arange(V).expand(2, V))
+    b.greedy.fill_(True)
+    b.tok.copy_(torch.tensor([5, 9]))
+    P.fill_(3)
+    state = (b.tok, step, b.end, b.by_id)
+    before = [t.clone() for t in state]
+    run = eng._capture_window(b, step, P, False, 64, [], warmups=2)
+    assert all(torch.equal(t, v) for t, v in zip(state, before))
+    run()
+    assert int(step) == 2 and b.by_id.all() and b.end.tolist() == [2, 2] and not torch.equal(b.tok, before[0])
 
 
 def test_the_static_step_attends_to_a_window_of_the_cache_written_so_far(setup, monkeypatch):
