@@ -226,7 +226,7 @@ class TorchEngine(StaticDecode):
         self.fuse = fuse
         self._compact_div = 8  # compact when >= 1/this of the batch has finished
         self.gen = torch.Generator().manual_seed(seed)  # seeds rows whose request has no seed
-        self._graphs = {}  # static path: shape key -> (step function, static _Rows, step, P, routing mask)
+        self._graphs = {}  # static path: shape -> (step function, static _Rows, step, P, routing mask, its graphs, ...)
         self._qkv = []  # static path: per layer [key, q+k+v base weights, biases] (_refresh_qkv)
         self._lora_groups = {}  # static path: (layer, "qkv" | "mlp") -> (A_group, B block-diagonal | None)
         self._lora_group_keys = {}  # ... -> the members' routed buffers' (data_ptr, version) at the last copy

@@ -57,12 +57,15 @@ class StaticDecode:
         they never run at once). It reads the weights, the routed LoRA buffers (lora.refresh_routed:
         refreshed in place before every call, outside the graph) and the routing mask in place, so an optimizer
         step is seen at the next replay; it is captured again when the parameters are new tensors (FSDP gathering,
-        a reloaded model). The last two shapes are kept (each holds its own KV cache)."""
+        a reloaded model), into the shape's own buffers: one KV cache a shape, however often the weights move. The
+        last two shapes are kept (each holds its own KV cache)."""
         if self._qkv_matmul:
             self._refresh_qkv()  # outside the step: the concatenated q/k/v weights it reads, current
         mods = list(lora.lora_modules(self.model).values())
         mask = mods[0].row_mask if mods else None
-        key = (B, L, S, filtered, mask is not None, tuple(p.data_ptr() for p in self.model.parameters()))
+        w = self.model.model.embed_tokens.weight
+        key = (B, L, S, filtered, None if mask is None else tuple(mask.shape), w.dtype, w.device)  # what the buffers fit
+        weights = tuple(p.data_ptr() for p in self.model.parameters())  # where the graphs read them
         if key not in self._graphs:
             dev = self.model.device
             init = dict(tok=torch.zeros(B, dtype=torch.long), pad=torch.zeros(B, dtype=torch.long),
@@ -92,8 +95,12 @@ class StaticDecode:
                         m.routed_weights(self.model.model.embed_tokens.weight.dtype)  # (grouped below, every call)
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
-            self._graphs[key] = (decode, b, step, P, static_mask)
-        decode, b, step, P, static_mask = self._graphs[key]
+            self._graphs[key] = (decode, b, step, P, static_mask, graphs, pool, [weights])
+        decode, b, step, P, static_mask, graphs, pool, seen = self._graphs[key]
+        if seen[0] != weights:  # new parameter tensors: every window is captured again, into a new pool
+            graphs.clear()
+            pool.clear()
+            seen[0] = weights
         if mask is not None:
             static_mask.copy_(mask)
             for m in mods:

@@ -119,17 +119,26 @@ def _static_after_full_weight_update(r):
     reqs = [Request(tok.encode(t), None, SamplingParams(max_new_tokens=6, greedy=True, stop_token_ids=[]))
             for t in ("What is 3 + 4?", "the answer is")]
     before = [x.completion_ids for x in static.generate(reqs)]
+    (_, b, *_, seen), = static._graphs.values()
+    weights, kv = seen[0], b.kv
     with torch.no_grad():  # an optimizer step's in-place change of the sharded q/k/v weights
         for p in m.model.layers[0].self_attn.parameters():
             p.mul_(-3.0)
-    return before, [x.completion_ids for x in static.generate(reqs)], [x.completion_ids for x in eager.generate(reqs)]
+    after = [x.completion_ids for x in static.generate(reqs)]
+    # the gather's new storage is read by graphs captured again, into the shape's buffers: one KV cache, not two
+    shapes = list(static._graphs.values())
+    return before, after, [x.completion_ids for x in eager.generate(reqs)], (
+        shapes[-1][-1][0] != weights, len(shapes), shapes[-1][1].kv is kv)
 
 
 def test_the_static_step_sees_a_full_weight_update_under_fsdp2():
     """Under FSDP2 the engine gathers the weights for each call, and the gather keeps each parameter's version
     counter: the static step's concatenated q/k/v weights are copied afresh every call, so an in-place update of
-    the sharded weights reaches it (the same tokens as the eager path's after the update, other than before)."""
+    the sharded weights reaches it (the same tokens as the eager path's after the update, other than before).
+    Where the gather hands back new storage, the step is captured again into the same shape's buffers (before,
+    each call's new parameter addresses made a new shape with its own KV cache: two held at once)."""
     got = on_two_ranks(_static_after_full_weight_update)
     for r in (0, 1):
-        before, static, eager = got[r]
+        before, static, eager, (moved, shapes, same_kv) = got[r]
         assert static == eager and static != before
+        assert moved and shapes == 1 and same_kv  # new storage (on CPU's gloo every call), the shape's buffers kept
