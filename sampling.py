@@ -40,17 +40,58 @@ def uniform(seed, step):
 def _filter_logits(logits, temp, top_k, top_p, filtered: bool):
     """Temperature, then top-k, then top-p (nucleus), per row. (B, V) -> (B, V) with -inf outside.
     temp, top_k, top_p (B, 1); `filtered` (any row with top_k > 0 or top_p < 1) is decided on
-    the host from the requests, so this never syncs."""
+    the host from the requests, so this never syncs. Top-p's mass is the unfiltered distribution's. A token tied
+    with the last one kept is kept: bf16 logits tie often, and which of the tied a sort puts first is arbitrary.
+    Eager, one sort of each row; compiled (the fused decode step), a search for the two thresholds instead
+    (_filter_by_thresholds), which keeps the same tokens."""
     logits = logits / temp
+    if filtered and torch.compiler.is_compiling():
+        return _filter_by_thresholds(logits, top_k, top_p)
     if filtered:
-        sorted_l, idx = logits.sort(-1, descending=True)  # (B, V)
+        sorted_l = logits.sort(-1, descending=True).values  # (B, V)
         rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_l)
         drop = (top_k > 0) & (rank >= top_k)
         probs = sorted_l.softmax(-1)
-        drop |= ((probs.cumsum(-1) - probs) >= top_p) & (top_p < 1)  # smallest prefix with mass >= top_p
-        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
-        logits = torch.empty_like(logits).scatter_(-1, idx, sorted_l)
+        drop |= ((probs.cumsum(-1, dtype=torch.float64) - probs) >= top_p) & (top_p < 1)  # smallest prefix, mass >= top_p
+        last = sorted_l.gather(-1, (~drop).sum(-1, keepdim=True) - 1)  # (B, 1) the prefix's last (smallest) logit
+        logits = logits.masked_fill(logits < last, float("-inf"))  # its ties too, wherever the sort put them
     return logits
+
+
+def _order_keys(x):
+    """fp32 (B, V) -> int64 keys in the same order (the float's bits, negatives' magnitude bits reversed)."""
+    b = x.contiguous().view(torch.int32).long()
+    return torch.where(b < 0, -(b & 0x7FFFFFFF) - 1, b)
+
+
+SEARCH_POINTS, SEARCH_PASSES = 16, 8  # 17 ** 8 > 2 ** 32 + 1: the passes narrow any key range to one key
+
+
+def _filter_by_thresholds(x, top_k, top_p):
+    """_filter_logits' filter without a sort: a row keeps a token when fewer than top_k tokens are above it and
+    their probability mass is below top_p, i.e. when its key (_order_keys) is at least each condition's
+    threshold, the smallest key t with (count above t) < top_k, resp. (mass above t) < top_p. Both thresholds are
+    found exactly by SEARCH_PASSES passes, each testing SEARCH_POINTS keys spread over the interval left: one
+    reduction over the row a pass ((B, V, 2 x points) broadcast; compiled, fused into one kernel). The sort's kept
+    set, but where the mass above a token is within float rounding of top_p (both sum in float64, in another
+    order). Counts are float64 sums too, exact below 2 ** 53."""
+    key = _order_keys(x)  # (B, V)
+    m = x.amax(-1, keepdim=True)
+    log_z = (x - m).exp().sum(-1, keepdim=True).log()
+    p = (x - m - log_z).exp()  # (B, V) the unfiltered probabilities
+    n = SEARCH_POINTS
+    j = torch.arange(1, n + 1, device=x.device).repeat(2)  # (2n,): n points for top-k's threshold, n for top-p's
+    weight = torch.where(torch.arange(2 * n, device=x.device) < n, 1.0, p[:, :, None])  # (B, V, 2n): count | mass
+    lo = (key.amin(-1, keepdim=True) - 1).expand(-1, 2 * n)  # (B, 2n): above lo every token, above hi none, and
+    hi = key.amax(-1, keepdim=True).expand(-1, 2 * n)  # each threshold in (lo, hi]
+    below = torch.cat([top_k, top_p], -1).double().repeat_interleave(n, -1)  # (B, 2n)
+    for _ in range(SEARCH_PASSES):
+        t = lo + ((hi - lo) * j + n) // (n + 1)  # (B, 2n) in (lo, hi], increasing within each half
+        ok = (weight * (key[:, :, None] > t[:, None, :])).sum(1, dtype=torch.float64) < below  # False.. then True..
+        hi = torch.where(ok, t, hi).view(-1, 2, n).amin(-1).repeat_interleave(n, -1)
+        lo = torch.where(ok, lo, t).view(-1, 2, n).amax(-1).repeat_interleave(n, -1)
+    keep = ((top_k <= 0) | (key >= hi[:, :1])) & ((top_p >= 1) | (key >= hi[:, n:n + 1]))
+    return x.masked_fill(~keep, float("-inf"))
 
 
 BLOCK = 1024  # the vocabulary block of the two-level inverse CDF

@@ -291,7 +291,9 @@ def test_two_level_inverse_cdf_equals_one_level(monkeypatch):
 def test_the_compiled_sampler_writes_nothing_the_size_of_the_logits(V):
     """Compiled (as in the fused decode step), the unfiltered sampler reads the logits with reductions and gathers
     and allocates no buffer with a vocabulary-sized dimension (a log_softmax, its exp and a padded copy were two
-    (B, V)-sized buffers); it draws the eager sampler's tokens with its logprobs, greedy rows, filtered rows too."""
+    (B, V)-sized buffers); it draws the eager sampler's tokens with its logprobs, greedy rows, filtered rows too.
+    Filtered, it runs no sort (the threshold search) and allocates two: the probabilities the search reads and
+    the filtered logits."""
     import re
 
     from torch._inductor.utils import run_and_get_code
@@ -308,10 +310,45 @@ def test_the_compiled_sampler_writes_nothing_the_size_of_the_logits(V):
         (tok, lp), code = run_and_get_code(fn, logits, *args)
         etok, elp = sampling.sample(logits.float(), *args, filtered)
         assert tok.tolist() == etok.tolist() and torch.allclose(lp, elp, atol=1e-5), filtered
-        if not filtered:
-            shapes = [tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
-                      for dims in re.findall(r"empty_strided_\w+\(\(([^)]*)\)", "\n".join(code))]
-            assert shapes and not [s for s in shapes if any(d >= V for d in s)], shapes
+        code = "\n".join(code)
+        assert not re.search(r"aten\.sort\b", code)  # top-k / top-p by a threshold search, not a sort
+        shapes = [tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+                  for dims in re.findall(r"empty_strided_\w+\(\(([^)]*)\)", code)]
+        assert len([s for s in shapes if any(d >= V for d in s)]) == (2 if filtered else 0), shapes
+
+
+def test_the_threshold_search_keeps_what_the_sort_keeps():
+    """The compiled step's top-k / top-p (sampling._filter_by_thresholds, run eagerly here) keeps exactly the sorted
+    filter's tokens: rows of every spread with and without top-k and top-p, and a row holding the extremes of fp32
+    (+-3e38, +-0, a subnormal), whose key range the passes must narrow to one key. At a tie on the boundary the
+    search keeps every tied token, and so does the sort's filter (not only those it happens to put first)."""
+    g = torch.Generator().manual_seed(0)
+    B, V = 96, 3000
+    x = torch.randn(B, V, generator=g) * torch.rand(B, 1, generator=g) * 8
+    x[0, :5] = torch.tensor([3e38, -3e38, 0.0, -0.0, 1e-40])
+    x[1, :3] = torch.tensor([-3e38, -3e38, 3e38])
+    top_k = torch.randint(1, 60, (B, 1), generator=g)
+    top_k[::3] = 0
+    top_p = torch.rand(B, 1, generator=g).clamp(min=0.02)
+    top_p[::4] = 1.0
+    sort = sampling._filter_logits(x, torch.ones(B, 1), top_k, top_p, True)
+    search = sampling._filter_by_thresholds(x, top_k, top_p)
+    # rows where the mass above some token is within 1e-6 of top_p may round either way (fp32 probabilities)
+    probs = x.double().softmax(-1).sort(-1, descending=True).values
+    near = ((probs.cumsum(-1) - probs - top_p.double()).abs() < 1e-6).any(-1) & (top_p[:, 0] < 1)
+    assert near.sum() <= 2, near.sum()
+    assert torch.equal(sort.isinf()[~near], search.isinf()[~near])
+    assert torch.equal(sort[~sort.isinf()], search[~sort.isinf()])
+    kept = (~search.isinf()).sum(-1)
+    filtering = (top_k[:, 0] > 0) | (top_p[:, 0] < 1)
+    assert kept.min() >= 1 and kept[filtering].max() < V and (kept[filtering] > 60).any()  # top-p alone keeps more
+    # a tie on the boundary: the two tokens of logit 1 are the 2nd and 3rd; top-k 2 keeps both, as does a top-p
+    # whose prefix ends inside the tie
+    row = torch.tensor([[3.0, 1.0, 1.0, 0.0, -1.0]])
+    for k, p in ((2, 1.0), (0, 0.8)):
+        for f in (sampling._filter_by_thresholds, lambda x, k, p: sampling._filter_logits(x, torch.ones(1, 1), k, p, True)):
+            kept = ~f(row, torch.tensor([[k]]), torch.tensor([[p]])).isinf()
+            assert kept.tolist() == [[True, True, True, False, False]], (k, p)
 
 
 def _result_tuples(res):
