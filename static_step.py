@@ -65,7 +65,6 @@ class StaticDecode:
         mask = mods[0].row_mask if mods else None
         w = self.model.model.embed_tokens.weight
         key = (B, L, S, filtered, None if mask is None else tuple(mask.shape), w.dtype, w.device)  # what the buffers fit
-        weights = tuple(p.data_ptr() for p in self.model.parameters())  # where the graphs read them
         if key not in self._graphs:
             dev = self.model.device
             init = dict(tok=torch.zeros(B, dtype=torch.long), pad=torch.zeros(B, dtype=torch.long),
@@ -95,19 +94,30 @@ class StaticDecode:
                         m.routed_weights(self.model.model.embed_tokens.weight.dtype)  # (grouped below, every call)
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
-            self._graphs[key] = (decode, b, step, P, static_mask, graphs, pool, [weights])
+            self._graphs[key] = (decode, b, step, P, static_mask, graphs, pool, [None])
         decode, b, step, P, static_mask, graphs, pool, seen = self._graphs[key]
-        if seen[0] != weights:  # new parameter tensors: every window is captured again, into a new pool
-            graphs.clear()
-            pool.clear()
-            seen[0] = weights
         if mask is not None:
             static_mask.copy_(mask)
             for m in mods:
                 m.row_mask = static_mask
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         self._refresh_lora_groups()
+        reads = self._graph_reads(mods, w.dtype)
+        if seen[0] != reads:  # new tensors (parameters, or buffers made afresh): every window is captured again
+            graphs.clear()
+            pool.clear()
+            seen[0] = reads
         return decode, b, step, P
+
+    def _graph_reads(self, mods, dtype) -> tuple:
+        """The addresses of the tensors a captured step reads beyond its shape's own buffers: the parameters, the
+        concatenated q/k/v weights, the routed LoRA buffers and their groups. A graph replays reads from the
+        addresses it was captured with, so any of them moving (FSDP's gather, a reload, a round trip through
+        another dtype whose parameters come back where they were but whose buffers do not) means capturing again."""
+        ts = [*self.model.parameters(), *(t for _, *bufs in self._qkv for t in bufs if t is not None),
+              *(t for m in mods if dtype in m._routed for t in m._routed[dtype][1:]),
+              *(t for g in self._lora_groups.values() for t in g if t is not None)]
+        return tuple(t.data_ptr() for t in ts)
 
     def _capture_window(self, b, step, P, filtered: bool, W: int, pool: list, warmups: int = 2):
         """The static step over the first W cache columns as a function that runs it: a CUDA graph of it, captured
@@ -161,9 +171,11 @@ class StaticDecode:
         W, bias = self._qkv[li][1:]
         y = F.linear(h, W, bias)
         sizes = [p.out_features for p in projs]
-        g = self._lora_groups.get((li, "qkv"))  # (only there with two or more adapted projections)
-        mask = None if g is None else next(p for p in projs if isinstance(p, lora.LoRALinear)).row_mask
-        if mask is not None:  # routed per row: the group's x A^T, the mask, one addmm with B block-diagonal into y
+        mask = next((p.row_mask for p in projs if isinstance(p, lora.LoRALinear)), None)
+        # the routing first, the group only then: a routing-off step's compilation must not guard on the groups,
+        # which a later routed call creates (it would compile again at the next routing-off call)
+        g = None if mask is None else self._lora_groups.get((li, "qkv"))  # (there with two or more adapted)
+        if g is not None:  # routed per row: the group's x A^T, the mask, one addmm with B block-diagonal into y
             A, B = g
             return torch.addmm(y.flatten(0, -2), self._low_rank(h, A, mask), B.t()).view(y.shape).split(sizes, -1)
         return [p.add_delta(h, yp) if isinstance(p, lora.LoRALinear) else yp for p, yp in zip(projs, y.split(sizes, -1))]
@@ -171,8 +183,10 @@ class StaticDecode:
     def _static_mlp(self, li: int, mlp, x):
         """The static step's MLP of x (B, 1, d): gate and up's routed adapters as one group where there is one
         (one x A^T, the mask, an addmm each: 4 ops, not 6), else the module itself."""
+        if getattr(mlp.gate_proj, "row_mask", None) is None:  # (the routing first, as in _static_qkv)
+            return mlp(x)
         g = self._lora_groups.get((li, "mlp"))
-        if g is None or mlp.gate_proj.row_mask is None:
+        if g is None:
             return mlp(x)
         h = self._low_rank(x, g[0], mlp.gate_proj.row_mask)  # (B, 2R): both projections' masked activations
         R = h.shape[-1] // 2
@@ -212,17 +226,18 @@ class StaticDecode:
             if len(self._qkv) <= li:
                 self._qkv.append([None, None, None])
             buf = self._qkv[li]
-            if buf[0] == key:
-                continue
             ws = [x.weight for x in lin]
-            bs = ([x.bias if x.bias is not None else x.weight.new_zeros(x.out_features) for x in lin]
-                  if any(x.bias is not None for x in lin) else None)
+            has_bias = any(x.bias is not None for x in lin)
             shape = (sum(w.shape[0] for w in ws), ws[0].shape[1])
             W = buf[1]
             if (W is None or W.shape != shape or W.device != ws[0].device or W.dtype != ws[0].dtype
-                    or (buf[2] is None) != (bs is None)):  # new buffers (a captured graph reads the old ones no more)
+                    or (buf[2] is None) == has_bias):  # new buffers (_graph_reads: the graphs are captured again)
                 buf[1] = torch.empty(shape, dtype=ws[0].dtype, device=ws[0].device)
-                buf[2] = None if bs is None else torch.empty(shape[0], dtype=bs[0].dtype, device=bs[0].device)
+                b0 = next((x.bias for x in lin if x.bias is not None), None)
+                buf[2] = None if b0 is None else torch.empty(shape[0], dtype=b0.dtype, device=b0.device)
+            elif buf[0] == key:
+                continue
+            bs = [x.bias if x.bias is not None else x.weight.new_zeros(x.out_features) for x in lin] if has_bias else None
             with torch.no_grad():  # in place: what a captured graph reads
                 torch.cat(ws, out=buf[1])
                 if bs is not None:
@@ -252,15 +267,15 @@ class StaticDecode:
                     continue
                 bufs = [p._routed[dtype] for p in mods]
                 key = tuple((t.data_ptr(), t._version) for _, A, B in bufs for t in (A, B))
-                if self._lora_group_keys.get((li, kind)) == key:
-                    continue
                 R, d = bufs[0][1].shape
                 g = self._lora_groups.get((li, kind))
                 if (g is None or g[0].shape != (len(mods) * R, d) or g[0].device != bufs[0][1].device
-                        or g[0].dtype != dtype):
+                        or g[0].dtype != dtype):  # made afresh (another rank or adapter count): copied whatever the key
                     out = sum(p.out_features for p in projs)
                     g = self._lora_groups[(li, kind)] = (bufs[0][1].new_empty(len(mods) * R, d),
                                                          bufs[0][1].new_zeros(out, len(mods) * R) if kind == "qkv" else None)
+                elif self._lora_group_keys.get((li, kind)) == key:
+                    continue
                 with torch.no_grad():  # in place: what a captured graph reads
                     torch.cat([A for _, A, _ in bufs], out=g[0])
                     o = 0

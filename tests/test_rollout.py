@@ -620,6 +620,52 @@ def test_fused_static_step_equals_the_plain_one_and_compiles_as_one_graph(setup)
         TorchEngine(m, tok, fuse=True)
 
 
+def test_the_static_step_is_captured_again_when_a_buffer_it_reads_is_made_afresh(setup, monkeypatch):
+    """A captured graph replays reads from the addresses it was captured with: not only the parameters', also the
+    concatenated q/k/v weights' and the routed LoRA buffers' and groups'. Those are made afresh when their dtype
+    or shape changes (a round trip through another dtype can bring the parameters back to their old addresses
+    on a GPU, not those buffers): any of them moving captures the windows again. Same parameters here, a q/k/v
+    buffer and then a LoRA group made afresh: each time the next call captures again."""
+    m, tok, prompts = setup
+    eng = TorchEngine(m, tok, compile=True, _capture=False)
+    captures = []
+    capture = eng._capture_window
+    monkeypatch.setattr(eng, "_capture_window", lambda *a, **k: captures.append(a[4]) or capture(*a, **k))
+    reqs = [Request(prompts[i], "ab"[i % 2], SamplingParams(max_new_tokens=5, seed=i, stop_token_ids=[])) for i in range(3)]
+    first = eng.generate(reqs)
+    n = len(captures)
+    _assert_same(eng.generate(reqs), first, atol=0)
+    assert n >= 1 and len(captures) == n  # nothing moved: replayed
+    eng._qkv[0][1] = eng._qkv[0][1].double()  # a dtype change: _refresh_qkv makes the buffer afresh
+    _assert_same(eng.generate(reqs), first, atol=0)
+    assert len(captures) == 2 * n
+    (li, kind), (A, B) = next(iter(eng._lora_groups.items()))
+    eng._lora_groups[(li, kind)] = (A.double(), None if B is None else B.double())
+    _assert_same(eng.generate(reqs), first, atol=0)
+    assert len(captures) == 3 * n
+
+
+def test_a_routing_off_step_is_not_compiled_again_after_a_routed_call(tiny):
+    """The fused step compiles once per kind of batch (routing on or off among them). A role without an adapter
+    (a reference, a base role) often decodes before the first routed call, which creates the LoRA groups: the
+    routing-off step must not have guarded on them, or the next routing-off call compiles it again (40-85 s of
+    compilation on an H200)."""
+    from torch._dynamo.utils import counters
+    m, tok = tiny
+    lora.add_lora(m, ["a", "b"], rank=4, alpha=8)
+    m.eval()
+    eng = TorchEngine(m, tok, compile=True, fuse=True, _capture=False)
+    prompts = [tok.encode(t) for t in ("What is 3 + 4?", "the answer is")]
+    torch._dynamo.reset()
+    counters.clear()
+    graphs = []
+    for adapters in ([None, None], ["a", "b"], [None, None], ["a", "b"]):
+        eng.generate([Request(x, a, SamplingParams(max_new_tokens=4, seed=1, stop_token_ids=[]))
+                      for x, a in zip(prompts, adapters)])
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs == [1, 2, 2, 2] and eng._lora_groups, graphs
+
+
 def test_routed_adapters_take_13_ops_a_layer_in_the_static_decode_step_not_21(tiny):
     """compile=True's step (run eagerly on CPU through the test hook; on CUDA the same ops are captured in the
     graph) on a bf16 base, three adapters mixed per row on all seven projections. Per layer and decode step the
