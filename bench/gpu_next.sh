@@ -46,7 +46,8 @@
 # TorchEngine(_lora_group=False)), -whole (attention over the whole cache at every step, not the window of the columns
 # written so far, TorchEngine(_cache_windows=False): with NEW=512 or more the windows matter), -sdpa / -matmul (the
 # attention form forced; by default the fused step takes matmuls from static_step.ATTN_MATMUL_MIN_BATCH slots), -cdt (inductor's
-# coordinate descent tuning on); with P in PARTS each fused
+# coordinate descent tuning on), -topp (top_p 0.9: the graph's sort, the fused step's threshold search; tokens compared
+# with the cell's graph-topp row, speed with its graph row); with P in PARTS each fused
 # row is profiled too), PROFILES (part P's, default
 # "1x0:graph 256x3:graph"),
 # HARNESS_LIMIT (s, parts A/P/B, default 300), STEP_LIMIT (s per train.py run, 150),
@@ -115,7 +116,7 @@ def cells(var, default):  # "1x0 256x3:graph,fused-3mm" -> [(1, 0, None), (256, 
     return out
 # F's cells: a plain graph row, then the fused step (engines.FUSE_OPTIONS), or the forms named, all on the same
 # seeded requests
-FUSED = cells("FUSED", "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole,graph-matmul 4x3" if SMOKE else "1x0 1x3 256x0 256x3")
+FUSED = cells("FUSED", "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole,graph-matmul 4x3:graph,fused,graph-topp,fused-topp" if SMOKE else "1x0 1x3 256x0 256x3")
 PROFILES = cells("PROFILES", "1x3:static-eager" if SMOKE else "1x0:graph 256x3:graph")  # part F profiles its fused rows
 DEADLINE = float(os.environ.get("HARNESS_LIMIT", "300")) - 25  # s: leave the summary time to be written
 outs = {}
@@ -152,8 +153,8 @@ print(f"[{time.perf_counter() - t_start:.0f}s] {MODEL}: copy bandwidth {bw / 1e9
 def names_for(B, nad):
     return [None] * B if nad == 0 else ["a0"] * B if nad == 1 else [G.ADAPTERS[i % 3] for i in range(B)]
 
-def requests(B, nad, n, prompts):
-    return [Request(p, a, SamplingParams(max_new_tokens=n, temperature=1.0, stop_token_ids=[], seed=i))
+def requests(B, nad, n, prompts, top_p=1.0):
+    return [Request(p, a, SamplingParams(max_new_tokens=n, temperature=1.0, top_p=top_p, stop_token_ids=[], seed=i))
             for i, (p, a) in enumerate(zip(prompts, names_for(B, nad)))]
 
 def roofs(B, nad):
@@ -207,7 +208,7 @@ graph_tok_s = {}  # (B, adapters) -> the last graph row's tok/s
 
 def engine_for(B, mode, **kw):
     """A TorchEngine for `mode` (FUSED's forms): graph or fused (engines.FUSE_OPTIONS), -3mm, -nogroup, -whole,
-    -sdpa / -matmul, -cdt."""
+    -sdpa / -matmul, -cdt; -topp samples with top_p 0.9 (the graph's sort, the fused step's threshold search)."""
     saved = dict(engines.FUSE_OPTIONS)
     if "-cdt" in mode:
         if not mode.startswith("fused"):
@@ -226,7 +227,7 @@ def decode_cell(B, nad, mode, prompts):
         peak_reset()
         eng = engine_for(B, mode, compile=(mode != "eager"), _capture=CAP)
         def run(n):
-            reqs = requests(B, nad, n, prompts)
+            reqs = requests(B, nad, n, prompts, 0.9 if "-topp" in mode else 1.0)
             sync(); t = time.perf_counter()
             out = eng.generate(reqs)
             sync()
@@ -251,8 +252,12 @@ def decode_cell(B, nad, mode, prompts):
             graph_tok_s[(B, nad)] = row["tok_s"]
         elif (B, nad) in graph_tok_s:
             row["x_graph"] = row["tok_s"] / graph_tok_s[(B, nad)]  # against the graph row measured just before it
-        if mode not in ("graph", "eager") and (B, nad, "graph") in outs:  # seeded sampling: the plain graph's tokens?
-            a, b_ = outs[(B, nad, "graph")], outs[(B, nad, mode)]
+        ref = "graph-topp" if "-topp" in mode else "graph"  # x_graph: against the unfiltered graph row all the same
+        if mode == "graph-topp" and (B, nad, "graph") in outs:  # the filter took effect: other tokens than unfiltered
+            row["same_tokens_rows_unfiltered"] = sum(x.completion_ids == y.completion_ids for x, y in zip(
+                outs[(B, nad, "graph")], outs[(B, nad, mode)])) / B
+        if mode not in (ref, "eager") and (B, nad, ref) in outs:  # seeded sampling: the plain graph's tokens?
+            a, b_ = outs[(B, nad, ref)], outs[(B, nad, mode)]
             row["same_tokens_rows"] = sum(x.completion_ids == y.completion_ids for x, y in zip(a, b_)) / len(a)
             row["max_lp_diff"] = max(max([abs(u - v) for u, v in zip(x.logprobs, y.logprobs)] or [0.0])
                                      for x, y in zip(a, b_) if x.completion_ids == y.completion_ids) if row["same_tokens_rows"] else None
@@ -307,6 +312,7 @@ for B, nad, forms in FUSED if "F" in PARTS else ():
     # its own graph row only (none: no ratio), never with part A's, measured before B changed the adapters
     graph_tok_s.pop((B, nad), None)
     outs.pop((B, nad, "graph"), None)
+    outs.pop((B, nad, "graph-topp"), None)
     for mode in (forms or "graph,fused").split(","):
         if time.perf_counter() - t_start > DEADLINE - (75 if mode.startswith("fused") else 15):
             res["errors"].append(f"decode B={B} ad={nad} {mode}: skipped, harness time"); continue

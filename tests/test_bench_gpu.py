@@ -136,15 +136,18 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
     assert not [e for e in res["errors"] if "skipped" not in e], res["errors"]
-    # SMOKE's FUSED: "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole,graph-matmul 4x3"
-    # (a cell alone: graph, then fused)
-    forms = [d for d in res["decode"] if d["mode"] != "graph"]
+    # SMOKE's FUSED: "1x0 1x3:graph,fused,fused-cdt,graph-3mm,fused-3mm,graph-nogroup,graph-whole,graph-matmul
+    # 4x3:graph,fused,graph-topp,fused-topp" (a cell alone: graph, then fused)
+    topp = [d for d in res["decode"] if d["mode"] == "graph-topp"]
+    assert [(d["batch"], d["adapters"]) for d in topp] == [(4, 3)] and topp[0]["same_tokens_rows_unfiltered"] < 1, topp
+    forms = [d for d in res["decode"] if d["mode"] not in ("graph", "graph-topp")]
     assert [(d["batch"], d["adapters"], d["mode"]) for d in forms] == [
         (1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "graph-3mm"), (1, 3, "fused-3mm"),
-        (1, 3, "graph-nogroup"), (1, 3, "graph-whole"), (1, 3, "graph-matmul"), (4, 3, "fused")]
+        (1, 3, "graph-nogroup"), (1, 3, "graph-whole"), (1, 3, "graph-matmul"), (4, 3, "fused"), (4, 3, "fused-topp")]
     # compiled or not, tuned or not, q/k/v in one matmul or three, LoRA grouped or not, windowed or not (SMOKE's
     # prompt 60 + 6 tokens: a cache of 128 columns, windows of 64 then 128): on CPU the plain graph step's rows, their
     # logprobs bit for bit uncompiled; compiled, the sampler's normaliser sums in another order (an ulp: 4.8e-7 seen);
+    # top_p 0.9 compiled (the threshold search) against the graph's sort (graph-topp): the same tokens too;
     # the attention as matmuls rounds otherwise (bf16 here): the same tokens, logprobs within 0.01 (5.8e-4 seen)
     tol = {"fused": 1e-5, "matmul": 0.01}
     assert all(d["tok_s"] > 0 and d["x_graph"] > 0 and d["same_tokens_rows"] == 1.0
@@ -152,7 +155,7 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "| 4 | 3 |" in summary and "| 1 | 3 | graph-3mm |" in summary and "| 1 | 3 | fused-cdt |" in summary
     assert "| 1 | 3 | graph-nogroup |" in summary and "| 1 | 3 | graph-whole |" in summary
-    assert "| 1 | 3 | graph-matmul |" in summary
+    assert "| 1 | 3 | graph-matmul |" in summary and "| 4 | 3 | fused-topp |" in summary
     # part U: the small update with its copies pinned and pageable, three timed runs each
     ups = [p for p in res["profile"] if "copies" in p]
     assert [p["copies"] for p in ups] == ["pinned", "pageable"] and all(len(p["walls_ms"]) == 3 for p in ups), ups
@@ -164,7 +167,7 @@ def test_gpu_next_smoke_runs_the_fused_decode_beside_the_graph(tmp_path):
     # part P: each fused row profiled on its own engine, and PROFILES' cell (SMOKE: "1x3:static-eager")
     profiled = [(p["batch"], p["adapters"], p["mode"]) for p in res["profile"] if "mode" in p]
     assert profiled == [(1, 0, "fused"), (1, 3, "fused"), (1, 3, "fused-cdt"), (1, 3, "fused-3mm"), (4, 3, "fused"),
-                        (1, 3, "static-eager")], profiled
+                        (4, 3, "fused-topp"), (1, 3, "static-eager")], profiled
 
 
 def test_logits_chunk_bench_runs_both_forms_and_they_train_alike():
