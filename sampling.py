@@ -51,16 +51,17 @@ def _filter_logits(logits, temp, top_k, top_p, filtered: bool):
         sorted_l = logits.sort(-1, descending=True).values  # (B, V)
         rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_l)
         drop = (top_k > 0) & (rank >= top_k)
-        probs = sorted_l.softmax(-1)
-        drop |= ((probs.cumsum(-1, dtype=torch.float64) - probs) >= top_p) & (top_p < 1)  # smallest prefix, mass >= top_p
+        probs = sorted_l.double().softmax(-1)  # float64: the same masses as the search's, not two fp32 roundings
+        drop |= ((probs.cumsum(-1) - probs) >= top_p) & (top_p < 1)  # smallest prefix with mass >= top_p
         last = sorted_l.gather(-1, (~drop).sum(-1, keepdim=True) - 1)  # (B, 1) the prefix's last (smallest) logit
         logits = logits.masked_fill(logits < last, float("-inf"))  # its ties too, wherever the sort put them
     return logits
 
 
 def _order_keys(x):
-    """fp32 (B, V) -> int64 keys in the same order (the float's bits, negatives' magnitude bits reversed)."""
-    b = x.contiguous().view(torch.int32).long()
+    """fp32 (B, V) -> int64 keys in the same order (the float's bits, negatives' magnitude bits reversed; -0.0 as
+    +0.0, the tie it is)."""
+    b = torch.where(x == 0, 0.0, x).contiguous().view(torch.int32).long()
     return torch.where(b < 0, -(b & 0x7FFFFFFF) - 1, b)
 
 
@@ -73,12 +74,13 @@ def _filter_by_thresholds(x, top_k, top_p):
     threshold, the smallest key t with (count above t) < top_k, resp. (mass above t) < top_p. Both thresholds are
     found exactly by SEARCH_PASSES passes, each testing SEARCH_POINTS keys spread over the interval left: one
     reduction over the row a pass ((B, V, 2 x points) broadcast; compiled, fused into one kernel). The sort's kept
-    set, but where the mass above a token is within float rounding of top_p (both sum in float64, in another
-    order). Counts are float64 sums too, exact below 2 ** 53."""
+    set, but where the mass above a token is within float64 rounding of top_p (both compute the probabilities
+    and their sums in float64, in another order). Counts are float64 sums too, exact below 2 ** 53."""
     key = _order_keys(x)  # (B, V)
-    m = x.amax(-1, keepdim=True)
-    log_z = (x - m).exp().sum(-1, keepdim=True).log()
-    p = (x - m - log_z).exp()  # (B, V) the unfiltered probabilities
+    xd = x.double()  # float64 probabilities, as the sort's
+    m = xd.amax(-1, keepdim=True)
+    log_z = (xd - m).exp().sum(-1, keepdim=True).log()
+    p = (xd - m - log_z).exp()  # (B, V) the unfiltered probabilities
     n = SEARCH_POINTS
     j = torch.arange(1, n + 1, device=x.device).repeat(2)  # (2n,): n points for top-k's threshold, n for top-p's
     weight = torch.where(torch.arange(2 * n, device=x.device) < n, 1.0, p[:, :, None])  # (B, V, 2n): count | mass

@@ -102,7 +102,7 @@ class StaticDecode:
                 m.row_mask = static_mask
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         self._refresh_lora_groups()
-        reads = self._graph_reads(mods, w.dtype)
+        reads = self._graph_reads(mods if mask is not None else [], w.dtype)
         if seen[0] != reads:  # new tensors (parameters, or buffers made afresh): every window is captured again
             graphs.clear()
             pool.clear()
@@ -110,13 +110,16 @@ class StaticDecode:
         return decode, b, step, P
 
     def _graph_reads(self, mods, dtype) -> tuple:
-        """The addresses of the tensors a captured step reads beyond its shape's own buffers: the parameters, the
-        concatenated q/k/v weights, the routed LoRA buffers and their groups. A graph replays reads from the
-        addresses it was captured with, so any of them moving (FSDP's gather, a reload, a round trip through
-        another dtype whose parameters come back where they were but whose buffers do not) means capturing again."""
-        ts = [*self.model.parameters(), *(t for _, *bufs in self._qkv for t in bufs if t is not None),
+        """The addresses of the tensors a captured step reads beyond its shape's own buffers: the parameters and
+        the model's buffers (RoPE's inverse frequencies), the concatenated q/k/v weights and, where rows are routed
+        (mods: the LoRA modules, none without routing), the routed LoRA buffers and their groups. A graph replays
+        reads from the addresses it was captured with, so any of them moving (FSDP's gather, a reload, a round trip
+        through another dtype whose parameters come back where they were but whose buffers do not) means capturing
+        again."""
+        ts = [*self.model.parameters(), *self.model.buffers(),
+              *(t for _, *bufs in self._qkv for t in bufs if t is not None),
               *(t for m in mods if dtype in m._routed for t in m._routed[dtype][1:]),
-              *(t for g in self._lora_groups.values() for t in g if t is not None)]
+              *(t for g in (self._lora_groups.values() if mods else ()) for t in g if t is not None)]
         return tuple(t.data_ptr() for t in ts)
 
     def _capture_window(self, b, step, P, filtered: bool, W: int, pool: list, warmups: int = 2):
