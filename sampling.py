@@ -8,7 +8,6 @@ inside TorchEngine's captured decode step. Temperature, top-k and top-p are appl
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 _M64 = 2**64
 
@@ -119,7 +118,7 @@ def sample(logits, temp, top_k, top_p, greedy, seed, step, filtered: bool):
     B, V = x.shape
     if torch.compiler.is_compiling():  # the fused step: the logits are read by reductions and gathers, nothing of
         m = x.amax(-1, keepdim=True)  # (B, V) is written (a log_softmax would be, or probs read twice)
-        log_z = (x - m).exp().sum(-1, keepdim=True).log()  # (B, 1); x - m - log_z rounds as log_softmax does
+        log_z = (x - m).exp().sum(-1, keepdim=True).log()  # (B, 1)
 
         def logp_at(cols):  # (B, n) columns -> their logprobs
             return x.gather(-1, cols) - m - log_z

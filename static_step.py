@@ -56,9 +56,9 @@ class StaticDecode:
         restores what it changed, so the replay redoes that step; the windows' graphs share one memory pool, as
         they never run at once). It reads the weights, the routed LoRA buffers (lora.refresh_routed:
         refreshed in place before every call, outside the graph) and the routing mask in place, so an optimizer
-        step is seen at the next replay; it is captured again when the parameters are new tensors (FSDP gathering,
-        a reloaded model), into the shape's own buffers: one KV cache a shape, however often the weights move. The
-        last two shapes are kept (each holds its own KV cache)."""
+        step is seen at the next replay; it is captured again when a tensor it reads is a new one (_graph_reads: FSDP
+        gathering, a reloaded model), into the shape's own buffers: one KV cache a shape, however often the weights
+        move. The last two shapes are kept (each holds its own KV cache)."""
         if self._qkv_matmul:
             self._refresh_qkv()  # outside the step: the concatenated q/k/v weights it reads, current
         mods = list(lora.lora_modules(self.model).values())
