@@ -58,7 +58,9 @@ class StaticDecode:
         refreshed in place before every call, outside the graph) and the routing mask in place, so an optimizer
         step is seen at the next replay; it is captured again when a tensor it reads is a new one (_graph_reads: FSDP
         gathering, a reloaded model), into the shape's own buffers: one KV cache a shape, however often the weights
-        move. The last two shapes are kept (each holds its own KV cache)."""
+        move. In a call that finds them moved since the shape's last call, decode(W) attends to the whole cache, so
+        that call captures once, not once a window (each capture: warm-up steps, a device sync, the allocator's cache
+        emptied). The last two shapes are kept (each holds its own KV cache)."""
         if self._qkv_matmul:
             self._refresh_qkv()  # outside the step: the concatenated q/k/v weights it reads, current
         mods = list(lora.lora_modules(self.model).values())
@@ -79,8 +81,10 @@ class StaticDecode:
             P = torch.ones((), dtype=torch.long, device=dev)  # the prompt width (the cache column of token 0)
             static_mask = mask.clone() if mask is not None else None
             graphs, pool = {}, []  # window -> the step's replay; the graphs' shared memory pool
+            seen = [None, False]  # what the graphs read (_graph_reads); whether it moved since the previous call
 
             def decode(W):
+                W = L if seen[1] else W  # tensors that move from call to call: one capture a call, not one a window
                 fn = graphs.get(W)
                 if fn is None:
                     fn = graphs[W] = self._capture_window(b, step, P, filtered, W, pool, warmups=1 if graphs else 2)
@@ -94,7 +98,7 @@ class StaticDecode:
                         m.routed_weights(self.model.model.embed_tokens.weight.dtype)  # (grouped below, every call)
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
-            self._graphs[key] = (decode, b, step, P, static_mask, graphs, pool, [None])
+            self._graphs[key] = (decode, b, step, P, static_mask, graphs, pool, seen)
         decode, b, step, P, static_mask, graphs, pool, seen = self._graphs[key]
         if mask is not None:
             static_mask.copy_(mask)
@@ -103,7 +107,8 @@ class StaticDecode:
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         self._refresh_lora_groups()
         reads = self._graph_reads(mods if mask is not None else [], w.dtype)
-        if seen[0] != reads:  # new tensors (parameters, or buffers made afresh): every window is captured again
+        seen[1] = seen[0] is not None and seen[0] != reads  # moved since the shape's last call (FSDP2's gather)
+        if seen[0] != reads:  # new tensors (parameters, or buffers made afresh): captured again
             graphs.clear()
             pool.clear()
             seen[0] = reads
