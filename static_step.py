@@ -58,9 +58,9 @@ class StaticDecode:
         refreshed in place before every call, outside the graph) and the routing mask in place, so an optimizer
         step is seen at the next replay; it is captured again when a tensor it reads is a new one (_graph_reads: FSDP
         gathering, a reloaded model), into the shape's own buffers: one KV cache a shape, however often the weights
-        move. In a call that finds them moved since the shape's last call, decode(W) attends to the whole cache, so
-        that call captures once, not once a window (each capture: warm-up steps, a device sync, the allocator's cache
-        emptied). The last two shapes are kept (each holds its own KV cache)."""
+        move. Once a call has found them moved since an earlier call, decode(W) attends to the whole cache: a call
+        captures once (its later batches replay), not once a window (each capture: warm-up steps, a device sync, the
+        allocator's cache emptied). The last two shapes are kept (each holds its own KV cache)."""
         if self._qkv_matmul:
             self._refresh_qkv()  # outside the step: the concatenated q/k/v weights it reads, current
         mods = list(lora.lora_modules(self.model).values())
@@ -81,7 +81,7 @@ class StaticDecode:
             P = torch.ones((), dtype=torch.long, device=dev)  # the prompt width (the cache column of token 0)
             static_mask = mask.clone() if mask is not None else None
             graphs, pool = {}, []  # window -> the step's replay; the graphs' shared memory pool
-            seen = [None, False]  # what the graphs read (_graph_reads); whether it moved since the previous call
+            seen = [None, False]  # what the graphs read (_graph_reads); whether it has moved between two calls
 
             def decode(W):
                 W = L if seen[1] else W  # tensors that move from call to call: one capture a call, not one a window
@@ -107,7 +107,7 @@ class StaticDecode:
         lora.refresh_routed(self.model)  # an optimizer step since the last call: copied in place, outside the graph
         self._refresh_lora_groups()
         reads = self._graph_reads(mods if mask is not None else [], w.dtype)
-        seen[1] = seen[0] is not None and seen[0] != reads  # moved since the shape's last call (FSDP2's gather)
+        seen[1] = seen[1] or seen[0] not in (None, reads)  # moved since a call before (FSDP2's gather): from then on
         if seen[0] != reads:  # new tensors (parameters, or buffers made afresh): captured again
             graphs.clear()
             pool.clear()

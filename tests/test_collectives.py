@@ -149,24 +149,26 @@ def _captures_a_call_under_fsdp2(r):
     from rollout import Request, SamplingParams, TorchEngine
     m, tok = model_mod.load_model("tiny", seed=0)
     collectives.shard(m.eval(), "fsdp2")
-    static = TorchEngine(m, tok, compile=True, _capture=False)
+    static = TorchEngine(m, tok, compile=True, _capture=False, max_batch_size=1)  # two batches a call, one shape
     captures, capture = [], static._capture_window
     static._capture_window = lambda *a, **k: captures.append(a[4]) or capture(*a, **k)
-    reqs = [Request(tok.encode("What is 3 + 4?"), None, SamplingParams(max_new_tokens=150, greedy=True, stop_token_ids=[]))]
+    reqs = [Request(tok.encode(t), None, SamplingParams(max_new_tokens=150, greedy=True, stop_token_ids=[]))
+            for t in ("What is 3 + 4?", "What is 5 + 1?")]
     per_call, outs = [], []
     for _ in range(3):
         n = len(captures)
-        outs.append(static.generate(reqs)[0].completion_ids)
+        outs.append([x.completion_ids for x in static.generate(reqs)])
         per_call.append(captures[n:])
     return per_call, outs, next(iter(static._graphs))[1]  # the shape's cache length
 
 
 def test_weights_that_move_every_call_are_captured_once_a_call_not_once_a_window():
     """Where FSDP2's gather hands back new storage at every call (CPU's gloo does), every graph is captured again at
-    every call. A call that finds the weights moved since the last one attends to the whole cache, so it captures
-    once, where windows would capture at each (each capture: warm-up steps, a device sync, the allocator's cached
-    blocks emptied). The first call, with nothing to compare, takes the windows. Greedy: the same tokens each call."""
+    every call. Once a call has found the weights moved since an earlier one, the step attends to the whole cache,
+    so a call captures once, where windows would capture at each (each capture: warm-up steps, a device sync, the
+    allocator's cached blocks emptied); its second batch replays that graph. The first call, with nothing to
+    compare, takes the windows. Greedy: the same tokens each call."""
     for per_call, outs, L in on_two_ranks(_captures_a_call_under_fsdp2).values():
         assert len(per_call[0]) >= 3 and per_call[0][-1] == L, per_call  # the windows: 64, 128, ... L
-        assert per_call[1] == per_call[2] == [L], per_call
-        assert outs[0] == outs[1] == outs[2] and len(outs[0]) == 150
+        assert per_call[1] == per_call[2] == [L], per_call  # not [L, 64, 128]: the second batch takes no window
+        assert outs[0] == outs[1] == outs[2] and [len(x) for x in outs[0]] == [150, 150]
