@@ -95,7 +95,7 @@ class StaticDecode:
             if static_mask is not None:  # the routed buffers exist before the step reads them (compiled or not)
                 with torch.no_grad():
                     for m in mods:
-                        m.routed_weights(self.model.model.embed_tokens.weight.dtype)  # (grouped below, every call)
+                        m.routed_weights(w.dtype)  # (grouped below, every call)
             while len(self._graphs) >= 2:
                 self._graphs.pop(next(iter(self._graphs)))
             self._graphs[key] = (decode, b, step, P, static_mask, graphs, pool, seen)
