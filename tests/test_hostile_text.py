@@ -175,6 +175,7 @@ PARSERS = {
     "parse_citations": (parse_citations, _kind(list)),
     "clean_doc_id": (clean_doc_id, _kind(str)),
     "read_final": (read_final, _kind(str, type(None))),
+    "debate parse_pick": (lambda s: parse_pick(s, 2), lambda r: r in (None, 0, 1)),
     "extract_code": (extract_code, _kind(str)),
     "plan_expression": (plan_expression, _kind(str, type(None))),
     "split_info parse_answer": (split_info.parse_answer, _kind(str, type(None))),
