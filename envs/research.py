@@ -190,7 +190,7 @@ class ResearchEnv:
         hops = task.get("hops")
         self.hops = hops if isinstance(hops, int) and not isinstance(hops, bool) else len(self.support)
         self.plan, self.planned, self.subs, self.turns = [], False, [], []
-        self.answer, self.citations, self.wrote = None, [], False
+        self.answer, self.citations = None, []
         self.role = "planner"
         return Prompt("planner", planner_messages(self.q), key=("plan",))
 
@@ -235,7 +235,6 @@ class ResearchEnv:
         if self.role == "writer":
             self.turns.append(("writer", None))
             self.answer, self.citations = parse_report(reply)
-            self.wrote = True
             return None
         if self.parallel:  # [a reply per active sub-question, in order]: those not done go on together
             replies = list(replies) if isinstance(replies, (list, tuple)) else [reply]
