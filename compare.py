@@ -30,10 +30,13 @@ whole task record: question, answer, and for video tasks the video, its clips an
 a val set holds twice pairs its first copy with the other arm's first copy, and so on). Arms whose task
 sets differ are paired on the tasks they share, and a note under the table says how many of each
 arm's that is; arms that share no task get a note and no row:
-    diff    mean of d_i = y_i - x_i (the other arm minus the first), per task correctness
+    diff    mean of d_i = y_i - x_i (the other arm minus the first), per task score
     s.e.    the paired standard error sd(d) / sqrt(n) (sample sd, n - 1)
-    b / c   discordant tasks: the first arm right and the other wrong / the other way round
-    p       McNemar's exact test: 2 * P(Binomial(b + c, 1/2) <= min(b, c)), capped at 1
+    b / c   the tasks the other arm scores below / above the first (d_i < 0 / d_i > 0); with 0/1 scores, the
+            discordant tasks: the first arm right and the other wrong / the other way round
+    p       the exact sign test on them, 2 * P(Binomial(b + c, 1/2) <= min(b, c)), capped at 1: McNemar's exact
+            test where scores are 0/1, and a test of the same differences as `diff` where they are not (an F1, a
+            fraction of tests passed)
 The plot: validation team reward against step and against training wall time, one line per run.
 The judge plot (--judge-plot): per run that logged one, the judge's balanced accuracy and false-positive
 rate against step, on train batches and val, on the team's verdicts and on the probes (metrics.jsonl).
@@ -136,7 +139,8 @@ def keyed(pairs) -> dict:
 
 
 def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant counts: 2 P(Binom(b + c, 1/2) <= min(b, c))."""
+    """Two-sided exact McNemar p-value from the discordant counts: 2 P(Binom(b + c, 1/2) <= min(b, c)); the exact
+    sign test when b / c count the tasks scored lower / higher."""
     n = b + c
     if n == 0:
         return 1.0
@@ -144,15 +148,17 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 def paired(x: dict, y: dict) -> dict:
-    """Paired comparison of two arms' per-task scores (dicts task key -> 0/1) on their common tasks."""
+    """Paired comparison of two arms' per-task scores (dicts task key -> score) on their common tasks; with none in
+    common, n = 0 and every statistic None (a pair that shares nothing is not "no difference")."""
     keys = sorted(set(x) & set(y))
     n = len(keys)
+    if not n:
+        return {"n": 0, "x": None, "y": None, "diff": None, "se": None, "b": 0, "c": 0, "p": None}
     d = [y[k] - x[k] for k in keys]
-    mean = sum(d) / max(n, 1)
+    mean = sum(d) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1)) if n > 1 else float("nan")
-    b = sum(1 for k in keys if x[k] >= 1 and y[k] < 1)
-    c = sum(1 for k in keys if x[k] < 1 and y[k] >= 1)
-    return {"n": n, "x": sum(x[k] for k in keys) / max(n, 1), "y": sum(y[k] for k in keys) / max(n, 1), "diff": mean,
+    b, c = sum(v < 0 for v in d), sum(v > 0 for v in d)  # the sign test's counts (McNemar's with 0/1 scores)
+    return {"n": n, "x": sum(x[k] for k in keys) / n, "y": sum(y[k] for k in keys) / n, "diff": mean,
             "se": sd / math.sqrt(n) if n > 1 else float("nan"), "b": b, "c": c, "p": mcnemar_exact(b, c)}
 
 
@@ -234,15 +240,22 @@ def replay(records: list[tuple[str, dict]], make_env, env_name: str) -> list[dic
     for where, r in records:
         try:
             env = make_env()
-            play_replies(env, r["task"], [t["reply"] for t in r["turns"]])  # a set handed out at once: its replies
+            played = play_replies(env, r["task"], [t["reply"] for t in r["turns"]])  # a set handed out at once: its replies
             got_rewards, metrics = list(env.turn_rewards()), env.metrics()
         except Exception as e:  # the env's own code on a task it was not made for: name the episode, not a traceback
             fail(f"{where}: the episode does not replay through the {env_name} workflow ({type(e).__name__}: "
                  f"{' '.join(str(e).split())[:200]})")
+        if len(played) != len(r["turns"]) or len(got_rewards) != len(r["turns"]):
+            fail(f"{where}: task {r.get('task_id')} replays to {len(played)} turns, recorded {len(r['turns'])}: the env "
+                 "changed since the run")
         for t, got in zip(r["turns"], got_rewards):
             if t.get("reward") is not None and abs(got - t["reward"]) > 1e-6:
                 fail(f"{where}: task {r.get('task_id')} turn {t.get('turn')} ({t['role']}) replays to reward {got}, "
                      f"recorded {t['reward']}: the env changed since the run")
+        was, now = (r.get("metrics") or {}).get("team_reward"), metrics.get("team_reward")
+        if finite(was) and finite(now) and abs(now - was) > 1e-6:
+            fail(f"{where}: task {r.get('task_id')} replays to team_reward {now}, recorded {was}: the env changed "
+                 "since the run")
         out.append(metrics)
     return out
 
@@ -347,7 +360,7 @@ def paired_table(rows: list[dict]) -> str:
     """The first arm against every other, on their common tasks: a note says when that is not every task
     of both, and a pair with no common task gets the note instead of a row (no statistic over n = 0)."""
     head = ["first arm", "other arm", "n", "first", "other", "diff (other - first)", "paired s.e.", "diff / s.e.",
-            "b / c", "McNemar p"]
+            "b / c", "sign p (McNemar for 0/1)"]
     lines, notes, first = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)], [], rows[0]
     for r in rows[1:]:
         q = paired(first["per_task"], r["per_task"])

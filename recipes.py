@@ -304,6 +304,9 @@ def compare_rows(out: Path, arms: list[str], name: str, flags: tuple[str, ...] =
 def compare_stage(out: Path, name: str) -> dict:
     start, end, base = compare_rows(out, [f"{out / 'rl'}@0", str(out / "rl"), str(out / "base")], "vs_sft_start")
     gain, vs_base = end["paired"], compare_rows(out, [str(out / "base"), str(out / "rl")], "vs_base")[1]["paired"]
+    for what, q in (("RL's end and its SFT start", gain), ("the base eval and RL's end", vs_base)):
+        if not q["n"]:
+            sys.exit(f"recipes.py: {out}: {what} share no val task (compare.log): nothing to pair")
     minutes = {s: m["seconds"] / 60 for s in STAGES[:-1] if (m := marker(out, s)[0])}  # every attempt's
     summary = {"workflow": name, "val_tasks": gain["n"], "steps": end["step"], "base": base["team"],
                "sft_start": start["team"], "rl_end": end["team"], "diff": gain["diff"], "se": gain["se"],
@@ -420,18 +423,28 @@ def stage_env() -> dict:
 
 def tokens_per_task(d: Path) -> float:
     """Generated tokens per task of an eval.py folder's greedy episodes (every role's turns)."""
-    recs = trajectories.read(d / "greedy.jsonl")
+    try:
+        recs = trajectories.read(d / "greedy.jsonl")
+    except trajectories.TrajectoryError as e:
+        sys.exit(f"recipes.py: {e}")
     return sum(t.get("reply_tokens") or 0 for r in recs for t in r["turns"]) / max(1, len(recs))
 
 
 def test_eval(out: Path, stage: str, test: str, n: int | None, tiny: bool, maj_k: int = 0) -> Path:
     """eval.py on the test split of this recipe's SFT start (its adapters: <out>/test_sft_config.py) or RL end (the
     last checkpoint), greedy, or with maj_k its majority vote -> <out>/test/<stage>[_maj]/ (kept while newer than
-    the recipe's rl.done)."""
+    the recipe's rl.done and made by the same command: the same split, task limit and vote; an unreadable one is
+    made again)."""
     dest = out / "test" / (stage + ("_maj" if maj_k else ""))
-    res = dest / "results.json"
-    if res.is_file() and res.stat().st_mtime > (out / "rl.done").stat().st_mtime and \
-            json.loads(res.read_text()).get("maj_k", 0) == maj_k:
+    res, made_by = dest / "results.json", out / "test" / f"{dest.name}.command.json"
+    args = ["--data", test] + (["--limit", str(2 if tiny else n)] if (tiny or n) else []) + \
+        (["--maj-k", str(maj_k)] if maj_k else [])
+    try:
+        fresh = res.stat().st_mtime > (out / "rl.done").stat().st_mtime and json.loads(made_by.read_text()) == args \
+            and isinstance(json.loads(res.read_text()), dict)
+    except (OSError, ValueError):  # missing, or torn by a kill
+        fresh = False
+    if fresh:
         return dest
     if stage == "sft":
         conf = out / "test_sft_config.py"
@@ -448,15 +461,14 @@ def test_eval(out: Path, stage: str, test: str, n: int | None, tiny: bool, maj_k
         if not steps:
             sys.exit(f"recipes.py: {out / 'rl' / 'checkpoints'} has no checkpoint to evaluate")
         where = ["--checkpoint", str(steps[-1])]
-    cmd = [sys.executable, "eval.py", *where, "--data", test, "--out", str(dest)]
-    cmd += ["--limit", str(2 if tiny else n)] if (tiny or n) else []
-    cmd += ["--maj-k", str(maj_k)] if maj_k else []
+    cmd = [sys.executable, "eval.py", *where, "--out", str(dest), *args]
     print(f"[{time.strftime('%H:%M:%S')}] test eval: {' '.join(cmd[1:])}", flush=True)
     env = stage_env()
     with open(out / "test.log", "a") as log:
         rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     if rc:
         sys.exit(f"recipes.py: the test eval {dest} failed (exit {rc}); its output: {out / 'test.log'}")
+    trajectories.write_text(made_by, json.dumps(args) + "\n")
     return dest
 
 
@@ -487,17 +499,21 @@ def baselines(a) -> dict:
 
 def baselines_table(report: dict) -> str:
     """The paired table of --baselines: per stage, each arm's test score and tokens per task, and the team's
-    paired difference over each baseline (team - baseline) with its s.e. and McNemar p."""
+    paired difference over each baseline (team - baseline) with its s.e. and the sign test's p (compare.paired), on
+    the tasks the two share (said in the cell where that is not all of them)."""
     lines = [f"{report['team']} vs {report['baseline']} on {report['test_files']}",
-             "| stage | arm | n | score | tokens/task | team - arm | paired s.e. | z | McNemar p |", "|---|---|---|---|---|---|---|---|---|"]
+             "| stage | arm | n | score | tokens/task | team - arm | paired s.e. | z | sign p (McNemar for 0/1) |", "|---|---|---|---|---|---|---|---|---|"]
     for stage, st in report["stages"].items():
         for x in st["arms"]:
             q = x.get("vs_team")
             cells = [stage, x["arm"], str(x["n"]), f"{x['score']:.3f}",
                      "—" if x["tokens_per_task"] is None else f"{x['tokens_per_task']:.0f}"]
-            if q:
+            if q and not q["n"]:
+                cells += ["not paired: no task in common with the team", "", "", ""]
+            elif q:
                 se = q["se"] if q["se"] is not None and math.isfinite(q["se"]) else None
-                cells += [f"{0.0 - q['diff']:+.3f}", "—" if se is None else f"{se:.3f}",
+                shared = "" if q["n"] == x["n"] == st["arms"][0]["n"] else f" (on the {q['n']} shared)"
+                cells += [f"{0.0 - q['diff']:+.3f}{shared}", "—" if se is None else f"{se:.3f}",
                           "—" if not se else f"{0.0 - q['diff'] / se:+.2f}", f"{q['p']:.3g}"]
             else:
                 cells += ["", "", "", ""]

@@ -77,6 +77,22 @@ def test_a_reward_the_env_does_not_give_is_an_error(run):
         compare.main([str(run)])
 
 
+def test_an_episode_that_replays_to_fewer_turns_or_another_team_reward_is_an_error(run):
+    """A recorded episode whose env now ends sooner (a turn left unplayed, its reward never compared) or pays the
+    team otherwise is the env changed since the run, as a turn's reward is: one line, not metrics of another game."""
+    f = run / "trajectories" / "val_step_000002.jsonl"
+    recs = trajectories.read(f)
+    recs[0]["turns"].append({**recs[0]["turns"][1], "turn": 2})  # a turn the env (it ended at turn 1) never plays
+    trajectories.write(f, recs)
+    with pytest.raises(SystemExit, match="val_step_000002.jsonl:1: task 0 replays to 2 turns, recorded 3"):
+        compare.main([str(run)])
+    recs = [record(2, e) for e in EPISODES]
+    recs[2]["metrics"]["team_reward"] = 0.0  # the fixed answer recorded as a loss
+    trajectories.write(f, recs)
+    with pytest.raises(SystemExit, match="val_step_000002.jsonl:3: task 0 replays to team_reward 1.0, recorded 0.0"):
+        compare.main([str(run)])
+
+
 def test_missing_step_and_non_run_are_clear(run, tmp_path):
     with pytest.raises(SystemExit, match="no eval at step 5"):
         compare.main([str(run), "--step", "5"])
@@ -95,6 +111,14 @@ def test_mcnemar_and_paired_se_by_hand():
     assert (q["n"], q["b"], q["c"]) == (10, 2, 4) and q["diff"] == pytest.approx(0.2)
     assert q["se"] == pytest.approx((5.6 / 9) ** 0.5 / 10 ** 0.5)
     assert q["p"] == pytest.approx(2 * (1 + 6 + 15) / 64)
+    # fractional scores (an F1): b / c and p are the sign test of the same differences as diff, not of perfect scores
+    q = compare.paired(dict.fromkeys(range(30), 0.5), dict.fromkeys(range(30), 0.9))
+    assert (q["b"], q["c"]) == (0, 30) and q["diff"] == pytest.approx(0.4) and q["p"] == pytest.approx(2 / 2 ** 30)
+    q = compare.paired(dict.fromkeys(range(10), 0.5), {i: 1.0 if i < 3 else 0.0 for i in range(10)})
+    assert (q["b"], q["c"]) == (7, 3) and q["diff"] == pytest.approx(-0.2)
+    # no task in common: no statistic at all, not "no difference"
+    assert compare.paired({1: 1.0}, {2: 0.0}) == {"n": 0, "x": None, "y": None, "diff": None, "se": None, "b": 0,
+                                                  "c": 0, "p": None}
 
 
 def _arm(tmp_path, name, right, task=lambda i: {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}):

@@ -13,6 +13,7 @@ import pytest
 
 import recipes
 import sft as sft_mod
+import trajectories
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -431,10 +432,54 @@ def test_baselines_table_reads_team_minus_arm():
         "maj_k": 3, "team_tokens": 90.0, "single_tokens": 30.0, "arms": [
             {"arm": "team", "dir": "a", "n": 10, "score": 0.6, "tokens_per_task": 90.0},
             {"arm": "single", "dir": "b", "n": 10, "score": 0.4, "tokens_per_task": 30.0,
-             "vs_team": {"diff": -0.2, "se": 0.1, "p": 0.5}}]}}}
+             "vs_team": {"n": 10, "diff": -0.2, "se": 0.1, "p": 0.5}},
+            {"arm": "single maj@3", "dir": "c", "n": 12, "score": 0.5, "tokens_per_task": 90.0,
+             "vs_team": {"n": 8, "diff": -0.25, "se": 0.125, "p": 0.25}},
+            {"arm": "other", "dir": "d", "n": 4, "score": 1.0, "tokens_per_task": 9.0,
+             "vs_team": {"n": 0, "diff": None, "se": None, "p": None}}]}}}
     text = recipes.baselines_table(rep)
     assert "| rl | single | 10 | 0.400 | 30 | +0.200 | 0.100 | +2.00 | 0.5 |" in text
+    assert "| rl | single maj@3 | 12 | 0.500 | 90 | +0.250 (on the 8 shared) | 0.125 | +2.00 | 0.25 |" in text
+    assert "| rl | other | 4 | 1.000 | 9 | not paired: no task in common with the team |" in text
     assert "rl 90 / 30 -> 3" in text
+
+
+def test_the_compare_stage_refuses_arms_that_share_no_val_task(tmp_path):
+    """compare.paired gives no statistic over n = 0 (it gave diff 0, p 1: "no difference"), and the summary does not
+    pair what shares nothing: one line. Here RL's end and its start share their 3 tasks, the base eval none."""
+    from test_compare import _arm, record
+    out = tmp_path / "rec"
+    rl = _arm(out, "rl", [1, 0, 1])
+    start = [record(0, ["\\boxed{6}", "Verdict: Correct"], {"question": f"What is {i} + 0 + 7 - {i}?", "answer": "7"}, i)
+             for i in range(3)]
+    trajectories.write(rl / "trajectories" / "val_step_000000.jsonl", start)
+    _arm(out, "base", [1, 1, 1], lambda i: {"question": f"What is {i} + 1 + 6 - {i}?", "answer": "7"})
+    with pytest.raises(SystemExit, match="the base eval and RL's end share no val task"):
+        recipes.compare_stage(out, "x")
+    assert not (out / "summary.json").exists()
+
+
+def test_a_test_eval_is_kept_only_when_made_by_the_same_command_and_readable(tmp_path):
+    """--baselines keeps a test eval newer than rl.done only when the split, the task limit and the vote it was made
+    with are the ones asked for now (a recipe's TEST_FILES or TEST_TASKS changed since: evaluated again, not the
+    old tasks under the new file's name), and when its results.json reads (a torn one: evaluated again). Evaluating
+    again here reaches 'no checkpoint to evaluate' (this folder has none), which is how the test sees it."""
+    out = tmp_path / "r"
+    (out / "test" / "rl").mkdir(parents=True)
+    (out / "rl.done").write_text("{}")
+    os.utime(out / "rl.done", (1e9, 1e9))  # the evals below are newer
+    (out / "test" / "rl" / "results.json").write_text(json.dumps({"data": "a.jsonl", "tasks": 100}))
+    (out / "test" / "rl.command.json").write_text(json.dumps(["--data", "a.jsonl", "--limit", "100"]))
+    assert recipes.test_eval(out, "rl", "a.jsonl", 100, False) == out / "test" / "rl"  # the same command: kept
+    for test, n in (("b.jsonl", 100), ("a.jsonl", 200), ("a.jsonl", None)):
+        with pytest.raises(SystemExit, match="has no checkpoint to evaluate"):
+            recipes.test_eval(out, "rl", test, n, False)
+    (out / "test" / "rl" / "results.json").write_text('{"data": "a.js')
+    with pytest.raises(SystemExit, match="has no checkpoint to evaluate"):
+        recipes.test_eval(out, "rl", "a.jsonl", 100, False)
+    (out / "test" / "rl" / "greedy.jsonl").write_text('{"task": {}, "turns": [\n')
+    with pytest.raises(SystemExit, match=r"^recipes.py: .*greedy.jsonl:1: "):
+        recipes.tokens_per_task(out / "test" / "rl")
 
 
 OTHER_VALUE = {"fuse": True, "strategy": "replicate"}  # a value other than the default of each ADDED_SINCE field
