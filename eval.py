@@ -11,7 +11,9 @@ Greedy: one episode per task, the same numbers train.py logs as val/* at that ch
 Sampled (--n-samples k): k episodes per task at the roles' training temperatures; per role, a
 task's score in one episode is the reward of that role's last turn (its final say), the team's is
 the episode's team_reward; mean@k averages every episode, pass@k counts a task when one of its k
-episodes scores >= --threshold. --maj-k k: majority vote over the final answers (env.final_answer(),
+episodes scores >= --threshold. A role that takes no turn in some episodes (a refiner called only when the
+tests fail) gets mean@acted / pass@acted instead, over the episodes where it acted (a task where it never
+did left out), and acted/<role>, the share of the k episodes of every task in which it took a turn. --maj-k k: majority vote over the final answers (env.final_answer(),
 normalised) of k sampled episodes per task, ties to the answer seen first, no-answer samples not
 voting; a task counts when the voted answer is right (a single agent given the generations a team
 spends). Written per task to majority.jsonl; compare.py reads it as an arm.
@@ -61,13 +63,16 @@ def sampled_scores(cfg, eps, threshold: float) -> dict:
         for role, r in last.items():
             by_task[e.task_id][role].append(r)
         by_task[e.task_id]["team"].append(float(e.metrics.get("team_reward", 0.0)))
-    out = {}
+    out, k = {}, max((len(v["team"]) for v in by_task.values()), default=0)
     for who in [r.name for r in cfg.roles] + ["team"]:
         per_task = [v[who] for v in by_task.values() if v[who]]
         if per_task:
-            k = max(len(x) for x in per_task)
-            out[f"mean@{k}/{who}"] = float(np.mean([r for x in per_task for r in x]))
-            out[f"pass@{k}/{who}"] = float(np.mean([max(x) >= threshold for x in per_task]))
+            acted = sum(map(len, per_task)) / (k * len(by_task))  # of the k episodes of every task
+            tag = k if acted == 1 else "acted"  # a role that spoke in only some: over those, and named so
+            out[f"mean@{tag}/{who}"] = float(np.mean([r for x in per_task for r in x]))
+            out[f"pass@{tag}/{who}"] = float(np.mean([max(x) >= threshold for x in per_task]))
+            if who != "team":
+                out[f"acted/{who}"] = acted
     return out
 
 

@@ -166,6 +166,12 @@ def test_sampled_scores_by_hand():
            for i, r in enumerate([1.0, 0.0, 0.0, 0.0])]
     s = troupe_eval.sampled_scores(cfg, eps, threshold=1.0)
     assert s["mean@2/speaker"] == 0.25 and s["pass@2/speaker"] == 0.5 and s["pass@2/team"] == 0.5
+    assert s["acted/speaker"] == 1.0
+    # a role that speaks in 1 of a task's 2 episodes: not a pass@2 from one attempt, but named for what it is
+    eps[1].samples.clear()
+    s = troupe_eval.sampled_scores(cfg, eps, threshold=1.0)
+    assert "pass@2/speaker" not in s and (s["mean@acted/speaker"], s["pass@acted/speaker"]) == (1 / 3, 0.5)
+    assert s["acted/speaker"] == 0.75 and s["pass@2/team"] == 0.5
 
 
 def test_play_prints_every_turn(trained, capsys):
