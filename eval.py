@@ -135,7 +135,10 @@ def main(argv=None) -> dict:
     except (ConfigError, DataError, FileNotFoundError, TypeError) as e:  # --config, --data: one line, not a traceback
         msg = " ".join(str(e).split())
         fail(msg.replace("config field data.val_files:", "--data:") if args.data else msg)
-    run, _ = session.build(cfg, ckpt if not args.base else None, train=False)
+    try:
+        run, _ = session.build(cfg, ckpt if not args.base else None, train=False)
+    except ConfigError as e:  # the checkpoint or an init_from adapter does not fit the config: one line
+        fail(" ".join(str(e).split()))
     specs = session.role_specs(cfg, None, greedy=True)
     if args.base:
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}

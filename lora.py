@@ -344,7 +344,10 @@ def save_adapter(model, name: str, directory, base_model_name_or_path: str | Non
 
 
 def load_adapter(model, name: str, directory):
-    """Load a PEFT-format adapter into `name` (created if missing). Errors name the file and key."""
+    """Load a PEFT-format adapter into `name` (created if missing). A missing file is FileNotFoundError; anything
+    else wrong (a config that is not JSON or lacks r / lora_alpha / target_modules, weights that do not load, hold
+    NaN/inf, miss or add keys, or have other shapes than the rank says) is one ValueError naming the file, raised
+    before any weight is copied."""
     from safetensors.torch import load_file
 
     directory = Path(directory)
@@ -352,33 +355,53 @@ def load_adapter(model, name: str, directory):
     for p in (cfg_path, w_path):
         if not p.exists():
             raise FileNotFoundError(f"load_adapter: {p} does not exist")
-    cfg = json.loads(cfg_path.read_text())
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{cfg_path}: not an adapter config ({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{cfg_path}: not an adapter config (a JSON {type(cfg).__name__}, not an object)")
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ValueError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r} is not LORA")
     if cfg.get("use_dora") or cfg.get("use_rslora"):
         raise ValueError(f"{cfg_path}: DoRA / rsLoRA adapters are not supported")
-    if name not in adapter_names(model):
-        targets = cfg["target_modules"]
-        targets = [targets] if isinstance(targets, str) else targets
-        add_lora(model, name, cfg["r"], cfg["lora_alpha"], cfg.get("lora_dropout", 0.0), targets)
-    state = load_file(str(w_path))
-    own = adapter_state_dict(model, name)
+    r, alpha, targets = cfg.get("r"), cfg.get("lora_alpha"), cfg.get("target_modules")
+    targets = [targets] if isinstance(targets, str) else targets
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1 or isinstance(alpha, bool) or \
+            not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or \
+            not (isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets)):
+        raise ValueError(f"{cfg_path}: needs r (a positive int), lora_alpha (a number) and target_modules (names), "
+                         f"got r={str(r)[:20]}, lora_alpha={str(alpha)[:20]}, target_modules={str(targets)[:60]}")
+    try:
+        state = load_file(str(w_path))
+    except Exception as e:  # noqa: BLE001 (safetensors' own error types: a torn or foreign file)
+        raise ValueError(f"{w_path}: does not load ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
     # peft may write the adapter name into keys ("lora_A.default.weight"); accept both spellings.
     state = {k.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B."): v
              for k, v in state.items()}
+    bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"{w_path}: tensor {bad[0]} holds NaN/inf")
+    wrong_rank = [k for k, v in state.items() if v.dim() != 2 or v.shape[0 if ".lora_A." in k else 1] != r]
+    if wrong_rank:
+        raise ValueError(f"{w_path}: {wrong_rank[0]} has shape {tuple(state[wrong_rank[0]].shape)}, but "
+                         f"{cfg_path.name} says r = {r}")
+    if name not in adapter_names(model):
+        add_lora(model, name, r, alpha, cfg.get("lora_dropout", 0.0), targets)
+    own = adapter_state_dict(model, name)
     missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
-        raise KeyError(f"{w_path}: missing keys {sorted(missing)[:3]}..., unexpected {sorted(unexpected)[:3]}...")
+        raise ValueError(f"{w_path}: missing keys {sorted(missing)[:3]}..., unexpected {sorted(unexpected)[:3]}...")
+    for k, p in own.items():
+        if state[k].shape != p.shape:
+            raise ValueError(f"{w_path}: {k} has shape {tuple(state[k].shape)}, model expects {tuple(p.shape)}")
     with torch.no_grad():
         for k, p in own.items():
-            if state[k].shape != p.shape:
-                raise ValueError(f"{w_path}: {k} has shape {tuple(state[k].shape)}, model expects {tuple(p.shape)}")
             p.copy_(state[k])
     mods = lora_modules(model).values()
     for m in mods:
-        m.scaling[name] = cfg["lora_alpha"] / cfg["r"]
-    model._lora_config[name] = dict(r=cfg["r"], lora_alpha=cfg["lora_alpha"],
-                                    lora_dropout=cfg.get("lora_dropout", 0.0),
+        m.scaling[name] = alpha / r
+    model._lora_config[name] = dict(r=r, lora_alpha=alpha, lora_dropout=cfg.get("lora_dropout", 0.0),
                                     target_modules=cfg["target_modules"])
     return model
 

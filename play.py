@@ -49,7 +49,10 @@ def main(argv=None):
         check_roles(cfg)
     except (ConfigError, FileNotFoundError, TypeError) as e:  # --config: one line, not a traceback
         raise SystemExit(f"error: {' '.join(str(e).split())}") from None
-    run, _ = session.build(cfg, ckpt if not args.base else None, train=False)
+    try:
+        run, _ = session.build(cfg, ckpt if not args.base else None, train=False)
+    except ConfigError as e:  # the checkpoint or an init_from adapter does not fit the config: one line
+        raise SystemExit(f"error: {' '.join(str(e).split())}") from None
     specs = session.role_specs(cfg, args.seed if args.sample else None, greedy=not args.sample)
     if args.base:
         specs = {n: RoleSpec(None, s.sampling) for n, s in specs.items()}

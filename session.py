@@ -148,7 +148,11 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
     for (r, alpha, targets), names in fresh.items():
         lora.add_lora(model, names, r, alpha, 0.0, targets, seed=t_cfg.seed)
     for name, path in inits.items():
-        lora.load_adapter(model, name, path)  # its own rank and alpha; a policy adapter never drops out
+        try:
+            lora.load_adapter(model, name, path)  # its own rank and alpha; a policy adapter never drops out
+        except (ValueError, OSError) as e:  # a torn, foreign or NaN adapter: one line, before any step or log
+            raise ConfigError(f"config field init_from of {', '.join(r.name for r in cfg.roles if r.init_from == path)}:"
+                              f" {e}") from None
         for m in lora.lora_modules(model).values():
             m.dropout_p[name] = 0.0
         model._lora_config[name]["lora_dropout"] = 0.0
@@ -162,7 +166,12 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
             lora.load_adapter(model, run.refs[name], path)
             lora.freeze_adapter(model, run.refs[name])
     if ckpt is not None:  # adapters go into the plain model, before sharding
-        load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
+        names = cfg.adapters + (["critic"] if run.critic else [])
+        if lacks := [n for n in names if not (ckpt / "adapters" / n).is_dir()]:
+            held = sorted(p.name for p in (ckpt / "adapters").iterdir()) if (ckpt / "adapters").is_dir() else []
+            raise ConfigError(f"{ckpt} holds no adapter {', '.join(lacks)} (it holds {', '.join(held) or 'none'}): a "
+                              "checkpoint of another config's roles")
+        load_adapters(model, ckpt, names)
     collectives.shard(model, cfg.trainer.strategy)  # FSDP2 (or replicated) under torchrun
     for name in cfg.trainable_adapters:
         run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=cfg.lr_of(cfg.role_of_adapter(name)),

@@ -526,8 +526,13 @@ def lora_settings(cfg: SFTConfig, default: dict, adapters, role_names, adapter_o
     settings = {}
     for a in adapters:
         if a in inits:
-            c = json.loads((Path(inits[a]) / "adapter_config.json").read_text())
-            t = c["target_modules"]
+            f = Path(inits[a]) / "adapter_config.json"
+            try:
+                t = json.loads(f.read_text())["target_modules"]
+            except (ValueError, KeyError, TypeError) as e:
+                t = e
+            if not isinstance(t, (str, list)):
+                raise ValueError(f"init_from of {a}: {f} holds no list of target_modules ({str(t)[:100]})")
             settings[a] = {"init_from": inits[a], "targets": tuple(sorted([t] if isinstance(t, str) else t))}
         else:
             mine = [per_role[r] for r in role_names if adapter_of[r] == a and r in per_role]

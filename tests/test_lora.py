@@ -229,6 +229,56 @@ def test_save_load_round_trip(tiny, tmp_path, _tiny_base):
         load_adapter(m, "a", tmp_path / "bad")
 
 
+def _broken(d, what):
+    """Break the saved adapter in d one way (the ways users hand over adapters that do not load)."""
+    cfg_path, w = d / "adapter_config.json", d / "adapter_model.safetensors"
+    cfg = json.loads(cfg_path.read_text())
+    if what == "zero-byte weights":
+        w.write_bytes(b"")
+    elif what == "torn weights":
+        w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    elif what == "config not JSON":
+        cfg_path.write_text("{r: 4")
+    elif what == "no r":
+        cfg.pop("r")
+        cfg_path.write_text(json.dumps(cfg))
+    elif what == "another r":
+        cfg_path.write_text(json.dumps({**cfg, "r": 2}))
+    elif what == "NaN":
+        from safetensors.torch import load_file, save_file
+        t = load_file(str(w))
+        t[sorted(t)[0]][0, 0] = float("nan")
+        save_file(t, str(w))
+    elif what == "a key less":
+        from safetensors.torch import load_file, save_file
+        t = load_file(str(w))
+        t.pop(sorted(t)[0])
+        save_file(t, str(w))
+
+
+ADAPTER_BREAKS = {"zero-byte weights": "adapter_model.safetensors: does not load", "torn weights": "does not load",
+                  "config not JSON": "adapter_config.json: not an adapter config", "no r": "adapter_config.json: needs r",
+                  "another r": "but adapter_config.json says r = 2", "NaN": "holds NaN/inf",
+                  "a key less": "missing keys"}
+
+
+@pytest.mark.parametrize("what", list(ADAPTER_BREAKS))
+def test_a_broken_adapter_is_one_value_error_naming_its_file_and_loads_nothing(tiny, tmp_path, what):
+    """load_adapter on an adapter that does not load (train.py's init_from, sft.py's, a checkpoint's) raises one
+    ValueError naming the file, before any weight is copied: it was a SafetensorError, a KeyError, or a NaN adapter
+    that trained until the sampler indexed past the vocabulary."""
+    m, _ = tiny
+    add_lora(m, ["a", "b"], rank=4, alpha=8)
+    _randomize(m, "a", 5)
+    save_adapter(m, "a", tmp_path / "a")
+    _broken(tmp_path / "a", what)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    with pytest.raises(ValueError, match=ADAPTER_BREAKS[what]) as e:
+        load_adapter(m, "b", tmp_path / "a")
+    assert str(tmp_path / "a") in str(e.value)
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+
+
 def test_peft_loads_our_adapter(tiny, tmp_path, _tiny_base):
     peft = pytest.importorskip("peft")
     import copy
