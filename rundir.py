@@ -154,8 +154,11 @@ def config_changes(cfg: Config, ckpt: Path) -> list[str]:
 
 
 def ckpt_dirs(out: Path) -> list[Path]:
+    """The run's step_N directories, oldest first by N (not by name: a hand-made step_2 is older than step_000004)."""
     d = out / "checkpoints"
-    return sorted([p for p in d.glob("step_*") if p.is_dir() and p.name[5:].isdigit()]) if d.exists() else []
+    steps = [p for p in d.glob("step_*") if p.is_dir() and p.name[5:].isascii() and p.name[5:].isdigit()] \
+        if d.exists() else []
+    return sorted(steps, key=lambda p: (int(p.name[5:]), p.name))
 
 
 def _sha256(path: Path) -> str:
@@ -276,6 +279,12 @@ def check_checkpoint(ckpt: Path) -> str | None:
         except Exception as e:  # noqa: BLE001
             return f"{p} does not load ({type(e).__name__})"
     adapters = sorted((ckpt / "adapters").glob("*")) if (ckpt / "adapters").is_dir() else []
+    for p in [ckpt / "config.json", *(d / "adapter_config.json" for d in adapters)]:
+        try:
+            if not isinstance(json.loads(p.read_text()), dict):
+                return f"{p} is not a JSON object"
+        except (ValueError, OSError) as e:
+            return f"{p} is unreadable ({type(e).__name__})"
     if not adapters:
         return f"{ckpt / 'adapters'} has no adapter"
     for d in adapters:
@@ -296,7 +305,10 @@ def checkpoint_config(ckpt) -> Config:
     from config import from_dict
 
     ckpt = Path(ckpt)
-    why = check_checkpoint(ckpt) if ckpt.is_dir() else f"{ckpt} is not a directory"
+    why = f"{ckpt} is not a directory" if not ckpt.is_dir() else None
+    if why is None and not (ckpt / "manifest.json").exists() and not (ckpt / "trainer_state.pt").exists():
+        why = "not a checkpoint directory (no trainer_state.pt, no manifest.json); use a runs/X/checkpoints/step_N directory"
+    why = why or check_checkpoint(ckpt)
     if why is None:
         try:
             cfg = from_dict(json.loads((ckpt / "config.json").read_text(encoding="utf-8")))
@@ -357,6 +369,11 @@ def load_checkpoint(run, ckpt: Path):
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
     run.step, run.cursor, run.wandb_id = state["step"], state["cursor"], state.get("wandb_id")
     for n, o in run.opts.items():
+        if n not in state["optim"]:  # trainable now, frozen (or absent) when saved (trainer.resume_if_changed)
+            if RANK == 0:
+                print(f"note: {ckpt} holds no optimizer of adapter {n} (not trained when saved): it starts afresh",
+                      flush=True)
+            continue
         if state["optim"][n] is not None:  # None: it had not stepped (save_checkpoint), so it stays fresh
             set_optimizer_state_dict(run.model, o, optim_state_dict=state["optim"][n],
                                      options=StateDictOptions(full_state_dict=True))
@@ -442,6 +459,11 @@ def _resolve_resume(cfg: Config, out: Path) -> Path | None:
     if r == "none":
         return None
     if r != "auto":
+        mine = out.resolve() / "checkpoints"
+        if mine not in Path(r).resolve().parents and (ckpt_dirs(out) or (out / "metrics.jsonl").exists()):
+            raise ConfigError(f"config field trainer.resume: {r} is another run's checkpoint, and {out} holds a run of "
+                              "its own (its log and checkpoints would be cut back to that step and replaced): resume "
+                              "into a new --trainer.output-dir")
         why = check_checkpoint(Path(r))
         if why:
             raise ConfigError(f"config field trainer.resume: {r} cannot be resumed from: {why}")

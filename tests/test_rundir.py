@@ -67,6 +67,10 @@ CORRUPTIONS = {
     "missing adapter dir": lambda c: __import__("shutil").rmtree(c / "adapters" / "speaker"),
     "NaN in an adapter": lambda c: put_nan(c / "adapters" / "speaker" / "adapter_model.safetensors"),
     "no manifest": lambda c: (c / "manifest.json").unlink(),
+    # the manifest agreeing (rewritten after the edit): the checks read the JSON files themselves
+    "garbage config.json": lambda c: ((c / "config.json").write_text("{not json"), remanifest(c)),
+    "garbage adapter_config.json": lambda c: ((c / "adapters" / "speaker" / "adapter_config.json").write_text("{r: "),
+                                              remanifest(c)),
 }
 
 
@@ -106,7 +110,6 @@ def test_an_explicit_bad_checkpoint_is_a_clear_error(run3):
 # bare JSONDecodeError, a PytorchStreamReader error; export.py merged a NaN adapter and wrote the model
 ENTRY_CORRUPTIONS = {
     **CORRUPTIONS,
-    "garbage config.json": lambda c: ((c / "config.json").write_text("{not json"), remanifest(c)),
     "config.json of the wrong shape": lambda c: ((c / "config.json").write_text('{"trainer": 3}'), remanifest(c)),
     "NaN in an adapter, manifest rewritten": lambda c: (put_nan(c / "adapters" / "speaker" / "adapter_model.safetensors"),
                                                         remanifest(c)),
@@ -132,6 +135,10 @@ def test_eval_play_and_export_check_a_checkpoint_as_resume_does(run3, tmp_path):
             msg = str(e.value.code)
             assert msg.startswith(f"error: {c} cannot be loaded: {c}") and "\n" not in msg, (name, label, msg)
         assert not (tmp_path / "exported").exists() and not (tmp_path / "ev").exists()
+    for wrong in (run3, ck(run3, 3) / "adapters" / "speaker"):  # a run directory, an adapter directory: what they are
+        with pytest.raises(SystemExit, match=f"error: {wrong} cannot be loaded: not a checkpoint directory .no "
+                                             "trainer_state.pt, no manifest.json.; use a runs/X/checkpoints/step_N"):
+            eval_.main(["--checkpoint", str(wrong), "--out", str(tmp_path / "ev")])
     r = subprocess.run([os.sys.executable, "export.py", "--checkpoint", str(c), "--out", str(tmp_path / "x")], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr[-2000:]
@@ -151,6 +158,29 @@ def test_resuming_an_older_checkpoint_while_newer_exist(run3):
     assert sorted(p.name for p in (run3 / "checkpoints").iterdir()) == ["step_000001", "step_000002", "step_000003"]
     from rundir import check_checkpoint
     assert all(check_checkpoint(ck(run3, n)) is None for n in (1, 2, 3))
+
+
+def test_steps_order_by_number_and_another_runs_checkpoint_never_cuts_this_run_back(run3, tmp_path):
+    """A hand-made step_2 (not zero-padded) is older than step_000003, not the newest by name: the auto-resume takes
+    step 3 and goes on. An explicit resume from another run's checkpoint into a directory that holds a run of its
+    own is refused in one line, the run untouched (it cut the log back and rotated this run's checkpoints away);
+    into an empty directory it is how a run is forked."""
+    from config import ConfigError
+    from rundir import ckpt_dirs
+    shutil.copytree(ck(run3, 2), run3 / "checkpoints" / "step_2")
+    (run3 / "checkpoints" / "step_\u00b2").mkdir()  # a digit to str.isdigit, not to int()
+    assert [p.name for p in ckpt_dirs(run3)] == ["step_000001", "step_000002", "step_2", "step_000003"]
+    train.main(cfg_for(run3, total_steps=4, keep_checkpoints=5))
+    assert steps_of(run3) == [1, 2, 3, 4]
+    other = tmp_path / "other"
+    shutil.copytree(run3, other)
+    before = {p: p.read_bytes() for p in sorted(run3.rglob("*")) if p.is_file() and p.name != ".lock"}
+    with pytest.raises(ConfigError, match=f"config field trainer.resume: {ck(other, 2)} is another run's checkpoint, "
+                                          f"and {run3} holds a run of its own"):
+        train.main(cfg_for(run3, total_steps=3, resume=str(ck(other, 2))))
+    assert {p: p.read_bytes() for p in sorted(run3.rglob("*")) if p.is_file() and p.name != ".lock"} == before
+    train.main(cfg_for(tmp_path / "fork", total_steps=3, resume=str(ck(other, 2))))  # a fresh directory: a fork
+    assert steps_of(tmp_path / "fork") == [3]
 
 
 def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tmp_path):

@@ -242,6 +242,48 @@ def test_config_cli_and_errors(tmp_path):
     assert h.returncode == 0 and "--config PATH" in h.stdout and "--algo.adv-estimator" in h.stdout
 
 
+def test_a_broken_init_from_adapter_or_a_checkpoint_of_other_roles_is_one_line_before_anything_is_written(tmp_path):
+    """init_from weights that do not load (here NaN: the run started, logged its step-0 eval and crashed in the
+    sampler) are a ConfigError naming the file before the engine runs (train.py prints it as one line); so is an
+    eval of a checkpoint whose adapters are not the config's roles' (a FileNotFoundError from deep in loading)."""
+    import lora
+    from safetensors.torch import load_file, save_file
+    import eval as eval_
+    m, _ = __import__("model").load_model("tiny", seed=0)
+    lora.add_lora(m, ["x"], rank=8, alpha=16, targets=load_config_file(TINY).lora.targets)
+    lora.save_adapter(m, "x", tmp_path / "ad")
+    w = tmp_path / "ad" / "adapter_model.safetensors"
+    t = load_file(str(w))
+    t[sorted(t)[-1]][0, 0] = float("nan")
+    save_file(t, str(w))
+    cfg = tiny_cfg(tmp_path, trainer=dict(val_before_train=True, test_freq=1))
+    cfg = dataclasses.replace(cfg, roles=(dataclasses.replace(cfg.roles[0], init_from=str(tmp_path / "ad")),
+                                          *cfg.roles[1:]))
+    with pytest.raises(ConfigError, match=f"config field init_from of generator_initial: {w}: tensor .* holds NaN/inf"):
+        train.main(cfg)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    run = tmp_path / "r2"
+    train.main(tiny_cfg(tmp_path, trainer=dict(output_dir=str(run), total_steps=1, save_freq=1)))
+    ckpt = run / "checkpoints" / "step_000001"
+    with pytest.raises(SystemExit, match=f"error: {ckpt} holds no adapter speaker .it holds evaluator_critique, "
+                                         "generator_initial, generator_refinement.: a checkpoint of another config's roles"):
+        eval_.main(["--config", str(ROOT / "configs" / "tiny_toy.py"), "--checkpoint", str(ckpt), "--out", str(tmp_path / "ev")])
+
+
+def test_a_role_frozen_when_saved_resumes_trainable_with_a_fresh_optimizer(tmp_path, capsys):
+    """trainer.resume_if_changed with a role made trainable since the checkpoint: it holds no optimizer for that
+    adapter (a KeyError in load_checkpoint): the role starts with a fresh one, said on the console, and trains."""
+    cfg = tiny_cfg(tmp_path, trainer=dict(total_steps=1, save_freq=1))
+    frozen = dataclasses.replace(cfg, roles=(cfg.roles[0], dataclasses.replace(cfg.roles[1], trainable=False),
+                                             *cfg.roles[2:]))
+    train.main(frozen)
+    train.main(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=2, resume="auto",
+                                                                    resume_if_changed=True)))
+    assert f"holds no optimizer of adapter {cfg.roles[1].name} (not trained when saved): it starts afresh" in \
+        capsys.readouterr().out
+    assert [r["step"] for r in rows(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
+
+
 def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
