@@ -365,6 +365,8 @@ def load_adapter(model, name: str, directory):
         raise ValueError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r} is not LORA")
     if cfg.get("use_dora") or cfg.get("use_rslora"):
         raise ValueError(f"{cfg_path}: DoRA / rsLoRA adapters are not supported")
+    if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
+        raise ValueError(f"{cfg_path}: per-module ranks or alphas (rank_pattern / alpha_pattern) are not supported")
     r, alpha, targets = cfg.get("r"), cfg.get("lora_alpha"), cfg.get("target_modules")
     targets = [targets] if isinstance(targets, str) else targets
     if isinstance(r, bool) or not isinstance(r, int) or r < 1 or isinstance(alpha, bool) or \
@@ -382,7 +384,8 @@ def load_adapter(model, name: str, directory):
     bad = [k for k, v in state.items() if not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"{w_path}: tensor {bad[0]} holds NaN/inf")
-    wrong_rank = [k for k, v in state.items() if v.dim() != 2 or v.shape[0 if ".lora_A." in k else 1] != r]
+    wrong_rank = [k for k, v in state.items() if k.endswith((".lora_A.weight", ".lora_B.weight"))
+                  and (v.dim() != 2 or v.shape[0 if k.endswith(".lora_A.weight") else 1] != r)]  # others: unexpected keys
     if wrong_rank:
         raise ValueError(f"{w_path}: {wrong_rank[0]} has shape {tuple(state[wrong_rank[0]].shape)}, but "
                          f"{cfg_path.name} says r = {r}")

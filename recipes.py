@@ -457,7 +457,8 @@ def test_eval(out: Path, stage: str, test: str, n: int | None, tiny: bool, maj_k
                         "for r in config.roles))\n")
         where = ["--config", str(conf)]
     else:
-        steps = sorted((out / "rl" / "checkpoints").glob("step_*"))
+        from rundir import ckpt_dirs
+        steps = ckpt_dirs(out / "rl")  # by step number, no step_N.tmp
         if not steps:
             sys.exit(f"recipes.py: {out / 'rl' / 'checkpoints'} has no checkpoint to evaluate")
         where = ["--checkpoint", str(steps[-1])]

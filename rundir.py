@@ -459,11 +459,13 @@ def _resolve_resume(cfg: Config, out: Path) -> Path | None:
     if r == "none":
         return None
     if r != "auto":
-        mine = out.resolve() / "checkpoints"
-        if mine not in Path(r).resolve().parents and (ckpt_dirs(out) or (out / "metrics.jsonl").exists()):
+        mine = (out / "checkpoints").resolve()  # a symlinked checkpoints folder is still this run's
+        own = mine in Path(r).resolve().parents or Path(r).resolve() in {p.resolve() for p in ckpt_dirs(out)}
+        if not own and not cfg.trainer.eval_only and (ckpt_dirs(out) or (out / "metrics.jsonl").exists()):
             raise ConfigError(f"config field trainer.resume: {r} is another run's checkpoint, and {out} holds a run of "
-                              "its own (its log and checkpoints would be cut back to that step and replaced): resume "
-                              "into a new --trainer.output-dir")
+                              "its own (its log and checkpoints would be cut back to that step and replaced): "
+                              "--trainer.resume auto continues this run; another --trainer.output-dir starts one from "
+                              f"{r}")
         why = check_checkpoint(Path(r))
         if why:
             raise ConfigError(f"config field trainer.resume: {r} cannot be resumed from: {why}")

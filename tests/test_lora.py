@@ -242,6 +242,8 @@ def _broken(d, what):
     elif what == "no r":
         cfg.pop("r")
         cfg_path.write_text(json.dumps(cfg))
+    elif what == "rank_pattern":
+        cfg_path.write_text(json.dumps({**cfg, "rank_pattern": {"q_proj": 8}}))
     elif what == "another r":
         cfg_path.write_text(json.dumps({**cfg, "r": 2}))
     elif what == "NaN":
@@ -259,7 +261,7 @@ def _broken(d, what):
 ADAPTER_BREAKS = {"zero-byte weights": "adapter_model.safetensors: does not load", "torn weights": "does not load",
                   "config not JSON": "adapter_config.json: not an adapter config", "no r": "adapter_config.json: needs r",
                   "another r": "but adapter_config.json says r = 2", "NaN": "holds NaN/inf",
-                  "a key less": "missing keys"}
+                  "a key less": "missing keys", "rank_pattern": "rank_pattern / alpha_pattern. are not supported"}
 
 
 @pytest.mark.parametrize("what", list(ADAPTER_BREAKS))

@@ -176,11 +176,17 @@ def test_steps_order_by_number_and_another_runs_checkpoint_never_cuts_this_run_b
     shutil.copytree(run3, other)
     before = {p: p.read_bytes() for p in sorted(run3.rglob("*")) if p.is_file() and p.name != ".lock"}
     with pytest.raises(ConfigError, match=f"config field trainer.resume: {ck(other, 2)} is another run's checkpoint, "
-                                          f"and {run3} holds a run of its own"):
+                                          f"and {run3} holds a run of its own .* --trainer.resume auto continues"):
         train.main(cfg_for(run3, total_steps=3, resume=str(ck(other, 2))))
     assert {p: p.read_bytes() for p in sorted(run3.rglob("*")) if p.is_file() and p.name != ".lock"} == before
+    train.main(cfg_for(run3, total_steps=3, resume=str(ck(other, 2)), eval_only=True))  # reads it, cuts nothing
+    assert steps_of(run3) == [1, 2, 3, 4]
     train.main(cfg_for(tmp_path / "fork", total_steps=3, resume=str(ck(other, 2))))  # a fresh directory: a fork
     assert steps_of(tmp_path / "fork") == [3]
+    shutil.move(other / "checkpoints", tmp_path / "elsewhere")  # checkpoints on another disk, through a link:
+    (other / "checkpoints").symlink_to(tmp_path / "elsewhere")  # an older one of its own run resumes
+    train.main(cfg_for(other, total_steps=3, resume=str(ck(other, 2))))
+    assert steps_of(other) == [1, 2, 3]
 
 
 def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tmp_path):
