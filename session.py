@@ -116,6 +116,21 @@ def check_targets(cfg: Config, model):
                               f"it has {sorted(have)}")
 
 
+def load_init_from(model, cfg: Config, inits: dict):
+    """Each adapter -> its role's init_from (sft.py's output, say): its own rank and alpha, and no dropout (a policy
+    adapter never drops out). One that does not load is a ConfigError naming the role and the file, before any step
+    or log line."""
+    for name, path in inits.items():
+        try:
+            lora.load_adapter(model, name, path)
+        except (ValueError, OSError) as e:  # torn, foreign, NaN
+            raise ConfigError(f"config field init_from of {', '.join(r.name for r in cfg.roles if r.init_from == path)}:"
+                              f" {e}") from None
+        for m in lora.lora_modules(model).values():
+            m.dropout_p[name] = 0.0
+        model._lora_config[name]["lora_dropout"] = 0.0
+
+
 def build(cfg: Config, ckpt: Path | None, train: bool = True):
     """Model, adapters (restored from `ckpt` if resuming), sharding, optimizers, engine. train=False (eval.py,
     play.py): nothing only the update uses (algo.kl_ref's frozen copies)."""
@@ -147,15 +162,7 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
             fresh[cfg.lora_of(cfg.role_of_adapter(x))].append(x)
     for (r, alpha, targets), names in fresh.items():
         lora.add_lora(model, names, r, alpha, 0.0, targets, seed=t_cfg.seed)
-    for name, path in inits.items():
-        try:
-            lora.load_adapter(model, name, path)  # its own rank and alpha; a policy adapter never drops out
-        except (ValueError, OSError) as e:  # a torn, foreign or NaN adapter: one line, before any step or log
-            raise ConfigError(f"config field init_from of {', '.join(r.name for r in cfg.roles if r.init_from == path)}:"
-                              f" {e}") from None
-        for m in lora.lora_modules(model).values():
-            m.dropout_p[name] = 0.0
-        model._lora_config[name]["lora_dropout"] = 0.0
+    load_init_from(model, cfg, inits)
     run = Run(cfg, model, tok, device)
     run.critic = Critic(model, cfg, device) if "gae" in cfg.estimators else None
     if train and not t_cfg.eval_only and a.kl_coef > 0 and a.kl_ref == "init":  # the reference: a frozen copy of
@@ -166,12 +173,7 @@ def build(cfg: Config, ckpt: Path | None, train: bool = True):
             lora.load_adapter(model, run.refs[name], path)
             lora.freeze_adapter(model, run.refs[name])
     if ckpt is not None:  # adapters go into the plain model, before sharding
-        names = cfg.adapters + (["critic"] if run.critic else [])
-        if lacks := [n for n in names if not (ckpt / "adapters" / n).is_dir()]:
-            held = sorted(p.name for p in (ckpt / "adapters").iterdir()) if (ckpt / "adapters").is_dir() else []
-            raise ConfigError(f"{ckpt} holds no adapter {', '.join(lacks)} (it holds {', '.join(held) or 'none'}): a "
-                              "checkpoint of another config's roles")
-        load_adapters(model, ckpt, names)
+        load_adapters(model, ckpt, cfg.adapters + (["critic"] if run.critic else []))
     collectives.shard(model, cfg.trainer.strategy)  # FSDP2 (or replicated) under torchrun
     for name in cfg.trainable_adapters:
         run.opts[name] = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=cfg.lr_of(cfg.role_of_adapter(name)),
