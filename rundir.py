@@ -305,10 +305,12 @@ def checkpoint_config(ckpt) -> Config:
     from config import from_dict
 
     ckpt = Path(ckpt)
-    why = f"{ckpt} is not a directory" if not ckpt.is_dir() else None
-    if why is None and not (ckpt / "manifest.json").exists() and not (ckpt / "trainer_state.pt").exists():
+    if not ckpt.is_dir():
+        why = f"{ckpt} is not a directory"
+    elif not (ckpt / "manifest.json").exists() and not (ckpt / "trainer_state.pt").exists():  # a run, an adapter
         why = "not a checkpoint directory (no trainer_state.pt, no manifest.json); use a runs/X/checkpoints/step_N directory"
-    why = why or check_checkpoint(ckpt)
+    else:
+        why = check_checkpoint(ckpt)
     if why is None:
         try:
             cfg = from_dict(json.loads((ckpt / "config.json").read_text(encoding="utf-8")))
