@@ -15,8 +15,9 @@ episodes scores >= --threshold. A role that takes no turn in some episodes (a re
 tests fail) gets mean@acted / pass@acted instead, over the episodes where it acted (a task where it never
 did left out), and acted/<role>, the share of the k episodes of every task in which it took a turn.
 --maj-k k: majority vote over the final answers (env.final_answer(), normalised) of k sampled episodes per
-task, ties to the answer seen first, no-answer samples not voting; a task counts when the voted answer is right (a single agent given the generations a team
-spends). Written per task to majority.jsonl; compare.py reads it as an arm.
+task, ties to the answer seen first, no-answer samples not voting; a task counts when the voted answer is
+right (a single agent given the generations a team spends). Written per task to majority.jsonl; compare.py
+reads it as an arm.
 --base switches every adapter off (the reference policy).
 Writes <checkpoint>/eval/results.json (or --out/results.json) and the episodes as trajectory files
 (trajectories.py) next to it; the run's metrics.jsonl is never opened. An eval replaces the files of an
